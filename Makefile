@@ -1,0 +1,63 @@
+# Tether: `make run` starts the whole system on embedded defaults; `make test` runs every test.
+SHELL := /bin/bash
+UV ?= uv
+PY := $(UV) run --frozen
+GEN_OUT := libs/common/src
+PROTOS := $(shell find proto -name '*.proto')
+GEN_STAMP := libs/common/src/tether/.generated
+
+.PHONY: setup gen lint fmt typecheck test test-fast run bench bench-quick chaos clean buf-lint buf-breaking
+
+setup: .venv/.synced node_modules/.installed
+
+.venv/.synced: uv.lock pyproject.toml $(wildcard */*/pyproject.toml)
+	$(UV) sync --frozen --all-packages
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+gen: $(GEN_STAMP)
+
+$(GEN_STAMP): $(PROTOS) .venv/.synced
+	rm -rf $(GEN_OUT)/tether
+	$(PY) python -m grpc_tools.protoc -Iproto --python_out=$(GEN_OUT) --pyi_out=$(GEN_OUT) \
+		--grpc_python_out=$(GEN_OUT) $(PROTOS)
+	@touch $@
+
+buf-lint: node_modules/.installed
+	npx buf lint
+
+# Breaking-change check against main (skipped only when there is no main to compare with yet).
+buf-breaking: node_modules/.installed
+	@if git rev-parse --verify -q origin/main >/dev/null; then npx buf breaking --against '.git#branch=origin/main'; \
+	elif git rev-parse --verify -q main >/dev/null && [ -n "$$(git ls-tree -r main --name-only proto)" ]; then npx buf breaking --against '.git#branch=main'; \
+	else echo "buf breaking: no main branch with protos to compare against"; fi
+
+lint: gen buf-lint buf-breaking
+	$(PY) ruff check .
+	$(PY) ruff format --check .
+	$(PY) mypy libs/common/src/tether_common libs/cli/src/tether_cli services/runtime/src/tether_runtime services/gateway/src/tether_gateway
+
+fmt: .venv/.synced
+	$(PY) ruff check --fix .
+	$(PY) ruff format .
+
+test: gen node_modules/.installed
+	$(PY) pytest -q
+
+run: gen
+	$(PY) tether dev
+
+bench: gen
+	$(PY) python -m tether_bench.main --full
+
+bench-quick: gen
+	$(PY) python -m tether_bench.main --quick
+
+chaos: gen
+	$(PY) pytest -q -m chaos tests/integration
+
+clean:
+	rm -rf .venv node_modules $(GEN_OUT)/tether .tether

@@ -1,0 +1,146 @@
+"""Settings: read once from the environment into a frozen dataclass, checked before anything starts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from tether_common.errors import UnsafeSettings
+from tether_common.redaction import redact_mapping
+
+DEV_JWT_SECRET = "tether-dev-secret-do-not-use-in-production"  # noqa: S105 - a known dev value
+MIN_SECRET_BYTES = 32
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as err:
+        raise UnsafeSettings(f"{name}={raw!r} is not a number") from err
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return int(_float(env, name, default))
+
+
+@dataclass(frozen=True)
+class Settings:
+    env: Literal["dev", "production"] = "dev"
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/tether"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    embedded_stores: bool = False
+    grpc_addr: str = "127.0.0.1:50051"
+    http_addr: str = "127.0.0.1:8080"
+    runtime_target: str = "127.0.0.1:50051"
+    jwt_secret: str = DEV_JWT_SECRET
+    sse_heartbeat_s: float = 15.0
+    sse_retry_ms: int = 2000
+    sse_buffer_bytes: int = 1 << 20
+    drain_s: float = 20.0
+    lease_ttl_s: float = 15.0
+    worker_concurrency: int = 64
+    poll_interval_s: float = 2.0
+    interrupt_ttl_s: float = 900.0
+    tool_gate_mode: Literal["observe", "enforce"] = "enforce"
+    model: str = "scripted"
+    scripted_delay_s: float = 0.02
+    openai_base_url: str = ""
+    openai_api_key: str = field(default="", repr=False)
+    openai_model: str = "gpt-4o-mini"
+    stream_quiet_check_s: float = 1.0
+    max_body_bytes: int = 64 * 1024
+    rate_limit_per_min: int = 120
+    log_level: str = "INFO"
+    service_name: str = "tether"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        mode = e.get("TETHER_ENV", "dev")
+        if mode not in ("dev", "production"):
+            raise UnsafeSettings(f"TETHER_ENV must be 'dev' or 'production', not {mode!r}")
+        gate = e.get("TETHER_TOOL_GATE", "enforce")
+        if gate not in ("observe", "enforce"):
+            raise UnsafeSettings(f"TETHER_TOOL_GATE must be 'observe' or 'enforce', not {gate!r}")
+        grpc_addr = e.get("TETHER_GRPC_ADDR", cls.grpc_addr)
+        return cls(
+            env=mode,  # type: ignore[arg-type]
+            database_url=e.get("DATABASE_URL", cls.database_url),
+            redis_url=e.get("REDIS_URL", "" if mode == "production" else cls.redis_url),
+            embedded_stores=e.get("TETHER_EMBEDDED_STORES", "") in ("1", "true"),
+            grpc_addr=grpc_addr,
+            http_addr=e.get("TETHER_HTTP_ADDR", cls.http_addr),
+            runtime_target=e.get("TETHER_RUNTIME_TARGET", grpc_addr),
+            jwt_secret=e.get("TETHER_JWT_SECRET", "" if mode == "production" else DEV_JWT_SECRET),
+            sse_heartbeat_s=_float(e, "TETHER_SSE_HEARTBEAT_S", cls.sse_heartbeat_s),
+            sse_retry_ms=_int(e, "TETHER_SSE_RETRY_MS", cls.sse_retry_ms),
+            sse_buffer_bytes=_int(e, "TETHER_SSE_BUFFER_BYTES", cls.sse_buffer_bytes),
+            drain_s=_float(e, "TETHER_DRAIN_S", cls.drain_s),
+            lease_ttl_s=_float(e, "TETHER_LEASE_TTL_S", cls.lease_ttl_s),
+            worker_concurrency=_int(e, "TETHER_WORKER_CONCURRENCY", cls.worker_concurrency),
+            poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
+            interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
+            tool_gate_mode=gate,  # type: ignore[arg-type]
+            model=e.get("TETHER_MODEL", cls.model),
+            scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),
+            openai_base_url=e.get("TETHER_OPENAI_BASE_URL", ""),
+            openai_api_key=e.get("TETHER_OPENAI_API_KEY", ""),
+            openai_model=e.get("TETHER_OPENAI_MODEL", cls.openai_model),
+            stream_quiet_check_s=_float(e, "TETHER_STREAM_QUIET_CHECK_S", cls.stream_quiet_check_s),
+            max_body_bytes=_int(e, "TETHER_MAX_BODY_BYTES", cls.max_body_bytes),
+            rate_limit_per_min=_int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min),
+            log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
+            service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
+        )
+
+    def unsafe_for_production(self) -> list[str]:
+        """Every reason this configuration would break a guarantee in production."""
+        problems: list[str] = []
+        if self.embedded_stores:
+            problems.append(
+                "embedded Postgres/Redis are single-process and live on one pod's disk: runs, "
+                "interrupts and approvals would be lost or invisible to other pods"
+            )
+        if not self.redis_url:
+            problems.append(
+                "REDIS_URL is not set: events could not fan out across pods, so a browser "
+                "connected to one gateway would never see a run executing on another runtime"
+            )
+        if not self.jwt_secret or self.jwt_secret == DEV_JWT_SECRET:
+            problems.append(
+                "TETHER_JWT_SECRET is missing or the public dev value: anyone could mint a "
+                "token and approve another person's actions"
+            )
+        elif len(self.jwt_secret.encode()) < MIN_SECRET_BYTES:
+            problems.append(
+                f"TETHER_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: tokens could be forged"
+            )
+        for url in (self.database_url, self.redis_url):
+            if "127.0.0.1" in url or "localhost" in url or url.startswith("redis+unix") or (
+                "host=/" in url
+            ):
+                problems.append(
+                    "a store URL points at this machine: other pods cannot share it, so a run "
+                    "paused on one pod could not be resumed on another"
+                )
+                break
+        return problems
+
+    def check(self) -> None:
+        """Refuse to start in production on unsafe settings (invariant 8)."""
+        if self.env != "production":
+            return
+        problems = self.unsafe_for_production()
+        if problems:
+            raise UnsafeSettings(
+                "refusing to start with TETHER_ENV=production: " + "; ".join(problems)
+            )
+
+    def public_view(self) -> dict[str, object]:
+        """The live settings with every secret masked, for the start-up log line."""
+        return redact_mapping(asdict(self))

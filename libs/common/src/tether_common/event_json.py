@@ -1,0 +1,151 @@
+"""The RunEvent <-> browser JSON mapping: the seed's flat shape (`type`, `runId`, `sequence`, fields in
+camelCase), written by hand because json_format.MessageToDict is slow and nests the oneof."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tether.runtime.v1 import events_pb2, resources_pb2
+
+TERMINAL_TYPES = frozenset({"done", "error", "cancelled"})
+
+_DECISIONS = {
+    events_pb2.DECISION_APPROVED: "approved",
+    events_pb2.DECISION_REJECTED: "rejected",
+    events_pb2.DECISION_EXPIRED: "expired",
+    events_pb2.DECISION_CANCELLED: "cancelled",
+    events_pb2.DECISION_RESPONDED: "responded",
+}
+_KINDS = {
+    resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION: "confirm_action",
+    resources_pb2.INTERRUPT_KIND_SELECT_OPTION: "select_option",
+    resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT: "provide_input",
+}
+_RUN_STATUS = {
+    resources_pb2.RUN_STATUS_QUEUED: "queued",
+    resources_pb2.RUN_STATUS_RUNNING: "running",
+    resources_pb2.RUN_STATUS_INTERRUPTED: "interrupted",
+    resources_pb2.RUN_STATUS_COMPLETED: "completed",
+    resources_pb2.RUN_STATUS_FAILED: "failed",
+    resources_pb2.RUN_STATUS_CANCELLED: "cancelled",
+}
+_INTERRUPT_STATUS = {
+    resources_pb2.INTERRUPT_STATUS_PENDING: "pending",
+    resources_pb2.INTERRUPT_STATUS_RESOLVED: "resolved",
+    resources_pb2.INTERRUPT_STATUS_EXPIRED: "expired",
+    resources_pb2.INTERRUPT_STATUS_CANCELLED: "cancelled",
+}
+
+
+def _ts(ts: Any) -> str | None:
+    if not ts.seconds and not ts.nanos:
+        return None
+    return str(ts.ToJsonString())
+
+
+def decision_name(value: int) -> str:
+    return _DECISIONS.get(value, "unspecified")
+
+
+def run_status_name(value: int) -> str:
+    return _RUN_STATUS.get(value, "unspecified")
+
+
+def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:
+    return {
+        "risk": p.risk,
+        "target": p.target,
+        "tool": p.tool,
+        "parameterSummary": p.parameter_summary,
+        "reason": p.reason,
+    }
+
+
+def interrupt_json(i: resources_pb2.Interrupt) -> dict[str, Any]:
+    return {
+        "id": i.id,
+        "runId": i.run_id,
+        "kind": _KINDS.get(i.kind, "unspecified"),
+        "status": _INTERRUPT_STATUS.get(i.status, "unspecified"),
+        "payload": payload_json(i.payload),
+        "expiresAt": _ts(i.expire_time),
+        "resolvedAt": _ts(i.resolve_time),
+        "resolvedBy": i.resolved_by or None,
+        "decision": i.decision or None,
+    }
+
+
+def run_json(r: resources_pb2.Run) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "conversationId": r.conversation_id,
+        "userMessageId": r.user_message_id,
+        "agent": r.agent,
+        "status": run_status_name(r.status),
+        "lastSequence": r.last_sequence,
+        "cancelRequested": r.cancel_requested,
+        "pendingInterrupt": interrupt_json(r.pending_interrupt)
+        if r.HasField("pending_interrupt")
+        else None,
+        "createdAt": _ts(r.create_time),
+        "updatedAt": _ts(r.update_time),
+    }
+
+
+def event_type(ev: events_pb2.RunEvent) -> str:
+    return ev.WhichOneof("event") or "unspecified"
+
+
+def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
+    """The flat JSON object of one event, as `data:` of an SSE message carries it."""
+    kind = event_type(ev)
+    out: dict[str, Any] = {
+        "type": kind,
+        "runId": ev.run_id,
+        "sequence": ev.sequence,
+        "time": _ts(ev.time),
+    }
+    if kind == "text_delta":
+        out["messageId"] = ev.text_delta.message_id
+        out["delta"] = ev.text_delta.delta
+    elif kind == "tool_started":
+        t = ev.tool_started
+        out.update(callId=t.call_id, tool=t.tool, argsSummary=t.args_summary)
+    elif kind == "tool_finished":
+        f = ev.tool_finished
+        status = "success" if f.status == events_pb2.TOOL_STATUS_SUCCESS else "error"
+        out.update(callId=f.call_id, tool=f.tool, status=status, summary=f.summary)
+    elif kind == "run_started":
+        out["conversationId"] = ev.run_started.conversation_id
+    elif kind == "interrupt":
+        i = ev.interrupt
+        out.update(
+            interruptId=i.interrupt_id,
+            kind=_KINDS.get(i.kind, "unspecified"),
+            payload=payload_json(i.payload),
+            expiresAt=_ts(i.expire_time),
+        )
+    elif kind == "interrupt_resolved":
+        out.update(
+            interruptId=ev.interrupt_resolved.interrupt_id,
+            decision=decision_name(ev.interrupt_resolved.decision),
+        )
+    elif kind == "done":
+        out["messageId"] = ev.done.message_id
+    elif kind == "error":
+        out.update(code=ev.error.code, message=ev.error.message)
+    elif kind == "cancelled":
+        out["reason"] = ev.cancelled.reason
+    elif kind == "reset":
+        out["run"] = run_json(ev.reset.run)
+    return out
+
+
+def sse_frame(ev: events_pb2.RunEvent) -> bytes:
+    """One complete SSE message (id, event, one-line data, blank line), encoded once."""
+    data = json.dumps(event_json(ev), separators=(",", ":"), ensure_ascii=False)
+    kind = event_type(ev)
+    if kind == "reset":  # reset is not a position in the log: no id, so Last-Event-ID stays put
+        return f"event: reset\ndata: {data}\n\n".encode()
+    return f"id: {ev.sequence}\nevent: {kind}\ndata: {data}\n\n".encode()
