@@ -1,0 +1,1 @@
+"""Postgres access (asyncpg): one module per record family."""
