@@ -1,0 +1,254 @@
+"""The browser's JSON API (DESIGN section 5): JSON <-> gRPC, forwarding the caller's token."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jwt
+from aiohttp import web
+from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_common.auth import issue_token, verify_token
+from tether_common.errors import NotFound
+from tether_common.event_json import run_json
+
+from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
+from tether_gateway.sse import is_finished, parse_resume_point, stream_response
+from tether_gateway.state import GatewayState, state
+from tether_gateway.validation import Field, body, page_size
+from tether_gateway.views import conversation_json, message_json
+
+DEV_TOKEN_TTL_S = 12 * 3600.0
+
+CREATE_CONVERSATION = {"title": Field(max_len=200)}
+START_RUN = {"text": Field(required=True, max_len=8000), "idempotencyKey": Field(max_len=128)}
+RESUME_RUN = {
+    "interruptId": Field(required=True, max_len=64),
+    "decision": Field(required=True, choices=("approve", "reject", "respond")),
+    "input": Field(max_len=8000),
+    "idempotencyKey": Field(required=True, max_len=128),
+}
+CANCEL_RUN = {"reason": Field(max_len=500)}
+DEV_TOKEN = {"user": Field(required=True, max_len=64)}
+
+_DECISIONS = {
+    "approve": events_pb2.DECISION_APPROVED,
+    "reject": events_pb2.DECISION_REJECTED,
+    "respond": events_pb2.DECISION_RESPONDED,
+}
+
+
+def _json(data: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+def _caller(request: web.Request, gw: GatewayState, *, cookie: bool = False) -> Caller:
+    return authenticate(request, gw.settings.jwt_secret, cookie=cookie)
+
+
+async def _body(request: web.Request, gw: GatewayState, schema: dict[str, Field]) -> dict[str, str]:
+    return await body(request, schema, gw.settings.max_body_bytes)
+
+
+def wants_stream(request: web.Request) -> bool:
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+async def create_conversation(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw)
+    data = await _body(request, gw, CREATE_CONVERSATION)
+    req = rs.CreateConversationRequest(title=data.get("title", ""))
+    resp = await gw.client().call("CreateConversation", req, caller.token)
+    return _json({"conversation": conversation_json(resp.conversation)}, 201)
+
+
+async def list_conversations(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw, cookie=True)
+    req = rs.ListConversationsRequest(
+        page_size=page_size(request), page_token=request.query.get("pageToken", "")
+    )
+    resp = await gw.client().call("ListConversations", req, caller.token)
+    return _json(
+        {
+            "conversations": [conversation_json(c) for c in resp.conversations],
+            "nextPageToken": resp.next_page_token or None,
+        }
+    )
+
+
+async def get_conversation(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw, cookie=True)
+    req = rs.GetConversationRequest(conversation_id=request.match_info["id"])
+    resp = await gw.client().call("GetConversation", req, caller.token)
+    return _json({"conversation": conversation_json(resp.conversation)})
+
+
+async def list_messages(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw, cookie=True)
+    req = rs.ListMessagesRequest(
+        conversation_id=request.match_info["id"],
+        page_size=page_size(request, default=100, maximum=500),
+        page_token=request.query.get("pageToken", ""),
+    )
+    resp = await gw.client().call("ListMessages", req, caller.token)
+    return _json(
+        {
+            "messages": [message_json(m) for m in resp.messages],
+            "nextPageToken": resp.next_page_token or None,
+        }
+    )
+
+
+async def start_run(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    gw = state(request)
+    caller = _caller(request, gw)
+    data = await _body(request, gw, START_RUN)
+    req = rs.StartRunRequest(
+        conversation_id=request.match_info["id"],
+        text=data["text"],
+        idempotency_key=data.get("idempotencyKey", ""),
+    )
+    resp = await gw.client().call("StartRun", req, caller.token)
+    run = resp.run
+    location = f"/v1/runs/{run.id}"
+    if wants_stream(request):
+        return await stream_response(
+            request,
+            gw,
+            run_id=run.id,
+            token=caller.token,
+            after=0,
+            started=started,
+            status=201,
+            headers={"Location": location, "X-Run-Id": run.id},
+        )
+    body_json = {"run": run_json(run), "replayed": resp.replayed}
+    return web.json_response(body_json, status=201, headers={"Location": location})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw, cookie=True)
+    req = rs.GetRunRequest(run_id=request.match_info["id"])
+    resp = await gw.client().call("GetRun", req, caller.token)
+    return _json({"run": run_json(resp.run)})
+
+
+async def resume_run(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw)
+    data = await _body(request, gw, RESUME_RUN)
+    req = rs.ResumeRunRequest(
+        run_id=request.match_info["id"],
+        interrupt_id=data["interruptId"],
+        decision=_DECISIONS[data["decision"]],
+        input=data.get("input", ""),
+        idempotency_key=data["idempotencyKey"],
+    )
+    resp = await gw.client().call("ResumeRun", req, caller.token)
+    return _json({"run": run_json(resp.run), "replayed": resp.replayed}, 202)
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw)
+    data = await _body(request, gw, CANCEL_RUN)
+    req = rs.CancelRunRequest(run_id=request.match_info["id"], reason=data.get("reason", ""))
+    resp = await gw.client().call("CancelRun", req, caller.token)
+    return _json({"run": run_json(resp.run)}, 202)
+
+
+async def stream_token(request: web.Request) -> web.Response:
+    """A short-lived token reading one run's events: for `EventSource`, which sends no headers."""
+    gw = state(request)
+    caller = _caller(request, gw)
+    run_id = request.match_info["id"]
+    # Only a caller who may read the run gets a token for it (404/403 come from the runtime).
+    await gw.client().call("GetRun", rs.GetRunRequest(run_id=run_id), caller.token)
+    ttl = STREAM_TOKEN_TTL_S
+    token = issue_token(
+        gw.settings.jwt_secret, caller.principal.user_id, ttl_s=ttl, scope="stream", run_id=run_id
+    )
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + ttl))
+    return _json(
+        {"token": token, "expiresAt": expires, "eventsUrl": f"/v1/runs/{run_id}/events"}, 201
+    )
+
+
+async def run_events(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    gw = state(request)
+    caller = authenticate(request, gw.settings.jwt_secret, cookie=True, stream_token=True)
+    run_id = request.match_info["id"]
+    p = caller.principal
+    if p.scope == "stream" and p.run_id != run_id:
+        raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
+    after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
+    resp = await gw.client().call("GetRun", rs.GetRunRequest(run_id=run_id), caller.token)
+    if is_finished(resp.run, after):
+        return web.Response(status=204)
+    return await stream_response(
+        request, gw, run_id=run_id, token=caller.token, after=after, started=started
+    )
+
+
+async def open_session(request: web.Request) -> web.Response:
+    """Dev-friendly login: trade a bearer token for an HttpOnly cookie (GET routes accept it)."""
+    gw = state(request)
+    caller = _caller(request, gw)
+    claims_ttl = _remaining_s(gw, caller.token)
+    resp = web.Response(status=204)
+    resp.set_cookie(
+        SESSION_COOKIE,
+        caller.token,
+        max_age=claims_ttl,
+        path="/v1",
+        httponly=True,
+        samesite="Strict",
+        secure=gw.settings.env == "production",
+    )
+    return resp
+
+
+async def close_session(request: web.Request) -> web.Response:
+    resp = web.Response(status=204)
+    resp.del_cookie(SESSION_COOKIE, path="/v1")
+    return resp
+
+
+async def dev_token(request: web.Request) -> web.Response:
+    """Dev only (the route exists only when TETHER_ENV=dev): a user token for the demo login."""
+    gw = state(request)
+    data = await _body(request, gw, DEV_TOKEN)
+    user = data["user"].strip()
+    token = issue_token(gw.settings.jwt_secret, user, ttl_s=DEV_TOKEN_TTL_S)
+    return _json({"token": token, "user": user}, 201)
+
+
+def _remaining_s(gw: GatewayState, token: str) -> int:
+    verify_token(gw.settings.jwt_secret, token)
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return max(1, int(claims.get("exp", 0)) - int(time.time()))
+
+
+def add_routes(app: web.Application, *, dev: bool) -> None:
+    app.router.add_post("/v1/conversations", create_conversation)
+    app.router.add_get("/v1/conversations", list_conversations)
+    app.router.add_get("/v1/conversations/{id}", get_conversation)
+    app.router.add_get("/v1/conversations/{id}/messages", list_messages)
+    app.router.add_post("/v1/conversations/{id}/runs", start_run)
+    app.router.add_get("/v1/runs/{id}", get_run)
+    app.router.add_get("/v1/runs/{id}/events", run_events)
+    app.router.add_post("/v1/runs/{id}/resume", resume_run)
+    app.router.add_post("/v1/runs/{id}/cancel", cancel_run)
+    app.router.add_post("/v1/runs/{id}/stream-token", stream_token)
+    app.router.add_post("/v1/session", open_session)
+    app.router.add_delete("/v1/session", close_session)
+    if dev:
+        app.router.add_post("/v1/dev/token", dev_token)

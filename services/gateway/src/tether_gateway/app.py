@@ -1,0 +1,74 @@
+"""The aiohttp application: middleware, routes, static UI, and the lifecycles of the gRPC channel
+and the Redis client (created in cleanup_ctx, closed on shutdown)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import redis.asyncio as redis_asyncio
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from tether_common.config import Settings
+
+from tether_gateway import api, health
+from tether_gateway.errors import error_middleware
+from tether_gateway.metrics import Metrics
+from tether_gateway.runtime_client import RuntimeClient, open_channel
+from tether_gateway.state import STATE, GatewayState
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+async def _index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def _security_headers() -> Middleware:
+    @web.middleware
+    async def add(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resp = await handler(request)
+        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        resp.headers.setdefault("Referrer-Policy", "no-referrer")
+        if request.path == "/" or request.path.startswith("/static/"):
+            resp.headers.setdefault("X-Frame-Options", "DENY")
+        return resp
+
+    return add
+
+
+def create_app(settings: Settings) -> web.Application:
+    gw = GatewayState(settings=settings, metrics=Metrics())
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[gw.metrics.middleware(), error_middleware, _security_headers()],
+    )
+    app[STATE] = gw
+
+    async def runtime_channel(app: web.Application) -> AsyncIterator[None]:
+        channel = open_channel(settings.runtime_target)
+        gw.runtime = RuntimeClient(channel)
+        yield
+        gw.runtime = None
+        await channel.close(grace=1.0)
+
+    async def redis_client(app: web.Application) -> AsyncIterator[None]:
+        if settings.redis_url:
+            gw.redis = redis_asyncio.Redis.from_url(
+                settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
+            )
+        yield
+        if gw.redis is not None:
+            await gw.redis.aclose()
+            gw.redis = None
+
+    async def end_streams(app: web.Application) -> None:
+        gw.drain()
+
+    app.cleanup_ctx.extend([runtime_channel, redis_client])
+    app.on_shutdown.append(end_streams)
+    health.add_routes(app)
+    api.add_routes(app, dev=settings.env == "dev")
+    app.router.add_get("/", _index)
+    app.router.add_static("/static/", STATIC_DIR, append_version=False)
+    return app

@@ -1,0 +1,39 @@
+"""Who is calling: a bearer header, an HttpOnly session cookie, or a stream token for one run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from tether_common.auth import Principal, bearer_from_header, verify_token
+from tether_common.errors import Unauthenticated
+
+SESSION_COOKIE = "tether_session"
+STREAM_TOKEN_TTL_S = 300.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: Principal
+    # Forwarded to the runtime as `authorization` metadata; the runtime checks it again.
+    token: str
+
+
+def authenticate(
+    request: web.Request, secret: str, *, cookie: bool = False, stream_token: bool = False
+) -> Caller:
+    """The caller of this request. Cookies are only honoured where `cookie` (safe GETs: no CSRF),
+    `?token=` only where `stream_token`, and a stream-scoped token never acts."""
+    header = request.headers.get("Authorization")
+    if header:
+        token = bearer_from_header(header)
+    elif stream_token and request.query.get("token"):
+        token = request.query["token"]
+    elif cookie and request.cookies.get(SESSION_COOKIE):
+        token = request.cookies[SESSION_COOKIE]
+    else:
+        raise Unauthenticated("missing bearer token")
+    principal = verify_token(secret, token)
+    if principal.scope == "stream" and not stream_token:
+        raise Unauthenticated("a stream token only reads its run's events")
+    return Caller(principal=principal, token=token)

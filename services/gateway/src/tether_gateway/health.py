@@ -1,0 +1,66 @@
+"""Liveness, readiness (runtime gRPC health + Redis ping), Prometheus metrics, OpenAPI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from importlib import resources
+
+from aiohttp import web
+
+from tether_gateway.state import state
+
+REDIS_PING_TIMEOUT_S = 1.0
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _redis_ok(redis: object) -> bool:
+    if redis is None:
+        return True  # no Redis configured (dev without one): nothing to wait for
+    try:
+        return bool(await asyncio.wait_for(redis.ping(), REDIS_PING_TIMEOUT_S))  # type: ignore[attr-defined]
+    except (OSError, TimeoutError, ConnectionError):
+        return False
+    except Exception:  # noqa: BLE001 - redis' own errors: any failure means "not ready"
+        return False
+
+
+async def readyz(request: web.Request) -> web.Response:
+    gw = state(request)
+    runtime = gw.runtime is not None and await gw.runtime.serving()
+    redis = await _redis_ok(gw.redis)
+    ready = runtime and redis and not gw.draining
+    checks = {
+        "runtime": "ok" if runtime else "unavailable",
+        "redis": "ok" if redis else "unavailable",
+        "draining": gw.draining,
+    }
+    return web.json_response(
+        {"status": "ready" if ready else "not_ready", "checks": checks},
+        status=200 if ready else 503,
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = state(request).metrics.render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+def openapi_document() -> dict[str, object]:
+    text = resources.files("tether_gateway").joinpath("openapi.json").read_text("utf-8")
+    doc: dict[str, object] = json.loads(text)
+    return doc
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)

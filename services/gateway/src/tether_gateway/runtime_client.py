@@ -1,0 +1,83 @@
+"""The gateway's gRPC channel to the runtime: load-balanced, kept alive, unary calls bounded."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tether.runtime.v1 import runtime_service_pb2_grpc
+
+UNARY_DEADLINE_S = 5.0
+HEALTH_DEADLINE_S = 1.0
+# Pings every 30 s keep NATs and idle SSE-backing streams alive; the runtime's server accepts
+# pings this often (grpc.http2.min_ping_interval_without_data_ms <= 30 s), else it would GOAWAY.
+KEEPALIVE_TIME_MS = 30_000
+KEEPALIVE_TIMEOUT_MS = 10_000
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+_SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+
+
+def channel_target(target: str) -> str:
+    """`host:port` with a DNS name becomes `dns:///host:port` so every resolved pod gets calls."""
+    if "://" in target or target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
+        return target
+    host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return f"dns:///{target}"
+    return target
+
+
+def channel_options() -> Sequence[tuple[str, Any]]:
+    return (
+        ("grpc.service_config", _SERVICE_CONFIG),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.enable_retries", 1),
+    )
+
+
+class RuntimeClient:
+    """The stubs the handlers use, and the metadata that forwards the caller's bearer token."""
+
+    def __init__(self, channel: grpc.aio.Channel, deadline_s: float = UNARY_DEADLINE_S) -> None:
+        self.channel = channel
+        self.deadline_s = deadline_s
+        self.stub: Any = runtime_service_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+        self._health = health_pb2_grpc.HealthStub(channel)
+
+    @staticmethod
+    def metadata(token: str) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {token}"),)
+
+    async def call(self, method: str, request: Any, token: str) -> Any:
+        """One unary RPC by name, with the caller's token and the gateway's deadline."""
+        rpc = getattr(self.stub, method)
+        return await rpc(request, metadata=self.metadata(token), timeout=self.deadline_s)
+
+    def stream_events(self, request: Any, token: str) -> Any:
+        # No deadline: the stream lives as long as the run; keepalive detects dead peers.
+        return self.stub.StreamRunEvents(request, metadata=self.metadata(token))
+
+    async def serving(self) -> bool:
+        try:
+            resp = await self._health.Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=HEALTH_DEADLINE_S
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def open_channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(channel_target(target), options=channel_options())

@@ -1,0 +1,68 @@
+"""One gateway pod: serve until SIGTERM/SIGINT, then drain (stop accepting, end SSE streams so
+clients reconnect elsewhere, finish in-flight requests) and exit within the grace period."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from aiohttp import web
+from tether_common.config import Settings
+from tether_common.logging import setup_logging
+
+from tether_gateway.app import create_app
+from tether_gateway.state import STATE
+
+log = logging.getLogger(__name__)
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return (host.strip("[]") or "0.0.0.0"), int(port)  # noqa: S104 - ":8080" means all interfaces
+
+
+async def run_server(settings: Settings) -> None:
+    setup_logging("tether-gateway", settings.log_level)
+    settings.check()
+    log.info("gateway starting", extra={"settings": settings.public_view()})
+    app = create_app(settings)
+    # Handlers still running when the grace period ends are cancelled by the runner.
+    runner = web.AppRunner(
+        app, handle_signals=False, shutdown_timeout=max(0.5, settings.drain_s - 1.0)
+    )
+    await runner.setup()
+    host, port = split_addr(settings.http_addr)
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    log.info("gateway listening on %s:%s", host, port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    began = time.monotonic()
+    ended = app[STATE].drain()
+    log.info("gateway draining: ended %d streams", ended)
+    try:
+        await asyncio.wait_for(runner.cleanup(), timeout=settings.drain_s)
+    except TimeoutError:
+        log.warning("drain exceeded %.1fs; exiting anyway", settings.drain_s)
+    log.info("gateway stopped after %.2fs of drain", time.monotonic() - began)
+
+
+def main() -> None:
+    """Run one gateway on uvloop when it is installed (the `tether gateway` entry point)."""
+    settings = Settings.from_env()
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(run_server(settings))
+        return
+    uvloop.run(run_server(settings))

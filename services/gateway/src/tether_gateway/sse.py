@@ -1,0 +1,224 @@
+"""SSE (DESIGN section 6): one StreamRunEvents call per connection, `retry:` first, pre-encoded
+frames written coalesced, heartbeats when idle, a bounded per-connection buffer, drain on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+from aiohttp import web
+from tether.runtime.v1 import resources_pb2, runtime_service_pb2
+from tether_common.errors import InvalidArgument
+from tether_common.event_json import TERMINAL_TYPES, sse_frame
+
+from tether_gateway.state import GatewayState
+
+log = logging.getLogger(__name__)
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+HEARTBEAT = b": keep-alive\n\n"
+TERMINAL_STATUSES = frozenset(
+    {
+        resources_pb2.RUN_STATUS_COMPLETED,
+        resources_pb2.RUN_STATUS_FAILED,
+        resources_pb2.RUN_STATUS_CANCELLED,
+    }
+)
+_MAX_SEQUENCE = 2**63 - 1
+# A runtime pod going away mid-stream is invisible to the browser: reopen from the last sequence.
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+_MAX_RETRIES = 5
+
+
+class SlowClient(Exception):
+    """The client stopped reading and its queued bytes passed the per-connection limit."""
+
+
+def parse_resume_point(last_event_id: str | None, after: str | None) -> int:
+    """The sequence to resume after: `Last-Event-ID` first, then `?after=`, else 0."""
+    raw = last_event_id if last_event_id and last_event_id.strip() else after
+    if raw is None or not raw.strip():
+        return 0
+    raw = raw.strip()
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > _MAX_SEQUENCE:
+        raise InvalidArgument("Last-Event-ID / after must be a non-negative integer")
+    return int(raw)
+
+
+def is_finished(run: resources_pb2.Run, after: int) -> bool:
+    """A reconnect to a finished run that has nothing left to send: answered 204."""
+    return run.status in TERMINAL_STATUSES and after == run.last_sequence
+
+
+class EventStream:
+    """One SSE connection bridged to one gRPC event stream."""
+
+    def __init__(
+        self,
+        gw: GatewayState,
+        request: web.Request,
+        resp: web.StreamResponse,
+        *,
+        run_id: str,
+        token: str,
+        after: int,
+        started: float,
+    ) -> None:
+        self.gw = gw
+        self.request = request
+        self.resp = resp
+        self.run_id = run_id
+        self.token = token
+        self.after = after
+        self.started = started
+        self.limit = gw.settings.sse_buffer_bytes
+        self._chunks: list[bytes] = []
+        self._queued = 0
+        self._events = 0
+        self._wake = asyncio.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def _pending(self) -> int:
+        transport = self.request.transport
+        return self._queued + (transport.get_write_buffer_size() if transport else 0)
+
+    def _drop_if_slow(self) -> None:
+        if self._pending() > self.limit:
+            self.gw.metrics.sse_dropped.labels("slow_client").inc()
+            log.info("dropping a slow SSE client", extra={"run_id": self.run_id})
+            transport = self.request.transport
+            if transport is not None:
+                transport.abort()  # wakes a writer blocked in drain(); memory is released
+            raise SlowClient
+
+    def _push(self, data: bytes, count: int) -> None:
+        self._drop_if_slow()
+        self._chunks.append(data)
+        self._queued += len(data)
+        self._events += count
+        self._wake.set()
+
+    async def _pump(self) -> None:
+        after, retries = self.after, 0
+        while True:
+            request = runtime_service_pb2.StreamRunEventsRequest(
+                run_id=self.run_id, after_sequence=after
+            )
+            call = self.gw.client().stream_events(request, self.token)
+            try:
+                async for batch in call:
+                    retries = 0
+                    frames: list[bytes] = []
+                    end = False
+                    for ev in batch.events:
+                        kind = ev.WhichOneof("event")
+                        if kind == "reset":
+                            # The client redraws from this state; the log continues after it.
+                            after = ev.reset.run.last_sequence
+                            end = ev.reset.run.status in TERMINAL_STATUSES
+                        elif ev.sequence <= after:
+                            continue  # already sent on this connection
+                        else:
+                            after = ev.sequence
+                            end = kind in TERMINAL_TYPES
+                        frames.append(sse_frame(ev))
+                        if end:
+                            break
+                    if frames:
+                        self._push(b"".join(frames), len(frames))
+                    if end:
+                        return
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in _RETRYABLE or retries >= _MAX_RETRIES:
+                    raise
+            finally:
+                call.cancel()
+            # The runtime ended the stream before the run ended (its pod is draining): reopen.
+            if retries >= _MAX_RETRIES:
+                return
+            retries += 1
+            await asyncio.sleep(0.1 * retries)
+
+    async def _write(self, data: bytes) -> None:
+        await self.resp.write(data)
+
+    async def run(self) -> None:
+        heartbeat_s = self.gw.settings.sse_heartbeat_s
+        await self._write(f"retry: {self.gw.settings.sse_retry_ms}\n\n".encode())
+        pump = asyncio.create_task(self._pump())
+        pump.add_done_callback(lambda _: self._wake.set())
+        first = True
+        try:
+            while not self.stopping():
+                if not self._chunks and not pump.done():
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), heartbeat_s)
+                    except TimeoutError:
+                        self._drop_if_slow()
+                        await self._write(HEARTBEAT)
+                        continue
+                self._wake.clear()
+                if self.stopping():
+                    break
+                if self._chunks:
+                    data = b"".join(self._chunks)
+                    count, self._events = self._events, 0
+                    self._chunks.clear()
+                    self._queued = 0
+                    await self._write(data)
+                    self.gw.metrics.sse_events.inc(count)
+                    if first:
+                        first = False
+                        self.gw.metrics.sse_first_event.observe(time.perf_counter() - self.started)
+                elif pump.done():
+                    break
+        except (ConnectionError, SlowClient):
+            pass  # the client went away or was dropped; it reconnects with its Last-Event-ID
+        finally:
+            if not pump.done():
+                pump.cancel()
+            results = await asyncio.gather(pump, return_exceptions=True)
+        err = results[0]
+        if isinstance(err, grpc.aio.AioRpcError):
+            log.warning("event stream ended by the runtime: %s", err.code().name)
+        elif isinstance(err, Exception) and not isinstance(err, SlowClient):
+            log.error("event stream failed", exc_info=err)
+
+
+async def stream_response(
+    request: web.Request,
+    gw: GatewayState,
+    *,
+    run_id: str,
+    token: str,
+    after: int,
+    started: float,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+    await resp.prepare(request)
+    stream = EventStream(
+        gw, request, resp, run_id=run_id, token=token, after=after, started=started
+    )
+    gw.streams.add(stream)
+    gw.metrics.sse_open.inc()
+    try:
+        await stream.run()
+    finally:
+        gw.streams.discard(stream)
+        gw.metrics.sse_open.dec()
+    return resp

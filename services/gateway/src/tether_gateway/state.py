@@ -1,0 +1,45 @@
+"""What the handlers of one gateway app share: settings, runtime client, Redis, metrics, streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from tether_common.config import Settings
+
+from tether_gateway.metrics import Metrics
+
+if TYPE_CHECKING:
+    from tether_gateway.runtime_client import RuntimeClient
+    from tether_gateway.sse import EventStream
+
+
+@dataclass
+class GatewayState:
+    settings: Settings
+    metrics: Metrics
+    runtime: RuntimeClient | None = None
+    redis: Any = None  # redis.asyncio.Redis; untyped to keep redis' generics out of every signature
+    streams: set[EventStream] = field(default_factory=set)
+    draining: bool = False
+
+    def client(self) -> RuntimeClient:
+        if self.runtime is None:
+            raise RuntimeError("the runtime channel is not open")
+        return self.runtime
+
+    def drain(self) -> int:
+        """Stop being ready and end every open stream so its client reconnects to another pod."""
+        self.draining = True
+        streams = list(self.streams)
+        for stream in streams:
+            stream.stop()
+        return len(streams)
+
+
+STATE: web.AppKey[GatewayState] = web.AppKey("tether_state", GatewayState)
+
+
+def state(request: web.Request) -> GatewayState:
+    return request.app[STATE]

@@ -1,0 +1,80 @@
+"""Request bodies: size-limited JSON objects with known fields of the right type, nothing else."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from tether_common.errors import InvalidArgument
+
+
+class PayloadTooLarge(web.HTTPRequestEntityTooLarge):
+    def __init__(self, limit: int, actual: int) -> None:
+        super().__init__(max_size=limit, actual_size=actual)
+
+
+@dataclass(frozen=True)
+class Field:
+    required: bool = False
+    max_len: int = 256
+    choices: tuple[str, ...] = ()
+
+
+Schema = dict[str, Field]
+
+
+async def read_json(request: web.Request, max_bytes: int) -> object:
+    """The parsed body (`{}` when empty); 413 past `max_bytes`, 400 for anything but JSON."""
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        raise PayloadTooLarge(max_bytes, length)
+    raw = await request.read()  # the app's client_max_size stops chunked bodies at the limit
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(max_bytes, len(raw))
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InvalidArgument("the request body is not valid JSON") from err
+
+
+def validate(body: object, schema: Schema) -> dict[str, str]:
+    """Check a JSON object against `schema`: every field a string; unknown fields are rejected."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    unknown = sorted(set(body) - set(schema))
+    if unknown:
+        raise InvalidArgument(f"unknown field {unknown[0]!r}")
+    out: dict[str, str] = {}
+    for name, spec in schema.items():
+        value: Any = body.get(name)
+        if value is None:
+            if spec.required:
+                raise InvalidArgument(f"field {name!r} is required")
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgument(f"field {name!r} must be a string")
+        if spec.required and not value.strip():
+            raise InvalidArgument(f"field {name!r} must not be empty")
+        if len(value) > spec.max_len:
+            raise InvalidArgument(f"field {name!r} is longer than {spec.max_len} characters")
+        if spec.choices and value not in spec.choices:
+            raise InvalidArgument(f"field {name!r} must be one of {', '.join(spec.choices)}")
+        out[name] = value
+    return out
+
+
+async def body(request: web.Request, schema: Schema, max_bytes: int) -> dict[str, str]:
+    return validate(await read_json(request, max_bytes), schema)
+
+
+def page_size(request: web.Request, default: int = 50, maximum: int = 200) -> int:
+    raw = request.query.get("pageSize", "")
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise InvalidArgument(f"pageSize must be a number from 1 to {maximum}")
+    return int(raw)

@@ -1,0 +1,52 @@
+"""Proto resources -> the browser's camelCase JSON (runs and events: tether_common.event_json)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tether.runtime.v1 import resources_pb2
+
+_ROLES = {
+    resources_pb2.MESSAGE_ROLE_USER: "user",
+    resources_pb2.MESSAGE_ROLE_ASSISTANT: "assistant",
+    resources_pb2.MESSAGE_ROLE_TOOL: "tool",
+}
+
+
+def timestamp(ts: Any) -> str | None:
+    if not ts.seconds and not ts.nanos:
+        return None
+    return str(ts.ToJsonString())
+
+
+def _facts(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def conversation_json(c: resources_pb2.Conversation) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "title": c.title,
+        "facts": _facts(c.facts_json),
+        "summary": c.summary,
+        "version": c.version,
+        "createdAt": timestamp(c.create_time),
+        "updatedAt": timestamp(c.update_time),
+    }
+
+
+def message_json(m: resources_pb2.Message) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "conversationId": m.conversation_id,
+        "runId": m.run_id or None,
+        "role": _ROLES.get(m.role, "unspecified"),
+        "content": m.content,
+        "toolCallId": m.tool_call_id or None,
+        "createdAt": timestamp(m.create_time),
+    }
