@@ -103,7 +103,7 @@ class Settings:
         problems: list[str] = []
         if self.embedded_stores:
             problems.append(
-                "embedded Postgres/Redis are single-process and live on one pod's disk: runs, "
+                "TETHER_EMBEDDED_STORES is set: embedded Postgres/Redis are single-process and live on one pod's disk: runs, "
                 "interrupts and approvals would be lost or invisible to other pods"
             )
         if not self.redis_url:
@@ -120,15 +120,14 @@ class Settings:
             problems.append(
                 f"TETHER_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: tokens could be forged"
             )
-        for url in (self.database_url, self.redis_url):
+        for name, url in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url)):
             if "127.0.0.1" in url or "localhost" in url or url.startswith("redis+unix") or (
                 "host=/" in url
             ):
                 problems.append(
-                    "a store URL points at this machine: other pods cannot share it, so a run "
-                    "paused on one pod could not be resumed on another"
+                    f"{name} points at this machine (or is unset and defaults to it): other pods "
+                    "cannot share it, so a run paused on one pod could not be resumed on another"
                 )
-                break
         return problems
 
     def check(self) -> None:
@@ -138,7 +137,9 @@ class Settings:
         problems = self.unsafe_for_production()
         if problems:
             raise UnsafeSettings(
-                "refusing to start with TETHER_ENV=production: " + "; ".join(problems)
+                "refusing to start with TETHER_ENV=production, because:\n"
+                + "".join(f"  - {p}\n" for p in problems)
+                + "Fix these settings, or unset TETHER_ENV for a development run."
             )
 
     def public_view(self) -> dict[str, object]:

@@ -1,0 +1,54 @@
+"""`tether`: the one entry point for developers, tests, benchmarks and deployments (DESIGN §8)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tether_common.config import Settings
+from tether_common.errors import UnsafeSettings
+
+from tether_cli import commands
+
+EXIT_UNSAFE_SETTINGS = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tether", description="Tether: durable AI agent runs.")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs.add_parser("dev", help="the whole system here: embedded stores, migrate, seed, services")
+    verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
+    verbs.add_parser("seed-demo", help="load the OpsPilot demo inventory and grants (idempotent)")
+    verbs.add_parser("runtime", help="run one runtime pod: gRPC API and workers")
+    verbs.add_parser("gateway", help="run one gateway pod: HTTP API, SSE and the web UI")
+    tok = verbs.add_parser("token", help="print a bearer token signed with TETHER_JWT_SECRET")
+    tok.add_argument("--user", required=True, help="the user (or service) id, e.g. alice")
+    tok.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (3600)")
+    tok.add_argument("--scope", choices=["user", "service"], default="user")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        if args.verb in ("runtime", "gateway", "dev"):
+            settings.check()
+    except UnsafeSettings as err:
+        print(f"tether {args.verb}: {err.message}", file=sys.stderr)
+        return EXIT_UNSAFE_SETTINGS
+    if args.verb == "dev":
+        from tether_cli.dev import run_dev
+
+        return run_dev(settings)
+    if args.verb == "migrate":
+        return commands.migrate(settings)
+    if args.verb == "seed-demo":
+        return commands.seed_demo(settings)
+    if args.verb in ("runtime", "gateway"):
+        return commands.serve(args.verb, settings)
+    return commands.token(settings, args.user, args.ttl, args.scope)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

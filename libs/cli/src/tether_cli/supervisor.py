@@ -1,0 +1,191 @@
+"""Runs the runtime and gateway processes of `tether dev`, announces them ready, stops them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+from tether_common.auth import issue_token
+from tether_common.config import Settings
+
+from tether_cli.embedded import EmbeddedPostgres, EmbeddedRedis
+from tether_cli.embedded._process import die_with_parent, free_port, port_is_free
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0
+DEV_USER = "alice"
+DEV_TOKEN_TTL_S = 7 * 24 * 3600.0
+SERVICES = ("runtime", "gateway")
+
+
+def listen_addr(name: str, default: str) -> str:
+    """The address from the environment, else the default if it is free, else a free port."""
+    configured = os.environ.get(name)
+    if configured:
+        return configured
+    host, _, port = default.rpartition(":")
+    if port_is_free(host, int(port)):
+        return default
+    return f"{host}:{free_port(host)}"
+
+
+def http_url(addr: str) -> str:
+    host, _, port = addr.rpartition(":")
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        settings: Settings,
+        database_url: str,
+        redis_url: str,
+        *,
+        embedded: list[EmbeddedPostgres | EmbeddedRedis],
+        dev_dir: Path,
+    ) -> None:
+        self.settings = settings
+        self.embedded = embedded
+        self.dev_dir = dev_dir
+        self.grpc_addr = listen_addr("TETHER_GRPC_ADDR", Settings.grpc_addr)
+        self.http_addr = listen_addr("TETHER_HTTP_ADDR", Settings.http_addr)
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "TETHER_GRPC_ADDR": self.grpc_addr,
+            "TETHER_HTTP_ADDR": self.http_addr,
+            "TETHER_RUNTIME_TARGET": os.environ.get("TETHER_RUNTIME_TARGET") or self.grpc_addr,
+        }
+        if embedded:
+            self.env["TETHER_EMBEDDED_STORES"] = "1"
+        self.children: dict[str, asyncio.subprocess.Process] = {}
+        self._stop = asyncio.Event()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop.set)
+        try:
+            for name in SERVICES:
+                self.children[name] = await self._spawn(name)
+            watch = asyncio.create_task(self._first_death())
+            stop = asyncio.create_task(self._stop.wait())
+            ready = asyncio.create_task(self._until_ready())
+            done, _ = await asyncio.wait({watch, stop, ready}, return_when=asyncio.FIRST_COMPLETED)
+            if ready in done and ready.result():
+                self._announce()
+                done, _ = await asyncio.wait({watch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            elif ready in done:
+                print(f"tether dev: the gateway was not ready within {READY_TIMEOUT_S:.0f}s",
+                      file=sys.stderr)  # fmt: skip
+            for task in (watch, stop, ready):
+                task.cancel()
+            requested = stop in done and watch not in done
+            if watch in done:
+                print(f"tether dev: {watch.result()}; stopping everything", file=sys.stderr)
+            await self._shutdown()
+            return 0 if requested else 1
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await self._kill_all()
+
+    async def _spawn(self, name: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tether_cli.main", name,
+            env=self.env, stdin=subprocess.DEVNULL,
+            # Own process group: a terminal's Ctrl-C reaches only us, and we stop them in order.
+            process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
+        )  # fmt: skip
+
+    async def _first_death(self) -> str:
+        """Returns a description of the first service or store that exited on its own."""
+        waits = {asyncio.create_task(p.wait()): name for name, p in self.children.items()}
+        try:
+            while True:
+                done, _ = await asyncio.wait(waits, timeout=0.5)
+                for task in done:
+                    return f"{waits[task]} exited with code {task.result()}"
+                for store in self.embedded:
+                    proc = store.process
+                    if proc is not None and proc.poll() is not None:
+                        return f"embedded {type(store).__name__} exited with {proc.returncode}"
+        finally:
+            for task in waits:
+                task.cancel()
+
+    async def _until_ready(self) -> bool:
+        url = http_url(self.http_addr) + "/readyz"
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_S
+            while asyncio.get_running_loop().time() < deadline:
+                try:
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            return True
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.2)
+        return False
+
+    def _announce(self) -> None:
+        token = issue_token(self.settings.jwt_secret, DEV_USER, ttl_s=DEV_TOKEN_TTL_S)
+        url = http_url(self.http_addr)
+        stores = (
+            f"  Postgres   {self.env['DATABASE_URL']} (embedded, data in {self.dev_dir})\n"
+            if any(isinstance(s, EmbeddedPostgres) for s in self.embedded)
+            else "  Postgres   DATABASE_URL from the environment\n"
+        ) + (
+            f"  Redis      {self.env['REDIS_URL']} (embedded)\n"
+            if any(isinstance(s, EmbeddedRedis) for s in self.embedded)
+            else "  Redis      REDIS_URL from the environment\n"
+        )
+        print(
+            "\nTether is ready.\n"
+            f"  Web UI     {url}/\n"
+            f"  HTTP API   {url}/v1   (gRPC API at {self.grpc_addr})\n"
+            f"{stores}"
+            f"  Dev token for user {DEV_USER} (7 days):\n"
+            f"export TETHER_TOKEN={token}\n"
+            f'  Try: curl -s -X POST -H "Authorization: Bearer $TETHER_TOKEN" '
+            f"-H 'Content-Type: application/json' -d '{{}}' {url}/v1/conversations\n"
+            "Press Ctrl-C to stop.\n",
+            flush=True,
+        )
+
+    async def _shutdown(self) -> None:
+        """SIGTERM to the gateway, then the runtime; each drains. A second Ctrl-C kills."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._kill_now)
+        for name in reversed(SERVICES):
+            proc = self.children.get(name)
+            if proc is not None and proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        grace = self.settings.drain_s + 10.0
+        waits = [p.wait() for p in self.children.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), grace)
+        except TimeoutError:
+            log.warning("services did not stop within %.0fs; killing them", grace)
+
+    def _kill_now(self) -> None:
+        for proc in self.children.values():
+            if proc.returncode is None:
+                proc.kill()
+
+    async def _kill_all(self) -> None:
+        self._kill_now()
+        for proc in self.children.values():
+            await proc.wait()
