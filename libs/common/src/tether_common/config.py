@@ -1,4 +1,4 @@
-"""Settings: read once from the environment into a frozen dataclass, checked before anything starts."""
+"""Settings: read once from the environment into a frozen dataclass, checked before start."""
 
 from __future__ import annotations
 
@@ -103,8 +103,9 @@ class Settings:
         problems: list[str] = []
         if self.embedded_stores:
             problems.append(
-                "TETHER_EMBEDDED_STORES is set: embedded Postgres/Redis are single-process and live on one pod's disk: runs, "
-                "interrupts and approvals would be lost or invisible to other pods"
+                "TETHER_EMBEDDED_STORES is set: embedded Postgres/Redis are single-process and "
+                "live on one pod's disk: runs, interrupts and approvals would be lost or "
+                "invisible to other pods"
             )
         if not self.redis_url:
             problems.append(
@@ -118,11 +119,15 @@ class Settings:
             )
         elif len(self.jwt_secret.encode()) < MIN_SECRET_BYTES:
             problems.append(
-                f"TETHER_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: tokens could be forged"
+                f"TETHER_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: tokens could be "
+                "forged"
             )
         for name, url in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url)):
-            if "127.0.0.1" in url or "localhost" in url or url.startswith("redis+unix") or (
-                "host=/" in url
+            if (
+                "127.0.0.1" in url
+                or "localhost" in url
+                or url.startswith("redis+unix")
+                or ("host=/" in url)
             ):
                 problems.append(
                     f"{name} points at this machine (or is unset and defaults to it): other pods "
