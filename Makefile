@@ -6,7 +6,7 @@ GEN_OUT := libs/common/src
 PROTOS := $(shell find proto -name '*.proto')
 GEN_STAMP := libs/common/src/tether/.generated
 
-.PHONY: setup gen lint fmt typecheck test test-fast run bench bench-quick chaos clean buf-lint buf-breaking
+.PHONY: setup gen lint fmt typecheck test test-fast run bench bench-quick chaos clean buf-lint buf-breaking k8s-validate
 
 setup: .venv/.synced node_modules/.installed
 
@@ -58,6 +58,11 @@ bench-quick: gen
 
 chaos: gen
 	$(PY) pytest -q -m chaos tests/integration
+
+# Render every deploy/k8s overlay (kubectl kustomize) and validate it offline against pinned
+# Kubernetes schemas plus Tether's operational contract.
+k8s-validate: .venv/.synced
+	$(PY) python deploy/k8s/validate.py --out .tether/k8s-rendered
 
 clean:
 	rm -rf .venv node_modules $(GEN_OUT)/tether .tether

@@ -1,0 +1,146 @@
+"""The service images: multi-stage, pinned base, protobuf code generated in the builder, non-root,
+no secrets baked in, `tether` as the entry point. (Building needs a Docker engine, which this
+environment lacks; these tests check the Dockerfiles' text and that their inputs exist.)"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = {"runtime": 50051, "gateway": 8080}
+BASE = re.compile(r"^python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?$")
+
+
+def instructions(service: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, argument) pairs, with continuation lines joined and comments dropped."""
+    text = (REPO / "services" / service / "Dockerfile").read_text()
+    joined = re.sub(
+        r"\\\n", " ", "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    )
+    out = []
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages(service: str) -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for ins in instructions(service):
+        if ins[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(ins)
+    return result
+
+
+def arg_default(service: str, name: str) -> str:
+    for word, rest in instructions(service):
+        if word == "ARG" and rest.startswith(f"{name}="):
+            return rest.split("=", 1)[1].strip('"')
+    raise AssertionError(f"no ARG {name}")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_multi_stage_on_a_pinned_slim_base(service: str) -> None:
+    st = stages(service)
+    assert len(st) >= 2
+    base = arg_default(service, "PYTHON_IMAGE")
+    assert BASE.match(base), base
+    for stage in st:
+        assert stage[0][1].split()[0] == "${PYTHON_IMAGE}"
+    assert st[0][0][1].endswith("AS builder")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_builder_installs_from_lock_and_generates_protos(service: str) -> None:
+    builder = " ".join(rest for _, rest in stages(service)[0])
+    assert "uv sync --frozen --no-dev --no-install-workspace --package tether-cli" in builder
+    assert "uv sync --frozen --no-dev --no-editable --package tether-cli" in builder
+    assert "grpcio-tools" in builder  # a dev dependency: installed explicitly for the generator
+    assert "python -m grpc_tools.protoc -Iproto" in builder
+    assert "--grpc_python_out=libs/common/src" in builder
+    assert re.search(r"uv==\d+\.\d+\.\d+", builder) or re.search(
+        r"UV_VERSION=\d+\.\d+\.\d+", builder
+    )
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_final_stage_is_non_root_with_tether_entrypoint(service: str) -> None:
+    final = stages(service)[-1]
+    words = [w for w, _ in final]
+    user = [rest for w, rest in final if w == "USER"]
+    assert user and user[-1].split(":")[0] == "10001"
+    assert words.index("USER") < words.index("ENTRYPOINT")
+    [entry] = [rest for w, rest in final if w == "ENTRYPOINT"]
+    [cmd] = [rest for w, rest in final if w == "CMD"]
+    assert json.loads(entry) == ["tether"]
+    assert json.loads(cmd) == [service]
+    assert any(
+        w == "COPY" and "--from=builder" in rest and "/app/.venv" in rest for w, rest in final
+    )
+    assert not any(w == "RUN" and ("pip install" in rest or "uv " in rest) for w, rest in final)
+    assert f"EXPOSE {SERVICES[service]}" in [f"{w} {r}" for w, r in final]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_no_secrets_baked_in(service: str) -> None:
+    for word, rest in instructions(service):
+        if word in ("ENV", "ARG", "LABEL"):
+            assert not re.search(
+                r"DATABASE_URL|REDIS_URL|JWT|SECRET|PASSWORD|TOKEN|API_KEY", rest, re.I
+            ), rest
+        if word == "COPY":
+            assert ".env" not in rest
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    hit = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        pat = pat.lstrip("!")
+        if (
+            fnmatch.fnmatch(path, pat)
+            or fnmatch.fnmatch(path, pat.replace("**/", ""))
+            or path.startswith(pat + "/")
+        ):
+            hit = not neg
+    return hit
+
+
+def _dockerignore() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def test_dockerignore_keeps_state_and_secrets_out() -> None:
+    patterns = _dockerignore()
+    for path in (
+        ".git",
+        ".venv",
+        "node_modules",
+        ".env",
+        ".env.local",
+        "libs/common/src/tether",
+        ".tether",
+    ):
+        assert _ignored(path, patterns), path
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_copied_inputs_exist_and_are_not_ignored(service: str) -> None:
+    patterns = _dockerignore()
+    for word, rest in instructions(service):
+        if word != "COPY" or "--from=" in rest:
+            continue
+        args = [a for a in shlex.split(rest) if not a.startswith("--")]
+        for src in args[:-1]:
+            assert (REPO / src).exists(), src
+            assert not _ignored(src, patterns), src

@@ -1,0 +1,333 @@
+"""deploy/k8s renders with real kustomize, validates against pinned Kubernetes schemas, and keeps
+Tether's operational contract (docs/DESIGN.md sections 8-9)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+Docs = list[dict[str, Any]]
+REPO = Path(__file__).resolve().parents[2]
+OVERLAYS = ("dev", "production")
+
+
+def test_every_overlay_is_tested(kv: ModuleType) -> None:
+    assert sorted(p.name for p in kv.overlays()) == sorted(OVERLAYS)
+
+
+def test_base_renders_too(kv: ModuleType) -> None:
+    docs = kv.render(REPO / "deploy" / "k8s" / "base")
+    assert kv.schema_errors(docs) == []
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_schema_valid_for_pinned_kubernetes(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str
+) -> None:
+    assert kv.schema_errors(rendered[overlay], kv.K8S_VERSION) == []
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_operational_contract(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    assert kv.check(rendered[overlay], overlay) == []
+
+
+def test_validate_cli_passes(kv: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert kv.main([]) == 0
+    out = capsys.readouterr().out
+    assert "[dev]" in out and "[production]" in out
+
+
+# --------------------------------------------------------------------------- explicit properties
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_replicas_and_autoscaling(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    docs = rendered[overlay]
+    for name in (kv.RUNTIME, kv.GATEWAY):
+        dep = kv.one(docs, "Deployment", name)
+        assert dep["spec"]["replicas"] >= 2
+        hpa = kv.one(docs, "HorizontalPodAutoscaler", name)
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"]["name"] == name
+        assert hpa["spec"]["minReplicas"] >= 2
+        pdb = kv.one(docs, "PodDisruptionBudget", name)
+        assert pdb["apiVersion"] == "policy/v1"
+        assert kv.selector_matches(pdb["spec"]["selector"], kv.pod_labels(dep))
+    if overlay == "production":
+        assert kv.one(docs, "Deployment", kv.RUNTIME)["spec"]["replicas"] >= 3
+        assert kv.one(docs, "Deployment", kv.GATEWAY)["spec"]["replicas"] >= 3
+    else:
+        assert kv.one(docs, "Deployment", kv.RUNTIME)["spec"]["replicas"] == 2
+        assert kv.one(docs, "Deployment", kv.GATEWAY)["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probes(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    docs = rendered[overlay]
+    rt = kv.pod_spec(kv.one(docs, "Deployment", kv.RUNTIME))["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert rt[probe]["grpc"]["port"] == 50051
+        assert "httpGet" not in rt[probe] and "exec" not in rt[probe]
+    gw = kv.pod_spec(kv.one(docs, "Deployment", kv.GATEWAY))["containers"][0]
+    assert gw["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert gw["readinessProbe"]["httpGet"]["port"] in ("http", 8080)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_runtime_is_balanced_per_call(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str
+) -> None:
+    docs = rendered[overlay]
+    svc = kv.one(docs, "Service", kv.HEADLESS)
+    assert svc["spec"]["clusterIP"] == "None"
+    runtime = kv.one(docs, "Deployment", kv.RUNTIME)
+    assert kv.selector_matches({"matchLabels": svc["spec"]["selector"]}, kv.pod_labels(runtime))
+    assert [p["port"] for p in svc["spec"]["ports"]] == [50051]
+    gw = kv.pod_spec(kv.one(docs, "Deployment", kv.GATEWAY))["containers"][0]
+    target = kv.effective_env(docs, gw)["TETHER_RUNTIME_TARGET"]
+    assert target == "dns:///tether-runtime-headless.tether.svc.cluster.local:50051"
+    rt = kv.pod_spec(runtime)["containers"][0]
+    assert kv.effective_env(docs, rt)["TETHER_GRPC_MAX_CONNECTION_AGE_S"] == "300"
+    # no ClusterIP Service in front of the runtime (it would pin HTTP/2 connections to one pod)
+    for s in kv.find(docs, "Service"):
+        if kv.selector_matches({"matchLabels": s["spec"]["selector"]}, kv.pod_labels(runtime)):
+            assert s["spec"].get("clusterIP") == "None"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_grace_period_outlasts_drain(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str
+) -> None:
+    docs = rendered[overlay]
+    for name in (kv.RUNTIME, kv.GATEWAY):
+        dep = kv.one(docs, "Deployment", name)
+        c = kv.pod_spec(dep)["containers"][0]
+        drain = float(kv.effective_env(docs, c)["TETHER_DRAIN_S"])
+        sleep = kv.prestop_sleep_s(c)
+        assert drain == 20 and sleep == 5
+        assert kv.pod_spec(dep)["terminationGracePeriodSeconds"] > drain + sleep
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_is_locked_down(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str
+) -> None:
+    docs = rendered[overlay]
+    seen = 0
+    for w in kv.workloads(docs):
+        pod_sc = kv.pod_spec(w)["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] == 10001
+        assert pod_sc["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in kv.containers(w):
+            seen += 1
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True
+            assert sc["runAsUser"] == 10001
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+            assert {"cpu", "memory"} <= set(c["resources"]["requests"])
+            assert {"cpu", "memory"} <= set(c["resources"]["limits"])
+    assert seen == 3  # runtime, gateway, migrate
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_tether_env_per_overlay(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    docs = rendered[overlay]
+    for w in kv.workloads(docs):
+        for c in kv.containers(w):
+            assert kv.effective_env(docs, c)["TETHER_ENV"] == (
+                "production" if overlay == "production" else "dev"
+            )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_secrets_only_by_reference(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    docs = rendered[overlay]
+    for w in kv.workloads(docs):
+        for c in kv.containers(w):
+            env = {e["name"]: e for e in c["env"]}
+            for key in ("DATABASE_URL", "REDIS_URL", "TETHER_JWT_SECRET"):
+                assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
+                assert "value" not in env[key]
+    for cm in kv.find(docs, "ConfigMap"):
+        assert not {"DATABASE_URL", "REDIS_URL", "TETHER_JWT_SECRET"} & set(cm.get("data") or {})
+    secrets = kv.find(docs, "Secret")
+    if overlay == "production":
+        assert secrets == []  # provided by the cluster, never committed
+    else:
+        assert len(secrets) == 1 and secrets[0]["metadata"]["name"].startswith("tether-secrets-")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_ingress_is_tuned_for_sse(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    ing = kv.one(rendered[overlay], "Ingress", kv.GATEWAY)
+    ann = ing["metadata"]["annotations"]
+    assert ann["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert ann["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "off"
+    assert int(ann["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 3600
+    assert int(ann["nginx.ingress.kubernetes.io/proxy-send-timeout"]) >= 3600
+    assert ing["spec"]["ingressClassName"] == "nginx"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policies(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
+    docs = rendered[overlay]
+    rt = kv.pod_labels(kv.one(docs, "Deployment", kv.RUNTIME))
+    gw = kv.pod_labels(kv.one(docs, "Deployment", kv.GATEWAY))
+    job = kv.pod_labels(kv.one(docs, "Job", kv.MIGRATE))
+    deny = kv.one(docs, "NetworkPolicy", "tether-default-deny")
+    assert deny["spec"]["podSelector"] == {} and set(deny["spec"]["policyTypes"]) == {
+        "Ingress",
+        "Egress",
+    }
+
+    rt_in = kv.one(docs, "NetworkPolicy", "tether-runtime-ingress")
+    assert kv.selector_matches(rt_in["spec"]["podSelector"], rt)
+    [rule] = rt_in["spec"]["ingress"]
+    [peer] = rule["from"]
+    assert set(peer) == {"podSelector"}  # same namespace, pods only
+    assert kv.selector_matches(peer["podSelector"], gw)
+    assert not kv.selector_matches(peer["podSelector"], rt)
+    assert not kv.selector_matches(peer["podSelector"], job)
+    assert rule["ports"] == [{"protocol": "TCP", "port": 50051}]
+
+    stores = kv.one(docs, "NetworkPolicy", "tether-egress-stores")
+    for labels in (rt, gw, job):
+        assert kv.selector_matches(stores["spec"]["podSelector"], labels)
+    assert not kv.selector_matches(
+        stores["spec"]["podSelector"], {"app.kubernetes.io/name": "debug-shell"}
+    )
+    assert {(p["protocol"], p["port"]) for r in stores["spec"]["egress"] for p in r["ports"]} == {
+        ("TCP", 5432),
+        ("TCP", 6379),
+    }
+
+    gw_in = kv.one(docs, "NetworkPolicy", "tether-gateway-ingress")
+    assert kv.selector_matches(gw_in["spec"]["podSelector"], gw)
+    ns = [
+        p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        for r in gw_in["spec"]["ingress"]
+        for p in r["from"]
+    ]
+    assert "ingress-nginx" in ns
+
+
+# --------------------------------------------------------------------------- the checks have teeth
+
+
+def _mutated(docs: Docs, kind: str, name: str) -> tuple[Docs, dict[str, Any]]:
+    out = copy.deepcopy(docs)
+    [target] = [d for d in out if d["kind"] == kind and d["metadata"]["name"] == name]
+    return out, target
+
+
+def test_schema_validation_rejects_typos(kv: ModuleType, rendered: dict[str, Docs]) -> None:
+    docs, dep = _mutated(rendered["dev"], "Deployment", kv.RUNTIME)
+    c = kv.pod_spec(dep)["containers"][0]
+    c["readinesProbe"] = c.pop("readinessProbe")
+    errors = kv.schema_errors([dep])
+    assert errors and "readinesProbe" in errors[0]
+
+
+def test_schema_validation_rejects_wrong_types(kv: ModuleType, rendered: dict[str, Docs]) -> None:
+    docs, dep = _mutated(rendered["dev"], "Deployment", kv.GATEWAY)
+    dep["spec"]["replicas"] = "two"
+    assert kv.schema_errors([dep])
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda kv, d: kv.one(d, "Deployment", kv.RUNTIME)["spec"].__setitem__("replicas", 1),
+            "replicas 1 < 2",
+        ),
+        (
+            lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.GATEWAY)).__setitem__(
+                "terminationGracePeriodSeconds", 20
+            ),
+            "terminationGracePeriodSeconds 20",
+        ),
+        (
+            lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME))["containers"][0][
+                "securityContext"
+            ].__setitem__("readOnlyRootFilesystem", False),
+            "root filesystem is writable",
+        ),
+        (
+            lambda kv, d: kv.pod_spec(kv.one(d, "Job", kv.MIGRATE))["containers"][0][
+                "securityContext"
+            ].pop("capabilities"),
+            "capabilities not dropped",
+        ),
+        (lambda kv, d: kv.one(d, "Service", kv.HEADLESS)["spec"].pop("clusterIP"), "not headless"),
+        (
+            lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME))["containers"][0][
+                "readinessProbe"
+            ].__setitem__("grpc", {"port": 8080}),
+            "readinessProbe is not a native grpc probe",
+        ),
+        (
+            lambda kv, d: kv.one(d, "Ingress", kv.GATEWAY)["metadata"]["annotations"].pop(
+                "nginx.ingress.kubernetes.io/proxy-buffering"
+            ),
+            "proxy-buffering",
+        ),
+        (
+            lambda kv, d: d.remove(kv.one(d, "PodDisruptionBudget", kv.GATEWAY)),
+            "PodDisruptionBudget",
+        ),
+        (lambda kv, d: d.remove(kv.one(d, "HorizontalPodAutoscaler", kv.RUNTIME)), "HPA"),
+        (
+            lambda kv, d: d.remove(kv.one(d, "NetworkPolicy", "tether-default-deny")),
+            "no default deny",
+        ),
+        (
+            lambda kv, d: kv.one(d, "NetworkPolicy", "tether-runtime-ingress")["spec"]["ingress"][
+                0
+            ]["from"][0].__setitem__("podSelector", {}),
+            "admits pods other than the gateway",
+        ),
+        (
+            lambda kv, d: kv.one(d, "NetworkPolicy", "tether-egress-stores")["spec"].__setitem__(
+                "podSelector", {}
+            ),
+            "pods other than Tether's may reach port 5432",
+        ),
+        (
+            lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.GATEWAY))["containers"][0][
+                "env"
+            ].append({"name": "TETHER_ENV", "value": "production"}),
+            "TETHER_ENV='production'",
+        ),
+        (
+            lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME))["containers"][0][
+                "env"
+            ].__setitem__(-1, {"name": "TETHER_JWT_SECRET", "value": "x" * 40}),
+            "TETHER_JWT_SECRET is not a secretKeyRef",
+        ),
+    ],
+)
+def test_contract_check_catches_regressions(
+    kv: ModuleType, rendered: dict[str, Docs], mutate: Any, expected: str
+) -> None:
+    docs = copy.deepcopy(rendered["dev"])
+    mutate(kv, docs)
+    problems = kv.check(docs, "dev")
+    assert any(expected in p for p in problems), problems
+
+
+def test_production_overlay_flags_dev_mode(kv: ModuleType, rendered: dict[str, Docs]) -> None:
+    # the dev render, judged as production, fails: wrong TETHER_ENV, a committed Secret, no TLS
+    problems = kv.check(copy.deepcopy(rendered["dev"]), "production")
+    assert any("TETHER_ENV='dev'" in p for p in problems)
+    assert any("must not render a Secret" in p for p in problems)
+    assert any("TLS" in p for p in problems)
