@@ -1,6 +1,10 @@
 # Tether: `make run` starts the whole system on embedded defaults; `make test` runs every test.
 SHELL := /bin/bash
-UV ?= uv
+# uv from PATH, else a private copy installed with pip on first use: a fresh machine needs only
+# Python and make (`make run` -> gen -> setup installs everything else).
+UV_LOCAL := $(CURDIR)/.tools/uv/bin/uv
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(UV_LOCAL))
+UV_BOOTSTRAP := $(filter $(UV_LOCAL),$(UV))
 PY := $(UV) run --frozen
 GEN_OUT := libs/common/src
 PROTOS := $(shell find proto -name '*.proto')
@@ -10,7 +14,12 @@ GEN_STAMP := libs/common/src/tether/.generated
 
 setup: .venv/.synced node_modules/.installed
 
-.venv/.synced: uv.lock pyproject.toml $(wildcard */*/pyproject.toml)
+$(UV_LOCAL):
+	@echo "uv not found on PATH: installing a private copy into .tools/uv"
+	python3 -m pip install --quiet --disable-pip-version-check --target $(CURDIR)/.tools/uv uv \
+		|| { echo "could not install uv with pip; install it (https://docs.astral.sh/uv/) or python3-pip" >&2; exit 1; }
+
+.venv/.synced: uv.lock pyproject.toml $(wildcard */*/pyproject.toml) | $(UV_BOOTSTRAP)
 	$(UV) sync --frozen --all-packages
 	@touch $@
 

@@ -98,6 +98,7 @@ def run_dev(settings: Settings) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         with _exclusive(dev_dir), contextlib.ExitStack() as stack:
+            stack.callback(print, "Tether stopped.", flush=True)
             try:
                 stores = _start_stores(dev_dir, stack)
                 asyncio.run(_prepare(stores.database_url))
