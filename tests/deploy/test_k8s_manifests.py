@@ -331,3 +331,35 @@ def test_production_overlay_flags_dev_mode(kv: ModuleType, rendered: dict[str, D
     assert any("TETHER_ENV='dev'" in p for p in problems)
     assert any("must not render a Secret" in p for p in problems)
     assert any("TLS" in p for p in problems)
+
+
+# --------------------------------------------------------------------------- settings really load
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rendered_env_loads_into_settings(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str
+) -> None:
+    """The env a pod would get parses with the real Settings loader, and in production passes the
+    production guard once the cluster's Secret supplies real values."""
+    from tether_common.config import Settings
+
+    cluster_secret = {
+        "DATABASE_URL": "postgresql://tether:pw@db.internal.example:5432/tether",
+        "REDIS_URL": "rediss://cache.internal.example:6379/0",
+        "TETHER_JWT_SECRET": "k" * 48,
+    }
+    docs = rendered[overlay]
+    for name in (kv.RUNTIME, kv.GATEWAY):
+        c = kv.pod_spec(kv.one(docs, "Deployment", name))["containers"][0]
+        env = {**kv.effective_env(docs, c), **cluster_secret}
+        settings = Settings.from_env(env)
+        assert settings.env == ("production" if overlay == "production" else "dev")
+        assert settings.drain_s == 20.0
+        assert settings.tool_gate_mode == "enforce"
+        settings.check()  # raises UnsafeSettings on a production misconfiguration
+        if name == kv.GATEWAY:
+            assert settings.http_addr == "0.0.0.0:8080"
+            assert settings.runtime_target.startswith("dns:///")
+        else:
+            assert settings.grpc_addr == "0.0.0.0:50051"
