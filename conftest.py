@@ -1,0 +1,67 @@
+"""Session fixtures: real Postgres and Redis (environment, testcontainers, or embedded), a fresh
+migrated and seeded database per session, and the environment for Tether processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tether_testkit import stores
+from tether_testkit.processes import Proc, start_runtime
+
+from tether_testkit.secrets import TEST_SECRET
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> Iterator[str]:
+    with stores.postgres_admin_dsn() as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with stores.redis_url() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def database_url(admin_dsn: str) -> Iterator[str]:
+    dsn = asyncio.run(stores.create_fresh_database(admin_dsn))
+    yield dsn
+    asyncio.run(stores.drop_database(admin_dsn, dsn))
+
+
+@pytest.fixture(scope="session")
+def base_env(database_url: str, redis_url: str) -> dict[str, str]:
+    """Environment for every Tether process a test starts."""
+    return {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "TETHER_JWT_SECRET": TEST_SECRET,
+        "TETHER_ENV": "dev",
+        "TETHER_SCRIPTED_DELAY_S": "0.002",
+        "TETHER_LEASE_TTL_S": "3",
+        "TETHER_POLL_INTERVAL_S": "0.5",
+        "TETHER_STREAM_QUIET_CHECK_S": "0.5",
+        "TETHER_DRAIN_S": "4",
+        "TETHER_LOG_LEVEL": "INFO",
+    }
+
+
+@pytest.fixture(scope="session")
+def runtime(base_env: dict[str, str]) -> Iterator[Proc]:
+    """One shared runtime process for tests that don't kill it."""
+    proc = start_runtime(base_env, name="runtime-shared")
+    yield proc
+    proc.terminate()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[object]:
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    yield conn
+    await conn.close()

@@ -1,0 +1,1 @@
+"""The agent inside a run: a model, a set of tools, a policy."""

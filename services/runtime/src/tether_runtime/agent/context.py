@@ -1,0 +1,50 @@
+"""Context assembly as in the seed: confirmed facts, a summary of earlier turns, and the recent
+turns verbatim, within a budget."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tether_runtime.store import conversations
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import ConversationRow
+
+RECENT_TURNS = 8
+BUDGET_CHARS = 6000
+
+
+def system_text(conv: ConversationRow) -> str:
+    return (
+        f"Known facts: {json.dumps(conv.facts, sort_keys=True)}\n"
+        f"Earlier summary: {conv.summary or '(none)'}\n"
+        'Use the recent verbatim turns to understand who "it" / "the one just now" refers to; '
+        "don't guess by keywords. Mutating tools need a person's approval."
+    )
+
+
+async def initial_messages(conn: Conn, conversation_id: str) -> list[dict[str, Any]]:
+    """The recent turns, newest last (the current user message included), cut to the budget."""
+    turns = await conversations.recent_turns(conn, conversation_id, RECENT_TURNS)
+    out: list[dict[str, Any]] = []
+    used = 0
+    for m in reversed(turns):
+        used += len(m.content)
+        if out and used > BUDGET_CHARS:
+            break
+        out.append({"role": m.role, "content": m.content})
+    return list(reversed(out))
+
+
+async def update_summary(conn: Conn, conversation_id: str) -> None:
+    """Fold turns that fell out of the recent window into a short summary."""
+    rows = await conn.fetch(
+        "SELECT role, content FROM message WHERE conversation_id = $1 AND role = 'user' "
+        "ORDER BY id DESC OFFSET $2 LIMIT 10",
+        conversation_id,
+        RECENT_TURNS // 2,
+    )
+    if not rows:
+        return
+    asked = "; ".join(r["content"][:80] for r in reversed(rows))
+    await conversations.set_summary(conn, conversation_id, f"Earlier the user asked: {asked}"[:600])

@@ -1,0 +1,138 @@
+"""Redis fan-out. Publishing happens after commit and may fail: Postgres stays the truth, and
+streams fill any gap from it. Each process keeps ONE subscriber connection and fans out in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from tether_runtime.events import batch_from_encoded
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills from Postgres
+
+
+def channel(run_id: str) -> str:
+    return f"tether:run:{run_id}"
+
+
+class Subscription:
+    """One stream's view of a run's live batches. `overflowed` means some were dropped."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_LIMIT)
+        self.overflowed = False
+
+    def offer(self, data: bytes) -> None:
+        try:
+            self.queue.put_nowait(data)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+
+class EventBus:
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._pub = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._pubsub: aioredis.client.PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self.publish_failures = 0
+
+    async def start(self) -> None:
+        self._reader = asyncio.create_task(self._read_forever(), name="bus-reader")
+
+    async def close(self) -> None:
+        if self._reader:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+        await self._pub.aclose()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._pub.ping())
+        except (RedisError, OSError):
+            return False
+
+    async def publish(self, run_id: str, encoded: list[bytes]) -> None:
+        """Announce committed events. A failure is logged, never raised: the events are safe in
+        Postgres and every stream's positioning check will find them."""
+        if not encoded:
+            return
+        try:
+            await self._pub.publish(channel(run_id), batch_from_encoded(encoded))
+        except (RedisError, OSError) as err:
+            self.publish_failures += 1
+            log.warning("publish failed; streams will refill from Postgres: %s", err)
+
+    @contextlib.contextmanager
+    def subscribe(self, run_id: str) -> Iterator[Subscription]:
+        sub = Subscription(run_id)
+        first = not self._subs[channel(run_id)]
+        self._subs[channel(run_id)].add(sub)
+        if first:
+            asyncio.ensure_future(self._change("subscribe", channel(run_id)))
+        try:
+            yield sub
+        finally:
+            subs = self._subs.get(channel(run_id))
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[channel(run_id)]
+                    asyncio.ensure_future(self._change("unsubscribe", channel(run_id)))
+
+    async def _change(self, verb: str, name: str) -> None:
+        async with self._lock:
+            ps = self._pubsub
+            if ps is None or ps.connection is None:
+                return  # the reader subscribes to everything current when it (re)connects
+            try:
+                if verb == "subscribe":
+                    if name in self._subs:
+                        await ps.subscribe(name)
+                elif name not in self._subs:
+                    await ps.unsubscribe(name)
+            except (RedisError, OSError) as err:
+                log.warning("pubsub %s failed: %s", verb, err)
+
+    async def _read_forever(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                async with self._lock:
+                    client = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
+                    self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+                    # A placeholder channel keeps the connection in subscribe mode while idle.
+                    await self._pubsub.subscribe("tether:hello", *list(self._subs))
+                backoff = 0.1
+                while True:
+                    msg = await self._pubsub.get_message(timeout=1.0)
+                    if msg is None:
+                        continue
+                    name = msg["channel"].decode()
+                    for sub in list(self._subs.get(name, ())):
+                        sub.offer(msg["data"])
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as err:
+                log.warning("pubsub connection lost, reconnecting: %s", err)
+                ps, self._pubsub = self._pubsub, None
+                if ps is not None:
+                    with contextlib.suppress(Exception):
+                        await ps.aclose()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)

@@ -1,0 +1,1 @@
+"""The OpsPilot demo inventory: services, instances, errors and logs, kept in Postgres."""

@@ -1,0 +1,127 @@
+"""The demo ops API. It behaves like a real external API: mutations take an idempotency key and
+the same key never acts twice, so a worker can reconcile a call it lost track of."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from tether_runtime.store.db import Conn, Pool
+
+
+def _tool_delay() -> float:
+    # Lets tests hold a mutating call open long enough to kill the process inside it.
+    return float(os.environ.get("TETHER_DEMO_TOOL_DELAY_S", "0") or 0)
+
+
+async def find_instances(
+    conn: Conn, service: str, env: str, status: str | None
+) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        "SELECT id, service, env, status, restart_count FROM inv_instance "
+        "WHERE service = $1 AND env = $2 AND ($3::text IS NULL OR status = $3) ORDER BY id",
+        service,
+        env,
+        status,
+    )
+    return [dict(r) for r in rows]
+
+
+async def get_instance(conn: Conn, instance_id: str) -> dict[str, Any] | None:
+    row = await conn.fetchrow(
+        "SELECT id, service, env, status, restart_count FROM inv_instance WHERE id = $1",
+        instance_id,
+    )
+    return dict(row) if row else None
+
+
+async def recent_errors(conn: Conn, service: str, env: str, limit: int = 20) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        "SELECT instance_id, status_code, message, at FROM inv_error WHERE service = $1 "
+        "AND env = $2 ORDER BY at DESC LIMIT $3",
+        service,
+        env,
+        limit,
+    )
+    return [{**dict(r), "at": r["at"].isoformat()} for r in rows]
+
+
+async def logs(conn: Conn, instance_id: str, limit: int = 10) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        "SELECT level, line, at FROM inv_log WHERE instance_id = $1 ORDER BY at DESC LIMIT $2",
+        instance_id,
+        limit,
+    )
+    return [{**dict(r), "at": r["at"].isoformat()} for r in rows]
+
+
+async def get_service(conn: Conn, service: str, env: str) -> dict[str, Any] | None:
+    row = await conn.fetchrow(
+        "SELECT name, env, replicas FROM inv_service WHERE name = $1 AND env = $2", service, env
+    )
+    return dict(row) if row else None
+
+
+async def operation(conn: Conn, key: str) -> dict[str, Any] | None:
+    """What the API did for this idempotency key, if anything: the reconciliation read."""
+    row = await conn.fetchrow("SELECT result FROM inv_operation WHERE idempotency_key = $1", key)
+    return dict(row["result"]) if row else None
+
+
+async def restart_instance(pool: Pool, instance_id: str, key: str) -> dict[str, Any]:
+    delay = _tool_delay()
+    if delay:
+        await asyncio.sleep(delay / 2)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
+        done = await operation(conn, key)
+        if done is not None:
+            return done
+        row = await conn.fetchrow(
+            "UPDATE inv_instance SET status = 'healthy', restart_count = restart_count + 1, "
+            "last_restart = now() WHERE id = $1 RETURNING id, status, restart_count",
+            instance_id,
+        )
+        if row is None:
+            result: dict[str, Any] = {"ok": False, "error": f"no instance {instance_id}"}
+        else:
+            result = {"ok": True, **dict(row)}
+        await conn.execute(
+            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
+            "VALUES ($1, 'restart', $2, $3)",
+            key,
+            instance_id,
+            result,
+        )
+    if delay:
+        await asyncio.sleep(delay / 2)
+    return result
+
+
+async def scale_service(
+    pool: Pool, service: str, env: str, replicas: int, key: str
+) -> dict[str, Any]:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
+        done = await operation(conn, key)
+        if done is not None:
+            return done
+        row = await conn.fetchrow(
+            "UPDATE inv_service SET replicas = $3 WHERE name = $1 AND env = $2 "
+            "RETURNING name, env, replicas",
+            service,
+            env,
+            replicas,
+        )
+        result: dict[str, Any] = (
+            {"ok": True, **dict(row)} if row else {"ok": False, "error": f"no service {service}"}
+        )
+        await conn.execute(
+            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
+            "VALUES ($1, 'scale', $2, $3)",
+            key,
+            f"{service}/{env}",
+            result,
+        )
+    return result

@@ -1,0 +1,134 @@
+"""Building RunEvents: the one place the engine touches the event schema. Events are stored as the
+serialized protobuf and published in batches, so a stream passes them on without re-encoding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from tether.runtime.v1 import events_pb2, resources_pb2
+
+RunEvent = events_pb2.RunEvent
+TERMINAL = frozenset({"done", "error", "cancelled"})
+
+DECISIONS = {
+    "approved": events_pb2.DECISION_APPROVED,
+    "rejected": events_pb2.DECISION_REJECTED,
+    "expired": events_pb2.DECISION_EXPIRED,
+    "cancelled": events_pb2.DECISION_CANCELLED,
+    "responded": events_pb2.DECISION_RESPONDED,
+}
+KINDS = {
+    "confirm_action": resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION,
+    "select_option": resources_pb2.INTERRUPT_KIND_SELECT_OPTION,
+    "provide_input": resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
+}
+
+
+def timestamp(dt: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(dt)
+    return ts
+
+
+def run_started(conversation_id: str) -> RunEvent:
+    return RunEvent(run_started=events_pb2.RunStarted(conversation_id=conversation_id))
+
+
+def text_delta(message_id: str, delta: str) -> RunEvent:
+    return RunEvent(text_delta=events_pb2.TextDelta(message_id=message_id, delta=delta))
+
+
+def tool_started(call_id: str, tool: str, args_summary: str) -> RunEvent:
+    return RunEvent(
+        tool_started=events_pb2.ToolStarted(call_id=call_id, tool=tool, args_summary=args_summary)
+    )
+
+
+def tool_finished(call_id: str, tool: str, ok: bool, summary: str) -> RunEvent:
+    status = events_pb2.TOOL_STATUS_SUCCESS if ok else events_pb2.TOOL_STATUS_ERROR
+    return RunEvent(
+        tool_finished=events_pb2.ToolFinished(
+            call_id=call_id, tool=tool, status=status, summary=summary
+        )
+    )
+
+
+def payload_message(payload: dict[str, str]) -> resources_pb2.InterruptPayload:
+    return resources_pb2.InterruptPayload(
+        risk=payload.get("risk", ""),
+        target=payload.get("target", ""),
+        tool=payload.get("tool", ""),
+        parameter_summary=payload.get("parameter_summary", ""),
+        reason=payload.get("reason", ""),
+    )
+
+
+def interrupt(
+    interrupt_id: str, kind: str, payload: dict[str, str], expires_at: datetime
+) -> RunEvent:
+    return RunEvent(
+        interrupt=events_pb2.InterruptRaised(
+            interrupt_id=interrupt_id,
+            kind=KINDS[kind],
+            payload=payload_message(payload),
+            expire_time=timestamp(expires_at),
+        )
+    )
+
+
+def interrupt_resolved(interrupt_id: str, decision: str) -> RunEvent:
+    return RunEvent(
+        interrupt_resolved=events_pb2.InterruptResolved(
+            interrupt_id=interrupt_id, decision=DECISIONS[decision]
+        )
+    )
+
+
+def done(message_id: str) -> RunEvent:
+    return RunEvent(done=events_pb2.Done(message_id=message_id))
+
+
+def error(code: str, message: str) -> RunEvent:
+    return RunEvent(error=events_pb2.Error(code=code, message=message))
+
+
+def cancelled(reason: str) -> RunEvent:
+    return RunEvent(cancelled=events_pb2.Cancelled(reason=reason))
+
+
+def reset(run: resources_pb2.Run) -> RunEvent:
+    return RunEvent(run_id=run.id, reset=events_pb2.Reset(run=run))
+
+
+def kind_of(ev: RunEvent) -> str:
+    return ev.WhichOneof("event") or ""
+
+
+def is_terminal(ev: RunEvent) -> bool:
+    return kind_of(ev) in TERMINAL
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def batch_from_encoded(encoded: Sequence[bytes]) -> bytes:
+    """The bytes of a StreamRunEventsResponse whose `events` (field 1) are these encoded RunEvents,
+    built by concatenation: no decode, no re-encode."""
+    return b"".join(b"\x0a" + _varint(len(e)) + e for e in encoded)
+
+
+def split_batch(data: bytes) -> list[RunEvent]:
+    from tether.runtime.v1 import runtime_service_pb2
+
+    return list(runtime_service_pb2.StreamRunEventsResponse.FromString(data).events)

@@ -1,0 +1,365 @@
+"""Executes one claimed run from its checkpoint until it pauses, ends, or loses its lease.
+
+Every write goes through `commit`: the events, the state they announce and the fence check share
+one transaction; Redis hears of them only after commit."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tether_common.config import Settings
+from tether_common.ids import new_id
+from tether_runtime import events as ev
+from tether_runtime import metrics
+from tether_runtime.agent import context
+from tether_runtime.agent.gate import ToolGate
+from tether_runtime.agent.model import Model, ModelInput, ToolCallRequest
+from tether_runtime.agent.opspilot import AGENTS, REGISTRY, AgentSpec
+from tether_runtime.agent.tools import Tool, ToolContext, ToolResult
+from tether_runtime.bus import EventBus
+from tether_runtime.store import conversations, event_log, interrupts, runs
+from tether_runtime.store.db import Conn, Pool
+from tether_runtime.store.records import RunRow
+
+log = logging.getLogger(__name__)
+
+Apply = Callable[[Conn], Awaitable[None]]
+COALESCE_S = 0.04  # text deltas are merged into one event per window
+
+
+@dataclass
+class Engine:
+    """What an executing run needs from its process."""
+
+    pool: Pool
+    bus: EventBus
+    settings: Settings
+    gate: ToolGate
+    model: Model
+
+
+class Paused(Exception):
+    """The run is waiting for a person; the worker lets it go."""
+
+
+class Finished(Exception):
+    """The run reached a terminal state."""
+
+
+class RunExecutor:
+    def __init__(self, engine: Engine, run: RunRow) -> None:
+        self.e = engine
+        self.run = run
+        self.epoch = run.lease_epoch
+        self.cp: dict[str, Any] = dict(run.checkpoint)
+        self.cancel_requested = run.cancel_requested
+        self.agent: AgentSpec = AGENTS.get(run.agent, AGENTS["opspilot"])
+        self.ctx = ToolContext(engine.pool, run.id, run.user_id)
+
+    # -- the one write path --------------------------------------------------------------
+
+    async def commit(
+        self, events: list[ev.RunEvent], apply: Apply | None = None, *, streamed: int = 0
+    ) -> None:
+        async with self.e.pool.acquire() as conn, conn.transaction():
+            encoded, cancel = await event_log.append(
+                conn, self.run.id, events, epoch=self.epoch, streamed=streamed
+            )
+            if apply is not None:
+                await apply(conn)
+        metrics.EVENTS_APPENDED.inc(len(encoded))
+        self.cancel_requested = self.cancel_requested or cancel
+        await self.e.bus.publish(self.run.id, encoded)
+
+    def _save(self, *, reset_streamed: bool = False) -> Apply:
+        cp = json.loads(json.dumps(self.cp))
+
+        async def apply(conn: Conn) -> None:
+            await runs.save_checkpoint(conn, self.run.id, self.epoch, cp,
+                                       reset_streamed=reset_streamed)
+        return apply
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def execute(self) -> str:
+        """Returns the status the run left this worker in."""
+        try:
+            if not self.cp.get("started"):
+                await self._start()
+            while True:
+                if self.cancel_requested:
+                    await self._end_cancelled()
+                if self.cp.get("pending"):
+                    await self._process_pending()
+                else:
+                    await self._model_step()
+        except Paused:
+            return "interrupted"
+        except Finished as fin:
+            return str(fin)
+
+    async def _start(self) -> None:
+        async with self.e.pool.acquire() as conn:
+            messages = await context.initial_messages(conn, self.run.conversation_id)
+        self.cp = {"v": 1, "started": True, "message_id": new_id("msg"), "messages": messages,
+                   "pending": [], "text": ""}
+        await self.commit([ev.run_started(self.run.conversation_id)], self._save())
+
+    async def _end(self, status: str, events: list[ev.RunEvent], extra: Apply | None = None) -> None:
+        async def apply(conn: Conn) -> None:
+            if extra is not None:
+                await extra(conn)
+            await runs.finish(conn, self.run.id, self.epoch, status)
+
+        await self.commit(events, apply)
+        metrics.RUNS_FINISHED.labels(status=status).inc()
+        raise Finished(status)
+
+    async def _end_cancelled(self) -> None:
+        async with self.e.pool.acquire() as conn:
+            reason = await conn.fetchval("SELECT cancel_reason FROM run WHERE id = $1", self.run.id)
+        await self._end("cancelled", [ev.cancelled(reason or "cancelled by the user")])
+
+    async def fail(self, code: str, message: str) -> None:
+        """Called by the worker when execution raised: the run fails with a message for a person."""
+        try:
+            await self._end("failed", [ev.error(code, message)])
+        except Finished:
+            pass
+
+    # -- model steps -----------------------------------------------------------------------
+
+    async def _model_step(self) -> None:
+        async with self.e.pool.acquire() as conn:
+            conv = await conversations.get(conn, self.run.conversation_id)
+        assert conv is not None
+        request = ModelInput(context.system_text(conv), self.cp["messages"], self.agent.tools(),
+                             conv.facts)
+        # Text of this step that an earlier, crashed attempt already streamed.
+        skip = self.run.step_streamed
+        msg_id = self.cp["message_id"]
+        step_text = ""
+        sent = 0
+        calls: list[ToolCallRequest] = []
+        last_flush = time.monotonic()
+
+        async def flush() -> None:
+            nonlocal sent, last_flush
+            start = max(sent, skip)
+            if len(step_text) > start:
+                piece = step_text[start:]
+                await self.commit([ev.text_delta(msg_id, piece)], streamed=len(piece))
+                if self.cancel_requested:
+                    await self._end_cancelled()
+            sent = max(sent, len(step_text))
+            last_flush = time.monotonic()
+
+        async for chunk in self.e.model.stream(request):
+            if isinstance(chunk, ToolCallRequest):
+                calls.append(chunk)
+                continue
+            step_text += chunk
+            if time.monotonic() - last_flush >= COALESCE_S:
+                await flush()
+        await flush()
+        self.run = _with_streamed(self.run, 0)
+        self.cp["text"] += step_text
+        if calls:
+            self.cp["messages"].append({
+                "role": "assistant", "content": step_text,
+                "tool_calls": [{"id": c.call_id, "name": c.name, "args": c.args} for c in calls],
+            })
+            self.cp["pending"] = [{"call_id": c.call_id, "tool": c.name, "args": c.args}
+                                  for c in calls]
+            await self.commit([], self._save(reset_streamed=True))
+            return
+        text = self.cp["text"]
+        conv_id = self.run.conversation_id
+
+        async def store_answer(conn: Conn) -> None:
+            await conversations.add_message(conn, conv_id, "assistant", text, run_id=self.run.id,
+                                            message_id=msg_id)
+            await context.update_summary(conn, conv_id)
+            await runs.save_checkpoint(conn, self.run.id, self.epoch, self.cp, reset_streamed=True)
+
+        await self._end("completed", [ev.done(msg_id)], store_answer)
+
+    # -- tool calls ------------------------------------------------------------------------
+
+    def _record(self, call: dict[str, Any], result: ToolResult, outcome: str = "") -> None:
+        """Give the model the call's result and drop it from the pending list."""
+        body = {**result.as_json(), "outcome": outcome or ("ok" if result.ok else "error")}
+        self.cp["messages"].append({"role": "tool", "tool_call_id": call["call_id"],
+                                    "name": call["tool"], "content": json.dumps(body)})
+        self.cp["pending"] = self.cp["pending"][1:]
+
+    async def _process_pending(self) -> None:
+        call = self.cp["pending"][0]
+        tool = REGISTRY.get(call["tool"])
+        allowed = self.e.gate.allows(self.agent.name, self.agent.allowlist, call["tool"],
+                                     self.run.user_id)
+        if tool is None or not allowed:
+            why = "unknown tool" if tool is None else "blocked by the tool policy"
+            self._record(call, ToolResult(False, f"{call['tool']}: {why}", {}), "blocked")
+            await self.commit([], self._save())
+            return
+        if tool.mutating:
+            await self._mutating(call, tool)
+        else:
+            await self._read_only(call, tool)
+
+    async def _read_only(self, call: dict[str, Any], tool: Tool) -> None:
+        async with self.e.pool.acquire() as conn:
+            row = await interrupts.get_call(conn, self.run.id, call["call_id"])
+        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+            self._record(call, ToolResult.from_json(row.result))
+            await self.commit([], self._save())
+            return
+        key = f"{self.run.id}:{call['call_id']}"
+        started = [] if row is not None else [
+            ev.tool_started(call["call_id"], tool.name, tool.summarize(call["args"]))]
+
+        async def claim(conn: Conn) -> None:
+            await interrupts.claim_call(conn, self.run.id, call["call_id"], tool.name,
+                                        call["args"], key, self.epoch, "new")
+        await self.commit(started, claim)
+        await self._execute(call, tool, key, reconcile=False)
+
+    async def _execute(self, call: dict[str, Any], tool: Tool, key: str, *, reconcile: bool) -> None:
+        result: ToolResult | None = None
+        if reconcile:
+            result = await tool.reconcile(self.ctx, call["args"], key)
+        if result is None:
+            try:
+                result = await tool.run(self.ctx, call["args"], key)
+            except Exception as err:  # a tool's failure is the model's to explain, not a crash
+                log.warning("tool %s failed: %s", tool.name, err)
+                result = ToolResult(False, f"{tool.name} failed", {})
+        result = result.masked()
+        metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if result.ok else "error").inc()
+        self._record(call, result)
+        save = self._save()
+        conv_id = self.run.conversation_id
+
+        async def apply(conn: Conn) -> None:
+            await interrupts.finish_call(conn, self.run.id, call["call_id"], self.epoch, result.ok,
+                                         result.summary, result.as_json())
+            if result.ok and result.facts:
+                await conversations.merge_facts(conn, conv_id, result.facts)
+            await save(conn)
+        await self.commit([ev.tool_finished(call["call_id"], tool.name, result.ok, result.summary)],
+                          apply)
+
+    async def _mutating(self, call: dict[str, Any], tool: Tool) -> None:
+        async with self.e.pool.acquire() as conn:
+            row = await interrupts.get_call(conn, self.run.id, call["call_id"])
+            intr = (await interrupts.get_interrupt(conn, call["interrupt_id"])
+                    if call.get("interrupt_id") else None)
+        scope = tool.scope(call["args"])
+        if row is None:
+            async with self.e.pool.acquire() as conn:
+                granted = await interrupts.has_grant(conn, self.run.user_id, tool.action, scope)
+            if not granted:
+                self._record(call, ToolResult(False, f"{self.run.user_id} may not {tool.action}",
+                                              {}), "denied")
+                await self.commit([], self._save())
+                return
+            await self._raise_interrupt(call, tool, scope)
+        status = row.status if row is not None else "proposed"
+        if status == "proposed":
+            raise Paused()  # still waiting (should not be claimable; be safe)
+        if status == "rejected":
+            decision = intr.decision if intr is not None else "rejected"
+            outcome = {"expired": "expired", "cancelled": "rejected"}.get(decision or "", "rejected")
+            self._record(call, ToolResult(False, f"not executed: {decision}", {}), outcome)
+            await self.commit([], self._save())
+            return
+        if status in ("succeeded", "failed"):
+            assert row is not None and row.result is not None
+            self._record(call, ToolResult.from_json(row.result))
+            await self.commit([], self._save())
+            return
+        assert row is not None
+        key = row.idempotency_key
+        if status == "approved":
+            await self._approved(call, tool, scope, row.approved_by or self.run.user_id, key)
+            return
+        # `executing`: a worker died mid-call. Reconcile with the external system, never repeat blindly.
+        async def take_over(conn: Conn) -> None:
+            if not await interrupts.claim_call(conn, self.run.id, call["call_id"], tool.name,
+                                               call["args"], key, self.epoch, "executing"):
+                raise event_log.Fenced(self.run.id)
+        await self.commit([], take_over)
+        await self._execute(call, tool, key, reconcile=True)
+
+    async def _approved(self, call: dict[str, Any], tool: Tool, scope: str, approver: str,
+                        key: str) -> None:
+        # Re-authorize with current grants and reload the resource: the world may have changed
+        # while the run waited (invariant 5).
+        async with self.e.pool.acquire() as conn:
+            still = all([await interrupts.has_grant(conn, u, tool.action, scope)
+                         for u in {approver, self.run.user_id}])
+        reason = None if still else f"permission to {tool.action} was revoked"
+        outcome = "denied"
+        if reason is None:
+            reason = await tool.recheck(self.ctx, call["args"])
+            outcome = "skipped"
+        if reason is not None:
+            result = ToolResult(False, reason, {})
+            self._record(call, result, outcome)
+            save = self._save()
+
+            async def skip(conn: Conn) -> None:
+                await conn.execute(
+                    "UPDATE tool_call SET status = 'failed', result_summary = $3, result = $4, "
+                    "updated_at = now() WHERE run_id = $1 AND call_id = $2 AND status = 'approved'",
+                    self.run.id, call["call_id"], reason, result.as_json())
+                await save(conn)
+            await self.commit([], skip)
+            return
+
+        async def claim(conn: Conn) -> None:
+            if not await interrupts.claim_call(conn, self.run.id, call["call_id"], tool.name,
+                                               call["args"], key, self.epoch, "approved"):
+                raise event_log.Fenced(self.run.id)
+        await self.commit([ev.tool_started(call["call_id"], tool.name,
+                                           tool.summarize(call["args"]))], claim)
+        await self._execute(call, tool, key, reconcile=False)
+
+    async def _raise_interrupt(self, call: dict[str, Any], tool: Tool, scope: str) -> None:
+        interrupt_id = new_id("int")
+        expires = datetime.now(UTC) + timedelta(seconds=self.e.settings.interrupt_ttl_s)
+        payload = {
+            "risk": tool.risk,
+            "target": tool.target(call["args"]),
+            "tool": tool.name,
+            "parameter_summary": tool.summarize(call["args"]),
+            "reason": str(call["args"].get("reason", ""))[:200],
+        }
+        call["interrupt_id"] = interrupt_id
+        save = self._save()
+        key = f"{self.run.id}:{call['call_id']}"
+
+        async def apply(conn: Conn) -> None:
+            await interrupts.propose_call(conn, self.run.id, call["call_id"], tool.name,
+                                          call["args"], key)
+            await interrupts.create_interrupt(conn, interrupt_id, self.run.id, call["call_id"],
+                                              "confirm_action", tool.action, scope, payload,
+                                              expires)
+            await save(conn)
+            await runs.finish(conn, self.run.id, self.epoch, "interrupted")
+
+        await self.commit([ev.interrupt(interrupt_id, "confirm_action", payload, expires)], apply)
+        raise Paused()
+
+
+def _with_streamed(run: RunRow, streamed: int) -> RunRow:
+    from dataclasses import replace
+
+    return replace(run, step_streamed=streamed)

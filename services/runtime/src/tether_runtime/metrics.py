@@ -1,0 +1,26 @@
+"""The runtime's Prometheus metrics, defined once."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RUNS_STARTED = Counter("tether_runs_started_total", "Runs queued by StartRun")
+RUNS_FINISHED = Counter("tether_runs_finished_total", "Runs that left a worker", ["status"])
+RUNS_BY_STATUS = Gauge("tether_runs", "Runs by status", ["status"])
+QUEUE_DEPTH = Gauge("tether_queue_depth", "Queued runs waiting for a worker")
+QUEUE_OLDEST_AGE = Gauge("tether_queue_oldest_age_seconds", "Age of the oldest queued run")
+LEASE_TAKEOVERS = Counter("tether_lease_takeovers_total", "Runs claimed after a lease expired")
+LEASES_LOST = Counter("tether_leases_lost_total", "Runs a worker lost to another")
+RESUME_OUTCOMES = Counter("tether_resume_outcomes_total", "ResumeRun answers", ["outcome"])
+TOOL_GATE_VIOLATIONS = Counter(
+    "tether_tool_gate_violations_total", "Tool calls outside the agent's allowlist",
+    ["mode", "agent", "tool"],
+)
+TOOL_CALLS = Counter("tether_tool_calls_total", "Tool calls executed", ["tool", "status"])
+EVENTS_APPENDED = Counter("tether_events_appended_total", "Events committed to the log")
+STREAMS_ACTIVE = Gauge("tether_event_streams_active", "Open StreamRunEvents calls")
+STREAM_GAP_FILLS = Counter("tether_stream_gap_fills_total", "Gaps filled from Postgres")
+GRPC_LATENCY = Histogram(
+    "tether_grpc_request_seconds", "Unary gRPC latency", ["method", "code"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)

@@ -1,0 +1,131 @@
+"""StartRun, GetRun and the conversation calls: ownership checks, then the store."""
+
+from __future__ import annotations
+
+from tether_common.auth import Principal
+from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
+from tether_common.ids import new_id
+from tether_runtime import metrics
+from tether_runtime.agent.opspilot import AGENTS
+from tether_runtime.resume import MAX_KEY, _replay, load_owned_run, request_hash
+from tether_runtime.store import conversations, idempotency, interrupts, runs
+from tether_runtime.store.db import Conn, Pool
+from tether_runtime.store.records import ConversationRow, MessageRow
+from tether_runtime.views import RunView
+
+MAX_TEXT = 8000
+MAX_TITLE = 200
+
+
+def _acting(principal: Principal) -> None:
+    if not principal.may_act():
+        raise PermissionDenied("this token may only read a stream")
+
+
+async def owned_conversation(conn: Conn, principal: Principal, conv_id: str) -> ConversationRow:
+    conv = await conversations.get(conn, conv_id)
+    if conv is None or conv.user_id != principal.user_id:
+        raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+    return conv
+
+
+async def create_conversation(pool: Pool, principal: Principal, title: str) -> ConversationRow:
+    _acting(principal)
+    if len(title) > MAX_TITLE:
+        raise InvalidArgument(f"title is longer than {MAX_TITLE} characters")
+    async with pool.acquire() as conn:
+        return await conversations.create(conn, principal.user_id, title.strip() or "New conversation")
+
+
+async def get_conversation(pool: Pool, principal: Principal, conv_id: str) -> ConversationRow:
+    _acting(principal)
+    async with pool.acquire() as conn:
+        return await owned_conversation(conn, principal, conv_id)
+
+
+async def list_conversations(
+    pool: Pool, principal: Principal, page_size: int, page_token: str
+) -> tuple[list[ConversationRow], str]:
+    _acting(principal)
+    size = min(max(page_size or 50, 1), 200)
+    async with pool.acquire() as conn:
+        rows = await conversations.list_for_user(conn, principal.user_id, size + 1,
+                                                 page_token or None)
+    more = len(rows) > size
+    rows = rows[:size]
+    return rows, rows[-1].id if more else ""
+
+
+async def list_messages(
+    pool: Pool, principal: Principal, conv_id: str, page_size: int, page_token: str
+) -> tuple[list[MessageRow], str]:
+    _acting(principal)
+    size = min(max(page_size or 100, 1), 500)
+    async with pool.acquire() as conn:
+        await owned_conversation(conn, principal, conv_id)
+        rows = await conversations.messages(conn, conv_id, size + 1, page_token or None)
+    more = len(rows) > size
+    rows = rows[:size]
+    return rows, rows[-1].id if more else ""
+
+
+async def start_run(
+    pool: Pool,
+    principal: Principal,
+    conv_id: str,
+    text: str,
+    key: str,
+    agent: str,
+    trace_context: dict[str, str],
+) -> tuple[RunView, bool]:
+    _acting(principal)
+    text = text.strip()
+    if not text:
+        raise InvalidArgument("text is required")
+    if len(text) > MAX_TEXT:
+        raise InvalidArgument(f"text is longer than {MAX_TEXT} characters")
+    if len(key) > MAX_KEY:
+        raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
+    agent = agent or "opspilot"
+    if agent not in AGENTS:
+        raise InvalidArgument(f"unknown agent {agent!r}")
+    scope = f"start:{principal.user_id}"
+    rhash = request_hash(conv_id, text, agent)
+    async with pool.acquire() as conn:
+        if key:
+            replay = await _replay(conn, scope, key, rhash)
+            if replay is not None:
+                return replay, True
+        async with conn.transaction():
+            await owned_conversation(conn, principal, conv_id)
+            run_id = new_id("run")
+            msg = await conversations.add_message(conn, conv_id, "user", text, run_id=run_id)
+            run = await runs.create(conn, run_id, conv_id, principal.user_id, msg.id, agent,
+                                    trace_context)
+            view = RunView.of(run)
+            if key and not await idempotency.store(conn, scope, key, rhash, {"run": view.to_json()}):
+                # A concurrent twin stored the key first: undo ours, answer with theirs.
+                raise _Retry()
+    metrics.RUNS_STARTED.inc()
+    return view, False
+
+
+class _Retry(Exception):
+    pass
+
+
+async def start_run_once(
+    pool: Pool, principal: Principal, conv_id: str, text: str, key: str, agent: str,
+    trace_context: dict[str, str],
+) -> tuple[RunView, bool]:
+    try:
+        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
+    except _Retry:
+        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
+
+
+async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
+    async with pool.acquire() as conn:
+        run = await load_owned_run(conn, principal, run_id)
+        pending = await interrupts.pending_for_run(conn, run_id)
+    return RunView.of(run, pending)

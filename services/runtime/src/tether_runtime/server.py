@@ -1,0 +1,97 @@
+"""One runtime pod: the gRPC server (API, health, reflection) and the workers, with a graceful
+shutdown that flips health to NOT_SERVING first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from tether.runtime.v1 import runtime_service_pb2
+from tether_common.config import Settings
+from tether_common.logging import setup_logging
+from tether_runtime.agent.gate import ToolGate
+from tether_runtime.agent.model import Model
+from tether_runtime.agent.scripted import ScriptedModel
+from tether_runtime.bus import EventBus
+from tether_runtime.executor import Engine
+from tether_runtime.servicer import RuntimeServicer, register
+from tether_runtime.store.db import create_pool
+from tether_runtime.worker import Worker
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "tether.runtime.v1.RuntimeService"
+
+
+def make_model(settings: Settings) -> Model:
+    if settings.model == "openai":
+        from tether_runtime.agent.openai_compat import OpenAICompatModel
+
+        return OpenAICompatModel(settings.openai_base_url, settings.openai_api_key,
+                                 settings.openai_model)
+    return ScriptedModel(settings.scripted_delay_s)
+
+
+def server_options(settings: Settings) -> list[tuple[str, int]]:
+    age_s = float(os.environ.get("TETHER_GRPC_MAX_CONNECTION_AGE_S", "300"))
+    return [
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.max_connection_age_ms", int(age_s * 1000)),
+        ("grpc.max_connection_age_grace_ms", int(settings.drain_s * 1000)),
+    ]
+
+
+async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    settings.check()
+    setup_logging("tether-runtime", settings.log_level)
+    log.info("runtime starting", extra={"settings": settings.public_view()})
+    pool = await create_pool(settings.database_url, max_size=max(10, settings.worker_concurrency // 2))
+    bus = EventBus(settings.redis_url)
+    await bus.start()
+    engine = Engine(pool, bus, settings, ToolGate(settings.tool_gate_mode), make_model(settings))
+    server = grpc.aio.server(options=server_options(settings))
+    register(server, RuntimeServicer(engine, settings.jwt_secret))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = server.add_insecure_port(settings.grpc_addr)
+    worker = Worker(engine)
+    await server.start()
+    await worker.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("runtime serving", extra={"addr": settings.grpc_addr, "port": port,
+                                      "worker": worker.owner})
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("runtime draining")
+    await health_servicer.enter_graceful_shutdown()
+    await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
+    await server.stop(grace=settings.drain_s / 2)
+    await bus.close()
+    await pool.close()
+    log.info("runtime stopped")
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    try:
+        import uvloop
+
+        uvloop.run(run_server(settings))
+    except ImportError:
+        asyncio.run(run_server(settings))

@@ -1,0 +1,165 @@
+"""The gRPC servicer: authenticate, translate proto <-> domain, call the engine, map errors.
+No business rule lives here."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from tether.runtime.v1 import events_pb2, runtime_service_pb2 as pb
+from tether_common.auth import Principal, bearer_from_header, verify_token
+from tether_common.errors import ERROR_DOMAIN, STATUS_BY_REASON, TetherError
+from tether_runtime import convert, metrics, resume, runs_api
+from tether_runtime import events as ev
+from tether_runtime.event_stream import EventStream
+from tether_runtime.executor import Engine
+from tether_runtime.views import RunView
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DECISION_IN = {
+    events_pb2.DECISION_APPROVED: "approved",
+    events_pb2.DECISION_REJECTED: "rejected",
+    events_pb2.DECISION_RESPONDED: "responded",
+}
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -> None:
+    code_name, _ = STATUS_BY_REASON.get(err.reason, ("INTERNAL", 500))
+    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(code=getattr(code_pb2, code_name), message=err.message,
+                               details=[detail])
+    await context.abort_with_status(rpc_status.to_status(status))
+
+
+class RuntimeServicer:
+    def __init__(self, engine: Engine, jwt_secret: str) -> None:
+        self.e = engine
+        self.secret = jwt_secret
+        self.stream = EventStream(engine.pool, engine.bus, engine.settings.stream_quiet_check_s)
+
+    def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
+        md = dict(context.invocation_metadata() or ())
+        return verify_token(self.secret, bearer_from_header(md.get("authorization")))
+
+    async def _call(self, context: grpc.aio.ServicerContext[Any, Any], name: str,
+                    fn: Callable[[Principal], Awaitable[T]]) -> T:
+        start = time.perf_counter()
+        code = "OK"
+        try:
+            return await fn(self._principal(context))
+        except TetherError as err:
+            code = err.reason
+            await abort(context, err)
+            raise  # abort raises; this keeps the type checker honest
+        except Exception:
+            code = "INTERNAL"
+            log.exception("%s failed", name)
+            await abort(context, TetherError("internal error"))
+            raise
+        finally:
+            metrics.GRPC_LATENCY.labels(method=name, code=code).observe(
+                time.perf_counter() - start)
+
+    async def CreateConversation(self, request: pb.CreateConversationRequest,
+                                 context: Any) -> pb.CreateConversationResponse:
+        async def run(p: Principal) -> pb.CreateConversationResponse:
+            conv = await runs_api.create_conversation(self.e.pool, p, request.title)
+            return pb.CreateConversationResponse(conversation=convert.conversation_pb(conv))
+        return await self._call(context, "CreateConversation", run)
+
+    async def GetConversation(self, request: pb.GetConversationRequest,
+                              context: Any) -> pb.GetConversationResponse:
+        async def run(p: Principal) -> pb.GetConversationResponse:
+            conv = await runs_api.get_conversation(self.e.pool, p, request.conversation_id)
+            return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
+        return await self._call(context, "GetConversation", run)
+
+    async def ListConversations(self, request: pb.ListConversationsRequest,
+                                context: Any) -> pb.ListConversationsResponse:
+        async def run(p: Principal) -> pb.ListConversationsResponse:
+            rows, token = await runs_api.list_conversations(self.e.pool, p, request.page_size,
+                                                            request.page_token)
+            return pb.ListConversationsResponse(
+                conversations=[convert.conversation_pb(c) for c in rows], next_page_token=token)
+        return await self._call(context, "ListConversations", run)
+
+    async def ListMessages(self, request: pb.ListMessagesRequest,
+                           context: Any) -> pb.ListMessagesResponse:
+        async def run(p: Principal) -> pb.ListMessagesResponse:
+            rows, token = await runs_api.list_messages(self.e.pool, p, request.conversation_id,
+                                                       request.page_size, request.page_token)
+            return pb.ListMessagesResponse(messages=[convert.message_pb(m) for m in rows],
+                                           next_page_token=token)
+        return await self._call(context, "ListMessages", run)
+
+    async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
+        async def run(p: Principal) -> pb.StartRunResponse:
+            view, replayed = await runs_api.start_run_once(
+                self.e.pool, p, request.conversation_id, request.text, request.idempotency_key,
+                request.agent, {})
+            return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
+        return await self._call(context, "StartRun", run)
+
+    async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
+        async def run(p: Principal) -> pb.ResumeRunResponse:
+            view, replayed = await resume.resume_run(
+                self.e.pool, self.e.bus, p, request.run_id, request.interrupt_id,
+                DECISION_IN.get(request.decision, ""), request.input, request.idempotency_key)
+            return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
+        return await self._call(context, "ResumeRun", run)
+
+    async def GetRun(self, request: pb.GetRunRequest, context: Any) -> pb.GetRunResponse:
+        async def run(p: Principal) -> pb.GetRunResponse:
+            view = await runs_api.get_run(self.e.pool, p, request.run_id)
+            return pb.GetRunResponse(run=convert.run_pb(view))
+        return await self._call(context, "GetRun", run)
+
+    async def CancelRun(self, request: pb.CancelRunRequest, context: Any) -> pb.CancelRunResponse:
+        async def run(p: Principal) -> pb.CancelRunResponse:
+            view = await resume.cancel_run(self.e.pool, self.e.bus, p, request.run_id,
+                                           request.reason)
+            return pb.CancelRunResponse(run=convert.run_pb(view))
+        return await self._call(context, "CancelRun", run)
+
+    async def StreamRunEvents(self, request: pb.StreamRunEventsRequest,
+                              context: Any) -> AsyncIterator[bytes]:
+        """Yields the *encoded* StreamRunEventsResponse: stored events pass through as bytes."""
+        after = max(request.after_sequence, 0)
+        view: RunView = await self._call(
+            context, "StreamRunEvents",
+            lambda p: self.stream.open(p, request.run_id, after))
+        async for item in self.stream.follow(view, after):
+            if isinstance(item, RunView):
+                yield ev.batch_from_encoded([ev.reset(convert.run_pb(item)).SerializeToString()])
+            else:
+                yield ev.batch_from_encoded(item)
+
+
+def register(server: grpc.aio.Server, servicer: RuntimeServicer) -> None:
+    """Method handlers built from the service descriptor; the stream's serializer is the identity
+    because it yields bytes already in wire form."""
+    desc = pb.DESCRIPTOR.services_by_name["RuntimeService"]
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for m in desc.methods:
+        req_cls = getattr(pb, m.input_type.name)
+        resp_cls = getattr(pb, m.output_type.name)
+        fn = getattr(servicer, m.name)
+        if m.server_streaming:
+            handlers[m.name] = grpc.unary_stream_rpc_method_handler(
+                fn, request_deserializer=req_cls.FromString, response_serializer=lambda b: b)
+        else:
+            handlers[m.name] = grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=req_cls.FromString,
+                response_serializer=resp_cls.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(desc.full_name, handlers),))

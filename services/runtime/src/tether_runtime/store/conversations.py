@@ -1,0 +1,105 @@
+"""Conversations and messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether_common.ids import new_id
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import ConversationRow, MessageRow
+
+
+async def create(conn: Conn, user_id: str, title: str) -> ConversationRow:
+    row = await conn.fetchrow(
+        "INSERT INTO conversation (id, user_id, title) VALUES ($1, $2, $3) RETURNING *",
+        new_id("conv"),
+        user_id,
+        title,
+    )
+    assert row is not None
+    return ConversationRow.of(row)
+
+
+async def get(conn: Conn, conversation_id: str) -> ConversationRow | None:
+    row = await conn.fetchrow("SELECT * FROM conversation WHERE id = $1", conversation_id)
+    return ConversationRow.of(row) if row else None
+
+
+async def list_for_user(
+    conn: Conn, user_id: str, limit: int, before_id: str | None
+) -> list[ConversationRow]:
+    rows = await conn.fetch(
+        "SELECT * FROM conversation WHERE user_id = $1 AND ($2::text IS NULL OR id < $2) "
+        "ORDER BY id DESC LIMIT $3",
+        user_id,
+        before_id,
+        limit,
+    )
+    return [ConversationRow.of(r) for r in rows]
+
+
+async def add_message(
+    conn: Conn,
+    conversation_id: str,
+    role: str,
+    content: str,
+    *,
+    run_id: str | None = None,
+    message_id: str | None = None,
+    tool_call_id: str | None = None,
+) -> MessageRow:
+    row = await conn.fetchrow(
+        "INSERT INTO message (id, conversation_id, run_id, role, content, tool_call_id) "
+        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content "
+        "RETURNING *",
+        message_id or new_id("msg"),
+        conversation_id,
+        run_id,
+        role,
+        content,
+        tool_call_id,
+    )
+    assert row is not None
+    return MessageRow.of(row)
+
+
+async def messages(
+    conn: Conn, conversation_id: str, limit: int, after_id: str | None = None
+) -> list[MessageRow]:
+    rows = await conn.fetch(
+        "SELECT * FROM message WHERE conversation_id = $1 AND ($2::text IS NULL OR id > $2) "
+        "ORDER BY id LIMIT $3",
+        conversation_id,
+        after_id,
+        limit,
+    )
+    return [MessageRow.of(r) for r in rows]
+
+
+async def recent_turns(conn: Conn, conversation_id: str, limit: int) -> list[MessageRow]:
+    """The last `limit` user/assistant messages, oldest first."""
+    rows = await conn.fetch(
+        "SELECT * FROM (SELECT * FROM message WHERE conversation_id = $1 "
+        "AND role IN ('user', 'assistant') ORDER BY id DESC LIMIT $2) m ORDER BY id",
+        conversation_id,
+        limit,
+    )
+    return [MessageRow.of(r) for r in rows]
+
+
+async def merge_facts(conn: Conn, conversation_id: str, facts: dict[str, Any]) -> None:
+    """Confirmed facts only: called with validated tool results, in the transaction that stores them."""
+    await conn.execute(
+        "UPDATE conversation SET facts = facts || $2::jsonb, version = version + 1, "
+        "updated_at = now() WHERE id = $1",
+        conversation_id,
+        facts,
+    )
+
+
+async def set_summary(conn: Conn, conversation_id: str, summary: str) -> None:
+    await conn.execute(
+        "UPDATE conversation SET summary = $2, updated_at = now() WHERE id = $1",
+        conversation_id,
+        summary,
+    )

@@ -1,0 +1,187 @@
+"""Interrupts, tool calls and grants: the records behind "a dangerous tool runs at most once"."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import InterruptRow, ToolCallRow
+
+
+async def create_interrupt(
+    conn: Conn,
+    interrupt_id: str,
+    run_id: str,
+    call_id: str,
+    kind: str,
+    action: str,
+    scope: str,
+    payload: dict[str, str],
+    expires_at: datetime,
+) -> None:
+    await conn.execute(
+        "INSERT INTO interrupt (id, run_id, call_id, kind, status, action, scope, payload, "
+        "expires_at) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8)",
+        interrupt_id,
+        run_id,
+        call_id,
+        kind,
+        action,
+        scope,
+        payload,
+        expires_at,
+    )
+
+
+async def get_interrupt(conn: Conn, interrupt_id: str) -> InterruptRow | None:
+    row = await conn.fetchrow("SELECT * FROM interrupt WHERE id = $1", interrupt_id)
+    return InterruptRow.of(row) if row else None
+
+
+async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:
+    row = await conn.fetchrow(
+        "SELECT * FROM interrupt WHERE run_id = $1 AND status = 'pending'", run_id
+    )
+    return InterruptRow.of(row) if row else None
+
+
+async def claim_interrupt(
+    conn: Conn,
+    interrupt_id: str,
+    status: str,
+    decision: str,
+    user_id: str | None,
+    input_text: str | None,
+    idempotency_key: str | None,
+    *,
+    require_unexpired: bool,
+) -> InterruptRow | None:
+    """The conditional claim: exactly one caller moves a pending interrupt; None for the rest."""
+    row = await conn.fetchrow(
+        "UPDATE interrupt SET status = $2, decision = $3, resolved_by = $4, input = $5, "
+        "idempotency_key = $6, resolved_at = now() "
+        "WHERE id = $1 AND status = 'pending' AND (NOT $7 OR expires_at > now()) RETURNING *",
+        interrupt_id,
+        status,
+        decision,
+        user_id,
+        input_text,
+        idempotency_key,
+        require_unexpired,
+    )
+    return InterruptRow.of(row) if row else None
+
+
+async def overdue(conn: Conn, limit: int = 50) -> list[InterruptRow]:
+    rows = await conn.fetch(
+        "SELECT * FROM interrupt WHERE status = 'pending' AND expires_at <= now() "
+        "ORDER BY expires_at LIMIT $1",
+        limit,
+    )
+    return [InterruptRow.of(r) for r in rows]
+
+
+async def propose_call(
+    conn: Conn, run_id: str, call_id: str, tool: str, args: dict[str, Any], key: str
+) -> None:
+    await conn.execute(
+        "INSERT INTO tool_call (run_id, call_id, tool, args, status, idempotency_key) "
+        "VALUES ($1, $2, $3, $4, 'proposed', $5) ON CONFLICT DO NOTHING",
+        run_id,
+        call_id,
+        tool,
+        args,
+        key,
+    )
+
+
+async def decide_call(
+    conn: Conn, run_id: str, call_id: str, status: str, user_id: str | None
+) -> None:
+    await conn.execute(
+        "UPDATE tool_call SET status = $3, approved_by = $4, updated_at = now() "
+        "WHERE run_id = $1 AND call_id = $2 AND status = 'proposed'",
+        run_id,
+        call_id,
+        status,
+        user_id,
+    )
+
+
+async def get_call(conn: Conn, run_id: str, call_id: str) -> ToolCallRow | None:
+    row = await conn.fetchrow(
+        "SELECT * FROM tool_call WHERE run_id = $1 AND call_id = $2", run_id, call_id
+    )
+    return ToolCallRow.of(row) if row else None
+
+
+async def claim_call(
+    conn: Conn,
+    run_id: str,
+    call_id: str,
+    tool: str,
+    args: dict[str, Any],
+    key: str,
+    epoch: int,
+    from_status: str,
+) -> bool:
+    """Move a call to `executing` for this epoch, from `from_status` (approved, or executing by a
+    dead epoch). Read-only calls are inserted straight into `executing`."""
+    if from_status == "new":
+        result = await conn.execute(
+            "INSERT INTO tool_call (run_id, call_id, tool, args, status, idempotency_key, "
+            "claimed_epoch) VALUES ($1, $2, $3, $4, 'executing', $5, $6) "
+            "ON CONFLICT (run_id, call_id) DO UPDATE SET claimed_epoch = EXCLUDED.claimed_epoch, "
+            "updated_at = now() WHERE tool_call.status = 'executing'",
+            run_id,
+            call_id,
+            tool,
+            args,
+            key,
+            epoch,
+        )
+    else:
+        result = await conn.execute(
+            "UPDATE tool_call SET status = 'executing', claimed_epoch = $4, updated_at = now() "
+            "WHERE run_id = $1 AND call_id = $2 AND status = $3 "
+            "AND (claimed_epoch IS NULL OR claimed_epoch < $4)",
+            run_id,
+            call_id,
+            from_status,
+            epoch,
+        )
+    return result.endswith(" 1")
+
+
+async def finish_call(
+    conn: Conn,
+    run_id: str,
+    call_id: str,
+    epoch: int,
+    ok: bool,
+    summary: str,
+    result: dict[str, Any],
+) -> None:
+    await conn.execute(
+        "UPDATE tool_call SET status = $4, result_summary = $5, result = $6, updated_at = now() "
+        "WHERE run_id = $1 AND call_id = $2 AND claimed_epoch = $3",
+        run_id,
+        call_id,
+        epoch,
+        "succeeded" if ok else "failed",
+        summary,
+        result,
+    )
+
+
+async def has_grant(conn: Conn, user_id: str, action: str, scope: str) -> bool:
+    """Read at every check, never cached: revoking a grant affects runs already waiting."""
+    row = await conn.fetchval(
+        'SELECT 1 FROM "grant" WHERE user_id = $1 AND action = $2 AND (scope = $3 OR scope = $4)',
+        user_id,
+        action,
+        scope,
+        "*",
+    )
+    return row is not None

@@ -1,0 +1,125 @@
+"""Runs: creation, the fenced lease (claim, renew, release) and reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import RunRow
+
+WAKE_CHANNEL = "tether_wake"
+
+
+async def create(
+    conn: Conn,
+    run_id: str,
+    conversation_id: str,
+    user_id: str,
+    user_message_id: str,
+    agent: str,
+    trace_context: dict[str, Any],
+) -> RunRow:
+    row = await conn.fetchrow(
+        "INSERT INTO run (id, conversation_id, user_id, user_message_id, agent, status, "
+        "trace_context) VALUES ($1, $2, $3, $4, $5, 'queued', $6) RETURNING *",
+        run_id,
+        conversation_id,
+        user_id,
+        user_message_id,
+        agent,
+        trace_context,
+    )
+    assert row is not None
+    await wake(conn)
+    return RunRow.of(row)
+
+
+async def wake(conn: Conn) -> None:
+    """Tell idle workers there is work; delivered only if the transaction commits."""
+    await conn.execute("SELECT pg_notify($1, '')", WAKE_CHANNEL)
+
+
+async def get(conn: Conn, run_id: str) -> RunRow | None:
+    row = await conn.fetchrow("SELECT * FROM run WHERE id = $1", run_id)
+    return RunRow.of(row) if row else None
+
+
+async def claim(conn: Conn, owner: str, ttl_s: float) -> RunRow | None:
+    """Take one queued run, or one whose worker's lease ran out; each claim bumps the epoch."""
+    row = await conn.fetchrow(
+        """
+        UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch + 1,
+               lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+        WHERE id = (
+            SELECT id FROM run
+            WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < now())
+            ORDER BY queued_at
+            FOR UPDATE SKIP LOCKED
+            LIMIT 1
+        )
+        RETURNING *
+        """,
+        owner,
+        ttl_s,
+    )
+    return RunRow.of(row) if row else None
+
+
+async def renew(conn: Conn, run_id: str, epoch: int, ttl_s: float) -> bool | None:
+    """Extend the lease; None if it was lost, else whether a cancel was requested."""
+    row = await conn.fetchrow(
+        "UPDATE run SET lease_expires_at = now() + make_interval(secs => $3) "
+        "WHERE id = $1 AND lease_epoch = $2 AND status = 'running' RETURNING cancel_requested",
+        run_id,
+        epoch,
+        ttl_s,
+    )
+    return None if row is None else bool(row["cancel_requested"])
+
+
+async def release(conn: Conn, run_id: str, epoch: int) -> bool:
+    """Graceful shutdown: give the run back to the queue for another worker."""
+    result = await conn.execute(
+        "UPDATE run SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, "
+        "queued_at = now(), updated_at = now() "
+        "WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+        run_id,
+        epoch,
+    )
+    if result.endswith(" 1"):
+        await wake(conn)
+        return True
+    return False
+
+
+async def save_checkpoint(
+    conn: Conn, run_id: str, epoch: int, checkpoint: dict[str, Any], *, reset_streamed: bool
+) -> None:
+    await conn.execute(
+        "UPDATE run SET checkpoint = $3, step_streamed = CASE WHEN $4 THEN 0 ELSE step_streamed "
+        "END, updated_at = now() WHERE id = $1 AND lease_epoch = $2",
+        run_id,
+        epoch,
+        checkpoint,
+        reset_streamed,
+    )
+
+
+async def finish(conn: Conn, run_id: str, epoch: int, status: str) -> None:
+    """Leave the worker's hands: interrupted, completed, failed or cancelled."""
+    await conn.execute(
+        "UPDATE run SET status = $3, lease_owner = NULL, lease_expires_at = NULL, "
+        "updated_at = now() WHERE id = $1 AND lease_epoch = $2",
+        run_id,
+        epoch,
+        status,
+    )
+
+
+async def queue_depth(conn: Conn) -> tuple[int, float]:
+    row = await conn.fetchrow(
+        "SELECT count(*) AS n, coalesce(extract(epoch FROM now() - min(queued_at)), 0) AS age "
+        "FROM run WHERE status = 'queued'"
+    )
+    assert row is not None
+    return int(row["n"]), float(row["age"])

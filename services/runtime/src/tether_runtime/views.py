@@ -1,0 +1,62 @@
+"""RunView: the answer shape of run-returning calls, JSON-serializable so an idempotent replay
+returns exactly the first answer."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from tether_runtime.store.records import InterruptRow, RunRow
+
+
+@dataclass(frozen=True)
+class InterruptView:
+    id: str
+    run_id: str
+    kind: str
+    status: str
+    payload: dict[str, str]
+    expires_at: str
+    resolved_at: str | None
+    resolved_by: str | None
+    decision: str | None
+
+    @classmethod
+    def of(cls, i: InterruptRow) -> InterruptView:
+        return cls(i.id, i.run_id, i.kind, i.status, i.payload, i.expires_at.isoformat(),
+                   i.resolved_at.isoformat() if i.resolved_at else None, i.resolved_by,
+                   i.decision)
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    conversation_id: str
+    user_id: str
+    user_message_id: str
+    agent: str
+    status: str
+    last_sequence: int
+    cancel_requested: bool
+    created_at: str
+    updated_at: str
+    pending_interrupt: InterruptView | None
+
+    @classmethod
+    def of(cls, r: RunRow, pending: InterruptRow | None = None) -> RunView:
+        return cls(r.id, r.conversation_id, r.user_id, r.user_message_id, r.agent, r.status,
+                   r.last_sequence, r.cancel_requested, r.created_at.isoformat(),
+                   r.updated_at.isoformat(), InterruptView.of(pending) if pending else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, v: dict[str, Any]) -> RunView:
+        p = v.get("pending_interrupt")
+        return cls(**{**v, "pending_interrupt": InterruptView(**p) if p else None})
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value)

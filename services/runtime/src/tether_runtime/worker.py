@@ -1,0 +1,159 @@
+"""Workers: claim queued runs (FOR UPDATE SKIP LOCKED), hold them with renewed, fenced leases,
+and give them back on shutdown. New work wakes a worker by LISTEN/NOTIFY; polling is the fallback
+that also picks up runs whose worker died."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+
+import asyncpg
+
+from tether_common.ids import new_id
+from tether_common.logging import conversation_id_var, run_id_var
+from tether_runtime import metrics
+from tether_runtime.executor import Engine, RunExecutor
+from tether_runtime.resume import expire_interrupt
+from tether_runtime.store import interrupts, runs
+from tether_runtime.store.event_log import Fenced
+from tether_runtime.store.records import RunRow
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:12]}"
+        self.slots = asyncio.Semaphore(engine.settings.worker_concurrency)
+        self.wake = asyncio.Event()
+        self.tasks: dict[str, tuple[asyncio.Task[None], int]] = {}
+        self._stopping = False
+        self._listener: asyncpg.Connection | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._listen()
+        self._loop_task = asyncio.create_task(self._claim_loop(), name="worker-claim-loop")
+
+    async def _listen(self) -> None:
+        try:
+            self._listener = await asyncpg.connect(self.e.settings.database_url)
+            await self._listener.add_listener(runs.WAKE_CHANNEL, lambda *_: self.wake.set())
+        except (OSError, asyncpg.PostgresError) as err:
+            log.warning("LISTEN failed, relying on polling: %s", err)
+            self._listener = None
+
+    async def _claim_loop(self) -> None:
+        ttl = self.e.settings.lease_ttl_s
+        sweep_every = max(1, int(5 / max(self.e.settings.poll_interval_s, 0.1)))
+        ticks = 0
+        while not self._stopping:
+            try:
+                if self._listener is None or self._listener.is_closed():
+                    await self._listen()
+                while not self._stopping and not self.slots.locked():
+                    async with self.e.pool.acquire() as conn:
+                        run = await runs.claim(conn, self.owner, ttl)
+                    if run is None:
+                        break
+                    await self.slots.acquire()
+                    self._spawn(run)
+                if ticks % sweep_every == 0:
+                    await self._expire_overdue()
+                    await self._observe_queue()
+                ticks += 1
+            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as err:
+                log.warning("claim loop: database unavailable: %s", err)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.e.settings.poll_interval_s)
+            self.wake.clear()
+
+    def _spawn(self, run: RunRow) -> None:
+        if run.lease_epoch > 1 and run.lease_owner != self.owner:
+            metrics.LEASE_TAKEOVERS.inc()
+        task = asyncio.create_task(self._execute(run), name=f"run-{run.id}")
+        self.tasks[run.id] = (task, run.lease_epoch)
+
+    async def _execute(self, run: RunRow) -> None:
+        run_id_var.set(run.id)
+        conversation_id_var.set(run.conversation_id)
+        executor = RunExecutor(self.e, run)
+        task = asyncio.current_task()
+        assert task is not None
+        beat = asyncio.create_task(self._heartbeat(run, task, executor))
+        try:
+            status = await executor.execute()
+            log.info("run left worker", extra={"status": status})
+        except Fenced:
+            metrics.LEASES_LOST.inc()
+            log.warning("lease lost; another worker owns the run now")
+        except asyncio.CancelledError:
+            pass  # shutdown or lease loss; the lease is released (or already gone)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+            # The store is unreachable: keep no state; the lease expires and a worker retries.
+            log.warning("run interrupted by a store failure: %s", err)
+        except Exception:
+            log.exception("run failed")
+            with contextlib.suppress(Exception):
+                await executor.fail("INTERNAL", "The run failed unexpectedly.")
+        finally:
+            beat.cancel()
+            self.tasks.pop(run.id, None)
+            self.slots.release()
+            self.wake.set()
+
+    async def _heartbeat(self, run: RunRow, task: asyncio.Task[None], ex: RunExecutor) -> None:
+        ttl = self.e.settings.lease_ttl_s
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                async with self.e.pool.acquire() as conn:
+                    cancel = await runs.renew(conn, run.id, run.lease_epoch, ttl)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+                log.warning("heartbeat failed: %s", err)
+                continue
+            if cancel is None:
+                metrics.LEASES_LOST.inc()
+                log.warning("lease lost at heartbeat; stopping", extra={"run_id": run.id})
+                task.cancel()
+                return
+            ex.cancel_requested = ex.cancel_requested or cancel
+
+    async def _expire_overdue(self) -> None:
+        async with self.e.pool.acquire() as conn:
+            overdue = await interrupts.overdue(conn)
+        for intr in overdue:
+            await expire_interrupt(self.e.pool, self.e.bus, intr)
+
+    async def _observe_queue(self) -> None:
+        async with self.e.pool.acquire() as conn:
+            depth, age = await runs.queue_depth(conn)
+        metrics.QUEUE_DEPTH.set(depth)
+        metrics.QUEUE_OLDEST_AGE.set(age)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop claiming, let runs reach a safe point briefly, then release their leases."""
+        self._stopping = True
+        self.wake.set()
+        if self._loop_task:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        held = dict(self.tasks)
+        for task, _ in held.values():
+            task.cancel()
+        if held:
+            await asyncio.wait([t for t, _ in held.values()], timeout=grace_s)
+        for run_id, (_, epoch) in held.items():
+            try:
+                async with self.e.pool.acquire() as conn:
+                    await runs.release(conn, run_id, epoch)
+            except (OSError, asyncpg.PostgresError) as err:
+                log.warning("could not release %s (its lease will expire): %s", run_id, err)
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()

@@ -1,0 +1,124 @@
+"""Real Tether processes for tests: each on its own free port, with its own log file, killable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+LOG_DIR = Path(os.environ.get("TETHER_TEST_LOG_DIR", tempfile.gettempdir())) / "tether-test-logs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    addr: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no lease release: a crash."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
+    full_env = {**os.environ, **env}
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            [sys.executable, *args], env=full_env, stdout=log, stderr=subprocess.STDOUT
+        )
+    return Proc(name=name, popen=popen, log_path=log_path, addr=addr, env=env)
+
+
+def _wait(proc: Proc, ready: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+        if ready():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(f"{proc.name} not ready in {timeout}s:\n{proc.log()}")
+
+
+def grpc_serving(addr: str) -> bool:
+    try:
+        with grpc.insecure_channel(addr) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=0.5)
+            return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+    except grpc.RpcError:
+        return False
+
+
+def http_ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=0.5) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def start_runtime(env: dict[str, str], *, name: str = "runtime", timeout: float = 30) -> Proc:
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    proc = _spawn(
+        name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr
+    )
+    _wait(proc, lambda: grpc_serving(addr), timeout)
+    return proc
+
+
+def start_gateway(
+    env: dict[str, str], runtime_target: str, *, name: str = "gateway", timeout: float = 30
+) -> Proc:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _spawn(
+        name,
+        ["-m", "tether_cli.main", "gateway"],
+        {**env, "TETHER_HTTP_ADDR": f"127.0.0.1:{port}", "TETHER_RUNTIME_TARGET": runtime_target},
+        url,
+    )
+    _wait(proc, lambda: http_ready(url), timeout)
+    return proc
