@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from typing import Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal
 
 import uvloop
 from tether_common.auth import Scope, issue_token
@@ -39,15 +40,22 @@ def serve(service: Service, settings: Settings) -> int:
     """One pod of `service`. The production guard already ran (see main)."""
     setup_logging(f"tether-{service}", settings.log_level)
     log.info("starting %s", service, extra={"settings": settings.public_view()})
-    if service == "runtime":
-        from tether_runtime.server import run_server
-    else:
-        from tether_gateway.server import run_server
     try:
-        uvloop.run(run_server(settings))
+        uvloop.run(_server(service)(settings))
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _server(service: Service) -> Callable[[Settings], Coroutine[Any, Any, None]]:
+    # Imported late: `tether token` and `tether migrate` should not load either service.
+    if service == "runtime":
+        from tether_runtime.server import run_server as runtime
+
+        return runtime
+    from tether_gateway.server import run_server as gateway
+
+    return gateway
 
 
 def token(settings: Settings, user: str, ttl_s: float, scope: Scope) -> int:

@@ -143,7 +143,7 @@ class Supervisor:
         token = issue_token(self.settings.jwt_secret, DEV_USER, ttl_s=DEV_TOKEN_TTL_S)
         url = http_url(self.http_addr)
         stores = (
-            f"  Postgres   {self.env['DATABASE_URL']} (embedded, data in {self.dev_dir})\n"
+            f"  Postgres   {self.env['DATABASE_URL']} (embedded, data in {self.dev_dir}/postgres)\n"
             if any(isinstance(s, EmbeddedPostgres) for s in self.embedded)
             else "  Postgres   DATABASE_URL from the environment\n"
         ) + (
