@@ -74,3 +74,17 @@ def types(evs: list[events_pb2.RunEvent]) -> list[str]:
 def assert_dense(evs: list[events_pb2.RunEvent], start: int = 1) -> None:
     seqs = [e.sequence for e in evs if event_type(e) != "reset"]
     assert seqs == list(range(start, start + len(seqs))), f"not dense: {seqs}"
+
+
+def reason(err: grpc.aio.AioRpcError) -> str:
+    """The ErrorInfo reason carried in the status details."""
+    from google.rpc import error_details_pb2, status_pb2
+
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    return str(info.reason)
+    return ""

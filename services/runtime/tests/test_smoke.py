@@ -1,16 +1,44 @@
-from tether_testkit.client import Client, token, types, assert_dense
+"""The demo's headline flow over gRPC: stream to the interrupt, approve, stream to done."""
+
+from tether_testkit.client import Client, assert_dense, token, types
+from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.secrets import TEST_SECRET
 
 
-async def test_restart_flow(runtime):
+async def test_restart_the_abnormal_payment_api_instance(runtime, db):
+    await db.execute("UPDATE inv_instance SET status = 'abnormal' WHERE id = 'payment-api-2'")
+    before = await executions(db, "payment-api-2")
     c = Client(runtime.addr, token(TEST_SECRET, "alice"))
     conv = await c.conversation()
     run = (await c.start(conv, "restart the abnormal payment-api instance")).run
-    evs = await c.events(run.id, until="interrupt")
-    print(types(evs))
-    intr = evs[-1].interrupt
+    first = await c.events(run.id, until="interrupt")
+    assert types(first) == ["run_started", "tool_started", "tool_finished", "interrupt"]
+    intr = first[-1].interrupt
+    assert intr.payload.target == "instance payment-api-2"
+    assert intr.payload.risk == "high"
     await c.resume(run.id, intr.interrupt_id)
-    rest = await c.events(run.id, after=evs[-1].sequence)
-    print(types(rest))
-    assert_dense(evs + rest)
+    rest = await c.events(run.id, after=first[-1].sequence)
+    assert types(rest)[:3] == ["interrupt_resolved", "tool_started", "tool_finished"]
+    assert types(rest)[-1] == "done"
+    assert_dense(first + rest)
+    # The whole log replayed from 0 is the same list, once.
+    assert [e.sequence for e in await c.events(run.id)] == [e.sequence for e in first + rest]
+    assert await executions(db, "payment-api-2") == before + 1
+    status = await db.fetchval("SELECT status FROM inv_instance WHERE id = 'payment-api-2'")
+    assert status == "healthy"
+    await c.close()
+
+
+async def test_it_follows_the_conversation(runtime, db):
+    """"its logs" resolves through the confirmed facts of the earlier turn."""
+    service, instance = await abnormal_service(db)
+    c = Client(runtime.addr, token(TEST_SECRET, "alice"))
+    conv = await c.conversation()
+    run = (await c.start(conv, f"find the abnormal {service} instance")).run
+    await c.events(run.id)
+    run2 = (await c.start(conv, "now show me its logs")).run
+    evs = await c.events(run2.id)
+    started = [e.tool_started for e in evs if e.WhichOneof("event") == "tool_started"]
+    assert [s.tool for s in started] == ["get_logs"]
+    assert instance in started[0].args_summary
     await c.close()

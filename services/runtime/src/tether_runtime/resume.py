@@ -82,6 +82,11 @@ async def resume_run(
         if intr is None or intr.run_id != run.id:
             raise NotFound("interrupt not found", reason="INTERRUPT_NOT_FOUND")
         if intr.status != "pending":
+            # A twin with this key may have won between step 2 and now: it is a replay then.
+            replay = await _replay(conn, scope, key, rhash)
+            if replay is not None:
+                metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
+                return replay, True
             metrics.RESUME_OUTCOMES.labels(outcome=intr.status).inc()
             raise _not_pending(intr)
         # 4. authorize with the caller's current grants (approving acts; rejecting never does).
