@@ -25,10 +25,11 @@ def authenticate(
     """The caller of this request. Cookies are only honoured where `cookie` (safe GETs: no CSRF),
     `?token=` only where `stream_token`, and a stream-scoped token never acts."""
     header = request.headers.get("Authorization")
+    in_url = False
     if header:
         token = bearer_from_header(header)
     elif stream_token and request.query.get("token"):
-        token = request.query["token"]
+        token, in_url = request.query["token"], True
     elif cookie and request.cookies.get(SESSION_COOKIE):
         token = request.cookies[SESSION_COOKIE]
     else:
@@ -36,4 +37,7 @@ def authenticate(
     principal = verify_token(secret, token)
     if principal.scope == "stream" and not stream_token:
         raise Unauthenticated("a stream token only reads its run's events")
+    if in_url and principal.scope != "stream":
+        # URLs end up in logs and histories: only a short-lived, one-run token may travel there.
+        raise Unauthenticated("only a stream token may be passed in the URL")
     return Caller(principal=principal, token=token)

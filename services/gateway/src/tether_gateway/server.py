@@ -24,9 +24,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 async def run_server(settings: Settings) -> None:
-    setup_logging("tether-gateway", settings.log_level)
     settings.check()
-    log.info("gateway starting", extra={"settings": settings.public_view()})
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
     runner = web.AppRunner(
@@ -60,6 +58,8 @@ async def run_server(settings: Settings) -> None:
 def main() -> None:
     """Run one gateway on uvloop when it is installed (the `tether gateway` entry point)."""
     settings = Settings.from_env()
+    setup_logging("tether-gateway", settings.log_level)
+    log.info("gateway starting", extra={"settings": settings.public_view()})
     try:
         import uvloop
     except ImportError:

@@ -1,0 +1,120 @@
+"""A scripted stand-in for the runtime's gRPC API, for the gateway's unit tests only (the
+integration tests in tests/integration run the real runtime)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+from tether.runtime.v1 import events_pb2, resources_pb2, runtime_service_pb2_grpc
+from tether.runtime.v1 import runtime_service_pb2 as rs
+
+
+def status_error(code: int, reason: str, message: str) -> Any:
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="tether.dev"))
+    return rpc_status.to_status(status_pb2.Status(code=code, message=message, details=[detail]))
+
+
+def event(run_id: str, seq: int, **kind: Any) -> events_pb2.RunEvent:
+    ev = events_pb2.RunEvent(run_id=run_id, sequence=seq)
+    ev.time.GetCurrentTime()
+    for name, value in kind.items():
+        getattr(ev, name).CopyFrom(value)
+    return ev
+
+
+def delta(run_id: str, seq: int, text: str) -> events_pb2.RunEvent:
+    return event(run_id, seq, text_delta=events_pb2.TextDelta(message_id="msg_1", delta=text))
+
+
+def done(run_id: str, seq: int) -> events_pb2.RunEvent:
+    return event(run_id, seq, done=events_pb2.Done(message_id="msg_1"))
+
+
+class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
+    def __init__(self) -> None:
+        self.runs: dict[str, resources_pb2.Run] = {}
+        self.log: dict[str, list[events_pb2.RunEvent]] = {}
+        self.live: dict[str, list[asyncio.Queue[events_pb2.RunEvent | None]]] = {}
+        self.stream_calls: list[tuple[str, int]] = []
+        self.tokens: list[str] = []
+        self.fail_next_stream_after: int | None = None
+
+    def add_run(self, run_id: str, status: int = resources_pb2.RUN_STATUS_RUNNING) -> None:
+        self.runs[run_id] = resources_pb2.Run(id=run_id, status=status, conversation_id="conv_1")
+        self.log[run_id] = []
+        self.live[run_id] = []
+
+    def append(self, ev: events_pb2.RunEvent) -> None:
+        self.log[ev.run_id].append(ev)
+        run = self.runs[ev.run_id]
+        run.last_sequence = ev.sequence
+        if ev.WhichOneof("event") == "done":
+            run.status = resources_pb2.RUN_STATUS_COMPLETED
+        for q in self.live[ev.run_id]:
+            q.put_nowait(ev)
+
+    def _auth(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        md = dict(context.invocation_metadata() or ())
+        self.tokens.append(str(md.get("authorization", "")))
+
+    async def GetRun(self, request: rs.GetRunRequest, context: Any) -> rs.GetRunResponse:
+        self._auth(context)
+        run = self.runs.get(request.run_id)
+        if run is None:
+            await context.abort_with_status(
+                status_error(code_pb2.NOT_FOUND, "RUN_NOT_FOUND", "run not found")
+            )
+        return rs.GetRunResponse(run=run)
+
+    async def CreateConversation(self, request: Any, context: Any) -> Any:
+        await context.abort_with_status(
+            status_error(code_pb2.PERMISSION_DENIED, "PERMISSION_DENIED", "not for you")
+        )
+
+    async def StreamRunEvents(self, request: rs.StreamRunEventsRequest, context: Any) -> Any:
+        self._auth(context)
+        self.stream_calls.append((request.run_id, request.after_sequence))
+        run_id, after = request.run_id, request.after_sequence
+        run = self.runs[run_id]
+        queue: asyncio.Queue[events_pb2.RunEvent | None] = asyncio.Queue()
+        self.live[run_id].append(queue)
+        try:
+            if after > run.last_sequence:
+                yield rs.StreamRunEventsResponse(
+                    events=[events_pb2.RunEvent(run_id=run_id, reset=events_pb2.Reset(run=run))]
+                )
+                after = run.last_sequence
+            backlog = [e for e in self.log[run_id] if e.sequence > after]
+            if backlog:
+                yield rs.StreamRunEventsResponse(events=backlog)
+                after = backlog[-1].sequence
+                if backlog[-1].WhichOneof("event") == "done":
+                    return
+            while True:
+                ev = await queue.get()
+                if ev is None or ev.sequence <= after:
+                    continue
+                fail_after = self.fail_next_stream_after
+                if fail_after is not None and ev.sequence > fail_after:
+                    self.fail_next_stream_after = None
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "pod going away")
+                yield rs.StreamRunEventsResponse(events=[ev])
+                after = ev.sequence
+                if ev.WhichOneof("event") == "done":
+                    return
+        finally:
+            self.live[run_id].remove(queue)
+
+
+async def serve(fake: FakeRuntime) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    runtime_service_pb2_grpc.add_RuntimeServiceServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"

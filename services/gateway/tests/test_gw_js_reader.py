@@ -1,0 +1,19 @@
+"""Runs the web UI's SSE reader tests (node's built-in test runner) so `make test` covers them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+JS_TESTS = Path(__file__).parent / "js"
+
+
+def test_sse_reader_under_node() -> None:
+    node = shutil.which("node")
+    assert node, "node is required (the web UI's reader is tested with `node --test`)"
+    proc = subprocess.run(
+        [node, "--test", str(JS_TESTS)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "# fail 0" in proc.stdout

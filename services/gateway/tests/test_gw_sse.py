@@ -1,0 +1,233 @@
+"""SSE: resume points, framing, heartbeats, 204, reset, retry across runtime pods, slow clients."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from gw_fake_runtime import FakeRuntime, delta, done
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_common.auth import issue_token
+from tether_common.errors import InvalidArgument
+from tether_common.event_json import sse_frame
+from tether_gateway.sse import SSE_HEADERS, parse_resume_point
+
+from conftest import SECRET
+
+
+@pytest.mark.parametrize(
+    ("header", "query", "expected"),
+    [
+        (None, None, 0),
+        ("17", None, 17),
+        (" 5 ", None, 5),
+        ("3", "9", 3),
+        (None, "9", 9),
+        ("", "4", 4),
+    ],
+)
+def test_resume_point(header: str | None, query: str | None, expected: int) -> None:
+    assert parse_resume_point(header, query) == expected
+
+
+@pytest.mark.parametrize("garbage", ["abc", "-1", "1.5", "１２", "0x10", "99999999999999999999"])
+def test_resume_point_garbage(garbage: str) -> None:
+    with pytest.raises(InvalidArgument):
+        parse_resume_point(garbage, None)
+    with pytest.raises(InvalidArgument):
+        parse_resume_point(None, garbage)
+
+
+def test_frame_shape() -> None:
+    frame = sse_frame(delta("run_1", 17, "héllo\nworld")).decode()
+    lines = frame.split("\n")
+    assert lines[0] == "id: 17" and lines[1] == "event: text_delta"
+    assert lines[2].startswith('data: {"type":"text_delta","runId":"run_1","sequence":17,')
+    assert '"delta":"héllo\\nworld"' in lines[2]  # data stays one line
+    assert frame.endswith("\n\n") and len(lines) == 5
+    reset = events_pb2.RunEvent(run_id="run_1", reset=events_pb2.Reset())
+    assert sse_frame(reset).decode().startswith("event: reset\ndata: ")  # no id: position kept
+
+
+def parse(body: str) -> list[dict[str, str]]:
+    out = []
+    for block in body.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            if line and not line.startswith(":"):
+                key, _, value = line.partition(": ")
+                fields[key] = value
+        if fields:
+            out.append(fields)
+    return out
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_replay_after_last_event_id(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    for seq in range(1, 6):
+        fake.append(delta("run_1", seq, f"d{seq}"))
+    fake.append(done("run_1", 6))
+    resp = await client.get(
+        "/v1/runs/run_1/events", headers={**auth(user_token), "Last-Event-ID": "3"}
+    )
+    assert resp.status == 200
+    for key, value in SSE_HEADERS.items():
+        assert resp.headers[key] == value
+    body = await resp.text()
+    assert body.startswith("retry: 1500\n\n")
+    frames = parse(body)
+    assert [f["id"] for f in frames if "id" in f] == ["4", "5", "6"]
+    assert frames[-1]["event"] == "done"
+
+
+async def test_finished_run_with_nothing_left_is_204(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(delta("run_1", 1, "x"))
+    fake.append(done("run_1", 2))
+    resp = await client.get("/v1/runs/run_1/events?after=2", headers=auth(user_token))
+    assert resp.status == 204
+
+
+async def test_garbage_last_event_id_is_400(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake_runtime[0].add_run("run_1")
+    resp = await client.get(
+        "/v1/runs/run_1/events", headers={**auth(user_token), "Last-Event-ID": "nope"}
+    )
+    assert resp.status == 400
+    assert (await resp.json())["error"]["code"] == "INVALID_ARGUMENT"
+
+
+async def test_ahead_gets_reset_then_live_events(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(delta("run_1", 1, "a"))
+    resp = await client.get("/v1/runs/run_1/events?after=50", headers=auth(user_token))
+    assert resp.status == 200
+    first = await asyncio.wait_for(_read_until(resp, b"event: reset"), 5)
+    assert b"event: reset" in first
+    fake.append(delta("run_1", 2, "b"))
+    fake.append(done("run_1", 3))
+    rest = (first + await resp.read()).decode()
+    ids = [f["id"] for f in parse(rest) if "id" in f]
+    assert ids == ["2", "3"]  # continues after the run's real position, not the bogus one
+
+
+async def _read_until(resp: Any, marker: bytes) -> bytes:
+    buf = b""
+    while marker not in buf:
+        chunk = await resp.content.readany()
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+async def test_heartbeat_when_idle_and_stream_stays_open(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1", resources_pb2.RUN_STATUS_INTERRUPTED)
+    fake.append(delta("run_1", 1, "waiting"))
+    resp = await client.get("/v1/runs/run_1/events", headers=auth(user_token))
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    buf = await asyncio.wait_for(_read_until(resp, b": keep-alive\n\n"), 3)
+    assert loop.time() - began < 1.5  # heartbeat interval is 0.3 s in these tests
+    assert b"id: 1\n" in buf
+    fake.append(done("run_1", 2))
+    rest = await asyncio.wait_for(resp.read(), 3)
+    assert b"event: done" in rest
+
+
+async def test_stream_token_reads_only_its_run(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.add_run("run_2")
+    fake.append(done("run_1", 1))
+    fake.append(done("run_2", 1))
+    resp = await client.post("/v1/runs/run_1/stream-token", headers=auth(user_token))
+    assert resp.status == 201
+    token = (await resp.json())["token"]
+    resp = await client.get(f"/v1/runs/run_1/events?token={token}")
+    assert resp.status == 200 and b"event: done" in await resp.read()
+    resp = await client.get(f"/v1/runs/run_2/events?token={token}")
+    assert resp.status == 404
+    # A stream token never acts, and a user token is never accepted in the URL.
+    resp = await client.get("/v1/runs/run_1", headers=auth(token))
+    assert resp.status == 401
+    resp = await client.get(f"/v1/runs/run_1/events?token={user_token}")
+    assert resp.status == 401
+    assert issue_token(SECRET, "alice", scope="stream", run_id="run_1")
+
+
+async def test_runtime_pod_loss_is_invisible(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(delta("run_1", 1, "a"))
+    fake.fail_next_stream_after = 2
+    resp = await client.get("/v1/runs/run_1/events", headers=auth(user_token))
+    await _read_until(resp, b"id: 1\n")
+    for seq in range(2, 5):
+        fake.append(delta("run_1", seq, str(seq)))
+        await asyncio.sleep(0.05)
+    fake.append(done("run_1", 5))
+    body = await asyncio.wait_for(resp.read(), 5)
+    ids = [f["id"] for f in parse(body.decode()) if "id" in f]
+    assert ids == ["2", "3", "4", "5"]
+    assert [after for _, after in fake.stream_calls][-1] >= 1  # reopened from its position
+
+
+async def test_never_reading_client_is_dropped_others_unaffected(
+    make_client: Any, fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    client: TestClient[Any, Any] = await make_client(sse_buffer_bytes=16 * 1024)
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(delta("run_1", 1, "start"))
+    # A client that sends its request and never reads, with a tiny receive window.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (client.host, client.port))
+    request = (
+        "GET /v1/runs/run_1/events HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {user_token}\r\n\r\n"
+    )
+    await loop.sock_sendall(sock, request.encode())
+    good = await client.get("/v1/runs/run_1/events", headers=auth(user_token))
+    await _read_until(good, b"id: 1\n")
+    reader = asyncio.create_task(good.read())
+    chunk = "x" * 1000
+    for seq in range(2, 2002):
+        fake.append(delta("run_1", seq, chunk))
+        if seq % 50 == 0:
+            await asyncio.sleep(0.01)
+    fake.append(done("run_1", 2002))
+    body = await asyncio.wait_for(reader, 20)
+    ids = [int(f["id"]) for f in parse(body.decode()) if "id" in f]
+    assert ids == list(range(2, 2003))  # the reading client got everything
+    metrics = await (await client.get("/metrics")).text()
+    assert 'tether_gateway_sse_dropped_total{reason="slow_client"} 1.0' in metrics
+    sock.close()
