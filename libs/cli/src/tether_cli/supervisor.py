@@ -167,8 +167,16 @@ class Supervisor:
     async def _shutdown(self) -> None:
         """SIGTERM to the gateway, then the runtime; each drains. A second Ctrl-C kills."""
         loop = asyncio.get_running_loop()
+        # A second signal kills, unless it arrives with the first (a shell or `uv run` passing
+        # the same Ctrl-C along).
+        patient_until = loop.time() + 1.0
+
+        def impatient() -> None:
+            if loop.time() > patient_until:
+                self._kill_now()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._kill_now)
+            loop.add_signal_handler(sig, impatient)
         for name in reversed(SERVICES):
             proc = self.children.get(name)
             if proc is not None and proc.returncode is None:
