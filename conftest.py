@@ -65,3 +65,21 @@ async def db(database_url: str) -> AsyncIterator[object]:
     conn = await asyncpg.connect(database_url)
     yield conn
     await conn.close()
+
+
+@pytest.fixture
+def private_env(admin_dsn: str, base_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A fresh database of its own, for tests that decide exactly which processes may work on it
+    (the shared `runtime` would otherwise claim its runs, as any pod would)."""
+    dsn = asyncio.run(stores.create_fresh_database(admin_dsn))
+    yield {**base_env, "DATABASE_URL": dsn}
+    asyncio.run(stores.drop_database(admin_dsn, dsn))
+
+
+@pytest.fixture
+async def private_db(private_env: dict[str, str]) -> AsyncIterator[object]:
+    import asyncpg
+
+    conn = await asyncpg.connect(private_env["DATABASE_URL"])
+    yield conn
+    await conn.close()

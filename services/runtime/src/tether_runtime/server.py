@@ -65,6 +65,12 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     port = server.add_insecure_port(settings.grpc_addr)
+    metrics_addr = os.environ.get("TETHER_METRICS_ADDR", "")
+    if metrics_addr:
+        from prometheus_client import start_http_server
+
+        host, _, mport = metrics_addr.rpartition(":")
+        start_http_server(int(mport), addr=host or "0.0.0.0")
     worker = Worker(engine)
     await server.start()
     await worker.start()

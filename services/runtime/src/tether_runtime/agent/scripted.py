@@ -102,7 +102,8 @@ class ScriptedModel:
 
     def _restart(self, call_id: str, results: list[dict[str, Any]], service: str, env: str,
                  instance: str, lower: str) -> str | ToolCallRequest:
-        restarts = [r for r in results if r["tool"] == "restart_instance"]
+        # Whatever was attempted after the lookup (a restart, or a call the gate blocked) ends it.
+        restarts = [r for r in results if r["tool"] != "find_instances"]
         if restarts:
             return self._after_mutation(restarts[-1], f"instance {instance or 'it'}")
         if "abnormal" in lower or not instance:
