@@ -7,10 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-
 from tether_testkit import stores
 from tether_testkit.processes import Proc, start_runtime
-
 from tether_testkit.secrets import TEST_SECRET
 
 

@@ -6,8 +6,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import grpc
-
-from tether.runtime.v1 import events_pb2, runtime_service_pb2 as pb, runtime_service_pb2_grpc
+from tether.runtime.v1 import events_pb2, runtime_service_pb2_grpc
+from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import issue_token
 from tether_common.event_json import event_type
 
@@ -36,28 +36,45 @@ class Client:
 
     async def conversation(self, title: str = "test") -> str:
         r = await self.stub.CreateConversation(
-            pb.CreateConversationRequest(title=title), metadata=self.md, timeout=10)
+            pb.CreateConversationRequest(title=title), metadata=self.md, timeout=10
+        )
         return str(r.conversation.id)
 
     async def start(self, conv: str, text: str, key: str = "") -> pb.StartRunResponse:
         return await self.stub.StartRun(
             pb.StartRunRequest(conversation_id=conv, text=text, idempotency_key=key),
-            metadata=self.md, timeout=10)
+            metadata=self.md,
+            timeout=10,
+        )
 
-    async def resume(self, run_id: str, interrupt_id: str, decision: int = events_pb2.DECISION_APPROVED,
-                     key: str | None = None) -> pb.ResumeRunResponse:
+    async def resume(
+        self,
+        run_id: str,
+        interrupt_id: str,
+        decision: int = events_pb2.DECISION_APPROVED,
+        key: str | None = None,
+    ) -> pb.ResumeRunResponse:
         return await self.stub.ResumeRun(
-            pb.ResumeRunRequest(run_id=run_id, interrupt_id=interrupt_id, decision=decision,
-                                idempotency_key=key or uuid.uuid4().hex),
-            metadata=self.md, timeout=10)
+            pb.ResumeRunRequest(
+                run_id=run_id,
+                interrupt_id=interrupt_id,
+                decision=decision,
+                idempotency_key=key or uuid.uuid4().hex,
+            ),
+            metadata=self.md,
+            timeout=10,
+        )
 
-    async def events(self, run_id: str, after: int = 0, *, until: str | None = None,
-                     timeout: float = 30) -> list[events_pb2.RunEvent]:
+    async def events(
+        self, run_id: str, after: int = 0, *, until: str | None = None, timeout: float = 30
+    ) -> list[events_pb2.RunEvent]:
         """Read the stream until it ends (terminal event) or until an event of type `until`."""
         out: list[events_pb2.RunEvent] = []
         call = self.stub.StreamRunEvents(
-            pb.StreamRunEventsRequest(run_id=run_id, after_sequence=after), metadata=self.md,
-            timeout=timeout)
+            pb.StreamRunEventsRequest(run_id=run_id, after_sequence=after),
+            metadata=self.md,
+            timeout=timeout,
+        )
         async for resp in call:
             for e in resp.events:
                 out.append(e)

@@ -102,9 +102,7 @@ def http_ready(url: str) -> bool:
 def start_runtime(env: dict[str, str], *, name: str = "runtime", timeout: float = 30) -> Proc:
     port = free_port()
     addr = f"127.0.0.1:{port}"
-    proc = _spawn(
-        name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr
-    )
+    proc = _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr)
     _wait(proc, lambda: grpc_serving(addr), timeout)
     return proc
 

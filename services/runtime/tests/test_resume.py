@@ -8,7 +8,6 @@ import uuid
 
 import grpc
 import pytest
-
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_testkit.client import Client, assert_dense, reason, token, types
 from tether_testkit.inventory import abnormal_service, executions
@@ -64,13 +63,14 @@ async def test_fifty_concurrent_resumes_execute_once(alice, db):
     assert sum(not a.replayed for a in answers) == 1
     # Every other key was told the interrupt is already resolved.
     assert len(errors) == 45
-    assert all(e == (grpc.StatusCode.FAILED_PRECONDITION, "INTERRUPT_ALREADY_RESOLVED")
-               for _, e in errors)
+    assert all(
+        e == (grpc.StatusCode.FAILED_PRECONDITION, "INTERRUPT_ALREADY_RESOLVED") for _, e in errors
+    )
     rest = await alice.events(run_id, after=evs[-1].sequence)
     assert types(rest)[-1] == "done"
     assert_dense(evs + rest)
     assert await executions(db, instance) == 1
-    print(f"\n50 resumes: 1 winner, 5 identical answers, 45 INTERRUPT_ALREADY_RESOLVED")
+    print("\n50 resumes: 1 winner, 5 identical answers, 45 INTERRUPT_ALREADY_RESOLVED")
 
 
 async def test_same_key_other_body_is_reused(alice, db):
@@ -89,7 +89,9 @@ async def test_reject_changes_status_only(alice, db):
     assert rest[0].interrupt_resolved.decision == REJECT
     assert types(rest)[-1] == "done"
     assert await executions(db, instance) == 0
-    assert await db.fetchval("SELECT status FROM inv_instance WHERE id = $1", instance) == "abnormal"
+    assert (
+        await db.fetchval("SELECT status FROM inv_instance WHERE id = $1", instance) == "abnormal"
+    )
     text = "".join(e.text_delta.delta for e in rest if e.WhichOneof("event") == "text_delta")
     assert "did not touch" in text
 
@@ -98,8 +100,9 @@ async def test_expired_interrupt(alice, db):
     """A note left overnight: the expiry lies far in the past, no fake clock."""
     run_id, evs, instance = await paused(alice, db)
     interrupt_id = evs[-1].interrupt.interrupt_id
-    await db.execute("UPDATE interrupt SET expires_at = now() - interval '30 days' WHERE id = $1",
-                     interrupt_id)
+    await db.execute(
+        "UPDATE interrupt SET expires_at = now() - interval '30 days' WHERE id = $1", interrupt_id
+    )
     code, why = await rpc_reason(alice.resume(run_id, interrupt_id, APPROVE))
     assert (code, why) == (grpc.StatusCode.FAILED_PRECONDITION, "INTERRUPT_EXPIRED")
     rest = await alice.events(run_id, after=evs[-1].sequence)
@@ -114,8 +117,9 @@ async def test_expired_interrupt(alice, db):
 async def test_far_future_expiry_is_honoured(alice, db):
     run_id, evs, instance = await paused(alice, db)
     interrupt_id = evs[-1].interrupt.interrupt_id
-    await db.execute("UPDATE interrupt SET expires_at = now() + interval '3650 days' WHERE id = $1",
-                     interrupt_id)
+    await db.execute(
+        "UPDATE interrupt SET expires_at = now() + interval '3650 days' WHERE id = $1", interrupt_id
+    )
     await alice.resume(run_id, interrupt_id, APPROVE)
     rest = await alice.events(run_id, after=evs[-1].sequence)
     assert types(rest)[-1] == "done"
@@ -123,8 +127,9 @@ async def test_far_future_expiry_is_honoured(alice, db):
 
 
 async def test_permission_revoked_before_resume(runtime, db):
-    await db.execute("INSERT INTO \"grant\" VALUES ('carol', 'instance.restart', '*') "
-                     "ON CONFLICT DO NOTHING")
+    await db.execute(
+        "INSERT INTO \"grant\" VALUES ('carol', 'instance.restart', '*') ON CONFLICT DO NOTHING"
+    )
     carol = Client(runtime.addr, token(TEST_SECRET, "carol"))
     run_id, evs, instance = await paused(carol, db)
     await db.execute("DELETE FROM \"grant\" WHERE user_id = 'carol'")
@@ -166,7 +171,11 @@ async def test_cancel_then_resume(alice, db):
     run_id, evs, instance = await paused(alice, db)
     resp = await alice.stub.CancelRun(
         __import__("tether.runtime.v1.runtime_service_pb2", fromlist=["x"]).CancelRunRequest(
-            run_id=run_id, reason="changed my mind"), metadata=alice.md, timeout=10)
+            run_id=run_id, reason="changed my mind"
+        ),
+        metadata=alice.md,
+        timeout=10,
+    )
     assert resp.run.status == resources_pb2.RUN_STATUS_CANCELLED
     rest = await alice.events(run_id, after=evs[-1].sequence)
     assert types(rest) == ["interrupt_resolved", "cancelled"]
@@ -202,10 +211,13 @@ async def test_another_users_run_is_not_found(alice, runtime, db):
 async def test_bad_tokens_are_unauthenticated(runtime):
     import jwt
 
-    for bad in ["", "garbage",
-                token("another-secret-another-secret-another", "alice"),
-                token(TEST_SECRET, "alice", ttl_s=-10),
-                jwt.encode({"sub": "alice", "exp": 9999999999}, key="", algorithm="none")]:
+    for bad in [
+        "",
+        "garbage",
+        token("another-secret-another-secret-another", "alice"),
+        token(TEST_SECRET, "alice", ttl_s=-10),
+        jwt.encode({"sub": "alice", "exp": 9999999999}, key="", algorithm="none"),
+    ]:
         c = Client(runtime.addr, bad)
         code, _ = await rpc_reason(c.conversation())
         assert code == grpc.StatusCode.UNAUTHENTICATED, bad

@@ -30,7 +30,7 @@ async def test_restart_the_abnormal_payment_api_instance(runtime, db):
 
 
 async def test_it_follows_the_conversation(runtime, db):
-    """"its logs" resolves through the confirmed facts of the earlier turn."""
+    """ "its logs" resolves through the confirmed facts of the earlier turn."""
     service, instance = await abnormal_service(db)
     c = Client(runtime.addr, token(TEST_SECRET, "alice"))
     conv = await c.conversation()

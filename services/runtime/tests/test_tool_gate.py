@@ -7,7 +7,6 @@ import json
 import urllib.request
 
 import pytest
-
 from tether_testkit.client import Client, token, types
 from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import free_port, start_runtime
@@ -27,8 +26,10 @@ def violations(metrics_url: str, mode: str) -> float:
 async def test_side_door_through_resume(private_env, private_db, mode):
     db = private_db
     port = free_port()
-    proc = start_runtime({**private_env, "TETHER_TOOL_GATE": mode,
-                          "TETHER_METRICS_ADDR": f"127.0.0.1:{port}"}, name=f"runtime-gate-{mode}")
+    proc = start_runtime(
+        {**private_env, "TETHER_TOOL_GATE": mode, "TETHER_METRICS_ADDR": f"127.0.0.1:{port}"},
+        name=f"runtime-gate-{mode}",
+    )
     metrics_url = f"http://127.0.0.1:{port}/metrics"
     try:
         c = Client(proc.addr, token(TEST_SECRET, "alice"))
@@ -41,8 +42,9 @@ async def test_side_door_through_resume(private_env, private_db, mode):
         cp = json.loads(await db.fetchval("SELECT checkpoint::text FROM run WHERE id = $1", run.id))
         cp["pending"][0]["tool"] = "delete_instance"
         cp["pending"][0]["args"] = {"instance_id": victim}
-        await db.execute("UPDATE run SET checkpoint = $2::jsonb WHERE id = $1", run.id,
-                         json.dumps(cp))
+        await db.execute(
+            "UPDATE run SET checkpoint = $2::jsonb WHERE id = $1", run.id, json.dumps(cp)
+        )
         before = violations(metrics_url, mode)
         await c.resume(run.id, evs[-1].interrupt.interrupt_id)
         rest = await c.events(run.id, after=evs[-1].sequence)

@@ -3,6 +3,7 @@
 import sys
 
 from tether_common.errors import UnsafeSettings
+
 from tether_runtime.server import main
 
 try:

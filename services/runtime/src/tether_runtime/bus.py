@@ -58,7 +58,7 @@ class EventBus:
                 await self._reader
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
         await self._pub.aclose()
 
     async def ping(self) -> bool:
@@ -98,7 +98,7 @@ class EventBus:
     async def _change(self, verb: str, name: str) -> None:
         async with self._lock:
             ps = self._pubsub
-            if ps is None or ps.connection is None:
+            if ps is None or getattr(ps, "connection", None) is None:
                 return  # the reader subscribes to everything current when it (re)connects
             try:
                 if verb == "subscribe":
@@ -133,6 +133,6 @@ class EventBus:
                 ps, self._pubsub = self._pubsub, None
                 if ps is not None:
                     with contextlib.suppress(Exception):
-                        await ps.aclose()
+                        await ps.aclose()  # type: ignore[no-untyped-call]
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)

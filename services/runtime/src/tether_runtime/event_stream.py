@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from tether_common.auth import Principal
+
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
@@ -43,12 +44,15 @@ class EventStream:
                 if after > view.last_sequence:
                     yield view  # the caller sends `reset`; then continue from the real position
                     last = view.last_sequence
-                if view.status in ("completed", "failed", "cancelled") and last >= view.last_sequence:
+                if (
+                    view.status in ("completed", "failed", "cancelled")
+                    and last >= view.last_sequence
+                ):
                     return
-                done, last = False, last
-                async for batch, last in self._from_db(run_id, last):
+                done = False
+                async for batch, upto in self._from_db(run_id, last):
                     yield batch
-                    done = done or _has_terminal(batch)
+                    last, done = upto, done or _has_terminal(batch)
                 if done:
                     return
                 while True:
@@ -73,8 +77,9 @@ class EventStream:
                     # A gap (lost or dropped message, or the quiet check): Postgres has it all.
                     metrics.STREAM_GAP_FILLS.inc()
                     sub.overflowed = False
-                    async for batch, last in self._from_db(run_id, last):
+                    async for batch, upto in self._from_db(run_id, last):
                         yield batch
+                        last = upto
                         if _has_terminal(batch):
                             return
         finally:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tether_common.config import Settings
 from tether_common.ids import new_id
+
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.agent import context
@@ -81,8 +82,10 @@ class RunExecutor:
         cp = json.loads(json.dumps(self.cp))
 
         async def apply(conn: Conn) -> None:
-            await runs.save_checkpoint(conn, self.run.id, self.epoch, cp,
-                                       reset_streamed=reset_streamed)
+            await runs.save_checkpoint(
+                conn, self.run.id, self.epoch, cp, reset_streamed=reset_streamed
+            )
+
         return apply
 
     # -- the loop ------------------------------------------------------------------------
@@ -107,11 +110,19 @@ class RunExecutor:
     async def _start(self) -> None:
         async with self.e.pool.acquire() as conn:
             messages = await context.initial_messages(conn, self.run.conversation_id)
-        self.cp = {"v": 1, "started": True, "message_id": new_id("msg"), "messages": messages,
-                   "pending": [], "text": ""}
+        self.cp = {
+            "v": 1,
+            "started": True,
+            "message_id": new_id("msg"),
+            "messages": messages,
+            "pending": [],
+            "text": "",
+        }
         await self.commit([ev.run_started(self.run.conversation_id)], self._save())
 
-    async def _end(self, status: str, events: list[ev.RunEvent], extra: Apply | None = None) -> None:
+    async def _end(
+        self, status: str, events: list[ev.RunEvent], extra: Apply | None = None
+    ) -> None:
         async def apply(conn: Conn) -> None:
             if extra is not None:
                 await extra(conn)
@@ -139,8 +150,9 @@ class RunExecutor:
         async with self.e.pool.acquire() as conn:
             conv = await conversations.get(conn, self.run.conversation_id)
         assert conv is not None
-        request = ModelInput(context.system_text(conv), self.cp["messages"], self.agent.tools(),
-                             conv.facts)
+        request = ModelInput(
+            context.system_text(conv), self.cp["messages"], self.agent.tools(), conv.facts
+        )
         # Text of this step that an earlier, crashed attempt already streamed.
         skip = self.run.step_streamed
         msg_id = self.cp["message_id"]
@@ -171,20 +183,27 @@ class RunExecutor:
         self.run = _with_streamed(self.run, 0)
         self.cp["text"] += step_text
         if calls:
-            self.cp["messages"].append({
-                "role": "assistant", "content": step_text,
-                "tool_calls": [{"id": c.call_id, "name": c.name, "args": c.args} for c in calls],
-            })
-            self.cp["pending"] = [{"call_id": c.call_id, "tool": c.name, "args": c.args}
-                                  for c in calls]
+            self.cp["messages"].append(
+                {
+                    "role": "assistant",
+                    "content": step_text,
+                    "tool_calls": [
+                        {"id": c.call_id, "name": c.name, "args": c.args} for c in calls
+                    ],
+                }
+            )
+            self.cp["pending"] = [
+                {"call_id": c.call_id, "tool": c.name, "args": c.args} for c in calls
+            ]
             await self.commit([], self._save(reset_streamed=True))
             return
         text = self.cp["text"]
         conv_id = self.run.conversation_id
 
         async def store_answer(conn: Conn) -> None:
-            await conversations.add_message(conn, conv_id, "assistant", text, run_id=self.run.id,
-                                            message_id=msg_id)
+            await conversations.add_message(
+                conn, conv_id, "assistant", text, run_id=self.run.id, message_id=msg_id
+            )
             await context.update_summary(conn, conv_id)
             await runs.save_checkpoint(conn, self.run.id, self.epoch, self.cp, reset_streamed=True)
 
@@ -195,15 +214,22 @@ class RunExecutor:
     def _record(self, call: dict[str, Any], result: ToolResult, outcome: str = "") -> None:
         """Give the model the call's result and drop it from the pending list."""
         body = {**result.as_json(), "outcome": outcome or ("ok" if result.ok else "error")}
-        self.cp["messages"].append({"role": "tool", "tool_call_id": call["call_id"],
-                                    "name": call["tool"], "content": json.dumps(body)})
+        self.cp["messages"].append(
+            {
+                "role": "tool",
+                "tool_call_id": call["call_id"],
+                "name": call["tool"],
+                "content": json.dumps(body),
+            }
+        )
         self.cp["pending"] = self.cp["pending"][1:]
 
     async def _process_pending(self) -> None:
         call = self.cp["pending"][0]
         tool = REGISTRY.get(call["tool"])
-        allowed = self.e.gate.allows(self.agent.name, self.agent.allowlist, call["tool"],
-                                     self.run.user_id)
+        allowed = self.e.gate.allows(
+            self.agent.name, self.agent.allowlist, call["tool"], self.run.user_id
+        )
         if tool is None or not allowed:
             why = "unknown tool" if tool is None else "blocked by the tool policy"
             self._record(call, ToolResult(False, f"{call['tool']}: {why}", {}), "blocked")
@@ -222,16 +248,23 @@ class RunExecutor:
             await self.commit([], self._save())
             return
         key = f"{self.run.id}:{call['call_id']}"
-        started = [] if row is not None else [
-            ev.tool_started(call["call_id"], tool.name, tool.summarize(call["args"]))]
+        started = (
+            []
+            if row is not None
+            else [ev.tool_started(call["call_id"], tool.name, tool.summarize(call["args"]))]
+        )
 
         async def claim(conn: Conn) -> None:
-            await interrupts.claim_call(conn, self.run.id, call["call_id"], tool.name,
-                                        call["args"], key, self.epoch, "new")
+            await interrupts.claim_call(
+                conn, self.run.id, call["call_id"], tool.name, call["args"], key, self.epoch, "new"
+            )
+
         await self.commit(started, claim)
         await self._execute(call, tool, key, reconcile=False)
 
-    async def _execute(self, call: dict[str, Any], tool: Tool, key: str, *, reconcile: bool) -> None:
+    async def _execute(
+        self, call: dict[str, Any], tool: Tool, key: str, *, reconcile: bool
+    ) -> None:
         result: ToolResult | None = None
         if reconcile:
             result = await tool.reconcile(self.ctx, call["args"], key)
@@ -248,26 +281,41 @@ class RunExecutor:
         conv_id = self.run.conversation_id
 
         async def apply(conn: Conn) -> None:
-            await interrupts.finish_call(conn, self.run.id, call["call_id"], self.epoch, result.ok,
-                                         result.summary, result.as_json())
+            await interrupts.finish_call(
+                conn,
+                self.run.id,
+                call["call_id"],
+                self.epoch,
+                result.ok,
+                result.summary,
+                result.as_json(),
+            )
             if result.ok and result.facts:
                 await conversations.merge_facts(conn, conv_id, result.facts)
             await save(conn)
-        await self.commit([ev.tool_finished(call["call_id"], tool.name, result.ok, result.summary)],
-                          apply)
+
+        await self.commit(
+            [ev.tool_finished(call["call_id"], tool.name, result.ok, result.summary)], apply
+        )
 
     async def _mutating(self, call: dict[str, Any], tool: Tool) -> None:
         async with self.e.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run.id, call["call_id"])
-            intr = (await interrupts.get_interrupt(conn, call["interrupt_id"])
-                    if call.get("interrupt_id") else None)
+            intr = (
+                await interrupts.get_interrupt(conn, call["interrupt_id"])
+                if call.get("interrupt_id")
+                else None
+            )
         scope = tool.scope(call["args"])
         if row is None:
             async with self.e.pool.acquire() as conn:
                 granted = await interrupts.has_grant(conn, self.run.user_id, tool.action, scope)
             if not granted:
-                self._record(call, ToolResult(False, f"{self.run.user_id} may not {tool.action}",
-                                              {}), "denied")
+                self._record(
+                    call,
+                    ToolResult(False, f"{self.run.user_id} may not {tool.action}", {}),
+                    "denied",
+                )
                 await self.commit([], self._save())
                 return
             await self._raise_interrupt(call, tool, scope)
@@ -276,7 +324,9 @@ class RunExecutor:
             raise Paused()  # still waiting (should not be claimable; be safe)
         if status == "rejected":
             decision = intr.decision if intr is not None else "rejected"
-            outcome = {"expired": "expired", "cancelled": "rejected"}.get(decision or "", "rejected")
+            outcome = {"expired": "expired", "cancelled": "rejected"}.get(
+                decision or "", "rejected"
+            )
             self._record(call, ToolResult(False, f"not executed: {decision}", {}), outcome)
             await self.commit([], self._save())
             return
@@ -290,21 +340,36 @@ class RunExecutor:
         if status == "approved":
             await self._approved(call, tool, scope, row.approved_by or self.run.user_id, key)
             return
+
         # `executing`: a worker died mid-call. Reconcile with the external system, never repeat blindly.
         async def take_over(conn: Conn) -> None:
-            if not await interrupts.claim_call(conn, self.run.id, call["call_id"], tool.name,
-                                               call["args"], key, self.epoch, "executing"):
+            if not await interrupts.claim_call(
+                conn,
+                self.run.id,
+                call["call_id"],
+                tool.name,
+                call["args"],
+                key,
+                self.epoch,
+                "executing",
+            ):
                 raise event_log.Fenced(self.run.id)
+
         await self.commit([], take_over)
         await self._execute(call, tool, key, reconcile=True)
 
-    async def _approved(self, call: dict[str, Any], tool: Tool, scope: str, approver: str,
-                        key: str) -> None:
+    async def _approved(
+        self, call: dict[str, Any], tool: Tool, scope: str, approver: str, key: str
+    ) -> None:
         # Re-authorize with current grants and reload the resource: the world may have changed
         # while the run waited (invariant 5).
         async with self.e.pool.acquire() as conn:
-            still = all([await interrupts.has_grant(conn, u, tool.action, scope)
-                         for u in {approver, self.run.user_id}])
+            still = all(
+                [
+                    await interrupts.has_grant(conn, u, tool.action, scope)
+                    for u in {approver, self.run.user_id}
+                ]
+            )
         reason = None if still else f"permission to {tool.action} was revoked"
         outcome = "denied"
         if reason is None:
@@ -319,17 +384,32 @@ class RunExecutor:
                 await conn.execute(
                     "UPDATE tool_call SET status = 'failed', result_summary = $3, result = $4, "
                     "updated_at = now() WHERE run_id = $1 AND call_id = $2 AND status = 'approved'",
-                    self.run.id, call["call_id"], reason, result.as_json())
+                    self.run.id,
+                    call["call_id"],
+                    reason,
+                    result.as_json(),
+                )
                 await save(conn)
+
             await self.commit([], skip)
             return
 
         async def claim(conn: Conn) -> None:
-            if not await interrupts.claim_call(conn, self.run.id, call["call_id"], tool.name,
-                                               call["args"], key, self.epoch, "approved"):
+            if not await interrupts.claim_call(
+                conn,
+                self.run.id,
+                call["call_id"],
+                tool.name,
+                call["args"],
+                key,
+                self.epoch,
+                "approved",
+            ):
                 raise event_log.Fenced(self.run.id)
-        await self.commit([ev.tool_started(call["call_id"], tool.name,
-                                           tool.summarize(call["args"]))], claim)
+
+        await self.commit(
+            [ev.tool_started(call["call_id"], tool.name, tool.summarize(call["args"]))], claim
+        )
         await self._execute(call, tool, key, reconcile=False)
 
     async def _raise_interrupt(self, call: dict[str, Any], tool: Tool, scope: str) -> None:
@@ -347,11 +427,20 @@ class RunExecutor:
         key = f"{self.run.id}:{call['call_id']}"
 
         async def apply(conn: Conn) -> None:
-            await interrupts.propose_call(conn, self.run.id, call["call_id"], tool.name,
-                                          call["args"], key)
-            await interrupts.create_interrupt(conn, interrupt_id, self.run.id, call["call_id"],
-                                              "confirm_action", tool.action, scope, payload,
-                                              expires)
+            await interrupts.propose_call(
+                conn, self.run.id, call["call_id"], tool.name, call["args"], key
+            )
+            await interrupts.create_interrupt(
+                conn,
+                interrupt_id,
+                self.run.id,
+                call["call_id"],
+                "confirm_action",
+                tool.action,
+                scope,
+                payload,
+                expires,
+            )
             await save(conn)
             await runs.finish(conn, self.run.id, self.epoch, "interrupted")
 

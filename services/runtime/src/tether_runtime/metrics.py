@@ -13,7 +13,8 @@ LEASE_TAKEOVERS = Counter("tether_lease_takeovers_total", "Runs claimed after a 
 LEASES_LOST = Counter("tether_leases_lost_total", "Runs a worker lost to another")
 RESUME_OUTCOMES = Counter("tether_resume_outcomes_total", "ResumeRun answers", ["outcome"])
 TOOL_GATE_VIOLATIONS = Counter(
-    "tether_tool_gate_violations_total", "Tool calls outside the agent's allowlist",
+    "tether_tool_gate_violations_total",
+    "Tool calls outside the agent's allowlist",
     ["mode", "agent", "tool"],
 )
 TOOL_CALLS = Counter("tether_tool_calls_total", "Tool calls executed", ["tool", "status"])
@@ -21,6 +22,8 @@ EVENTS_APPENDED = Counter("tether_events_appended_total", "Events committed to t
 STREAMS_ACTIVE = Gauge("tether_event_streams_active", "Open StreamRunEvents calls")
 STREAM_GAP_FILLS = Counter("tether_stream_gap_fills_total", "Gaps filled from Postgres")
 GRPC_LATENCY = Histogram(
-    "tether_grpc_request_seconds", "Unary gRPC latency", ["method", "code"],
+    "tether_grpc_request_seconds",
+    "Unary gRPC latency",
+    ["method", "code"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )

@@ -17,6 +17,7 @@ from tether_common.errors import (
     NotFound,
     PermissionDenied,
 )
+
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
@@ -107,14 +108,21 @@ async def resume_run(
     status_for_call = "approved" if decision == "approved" else "rejected"
     async with pool.acquire() as conn, conn.transaction():
         claimed = await interrupts.claim_interrupt(
-            conn, intr.id, "resolved", decision, principal.user_id, input_text or None, key,
+            conn,
+            intr.id,
+            "resolved",
+            decision,
+            principal.user_id,
+            input_text or None,
+            key,
             require_unexpired=True,
         )
         if claimed is None:
             lost: Exception | None = None
         else:
-            await interrupts.decide_call(conn, run.id, intr.call_id, status_for_call,
-                                         principal.user_id)
+            await interrupts.decide_call(
+                conn, run.id, intr.call_id, status_for_call, principal.user_id
+            )
             encoded = await _requeue(conn, run.id, [ev.interrupt_resolved(intr.id, decision)])
             fresh = await runs.get(conn, run.id)
             assert fresh is not None
@@ -191,29 +199,41 @@ async def cancel_run(
         if run.status == "cancelled":
             pass  # cancelling twice is the same as once
         elif run.terminal:
-            raise FailedPrecondition(f"the run is already {run.status}", reason="RUN_NOT_CANCELLABLE")
+            raise FailedPrecondition(
+                f"the run is already {run.status}", reason="RUN_NOT_CANCELLABLE"
+            )
         elif run.status == "running":
             # Its worker sees the flag at its next write or heartbeat and ends the run itself.
             await conn.execute(
                 "UPDATE run SET cancel_requested = true, cancel_reason = $2 WHERE id = $1",
-                run_id, reason,
+                run_id,
+                reason,
             )
         else:
             events: list[ev.RunEvent] = []
             pending = await interrupts.pending_for_run(conn, run_id)
             if pending is not None:
-                await interrupts.claim_interrupt(conn, pending.id, "cancelled", "cancelled",
-                                                 principal.user_id, None, None,
-                                                 require_unexpired=False)
+                await interrupts.claim_interrupt(
+                    conn,
+                    pending.id,
+                    "cancelled",
+                    "cancelled",
+                    principal.user_id,
+                    None,
+                    None,
+                    require_unexpired=False,
+                )
                 await interrupts.decide_call(conn, run_id, pending.call_id, "rejected", None)
                 events.append(ev.interrupt_resolved(pending.id, "cancelled"))
             events.append(ev.cancelled(reason))
-            encoded, _ = await event_log.append(conn, run_id, events,
-                                                statuses=["queued", "interrupted"])
+            encoded, _ = await event_log.append(
+                conn, run_id, events, statuses=["queued", "interrupted"]
+            )
             await conn.execute(
                 "UPDATE run SET status = 'cancelled', cancel_requested = true, cancel_reason = $2,"
                 " lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
-                run_id, reason,
+                run_id,
+                reason,
             )
         fresh = await runs.get(conn, run_id)
         assert fresh is not None

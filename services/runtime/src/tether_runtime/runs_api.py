@@ -5,6 +5,7 @@ from __future__ import annotations
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id
+
 from tether_runtime import metrics
 from tether_runtime.agent.opspilot import AGENTS
 from tether_runtime.resume import MAX_KEY, _replay, load_owned_run, request_hash
@@ -34,7 +35,9 @@ async def create_conversation(pool: Pool, principal: Principal, title: str) -> C
     if len(title) > MAX_TITLE:
         raise InvalidArgument(f"title is longer than {MAX_TITLE} characters")
     async with pool.acquire() as conn:
-        return await conversations.create(conn, principal.user_id, title.strip() or "New conversation")
+        return await conversations.create(
+            conn, principal.user_id, title.strip() or "New conversation"
+        )
 
 
 async def get_conversation(pool: Pool, principal: Principal, conv_id: str) -> ConversationRow:
@@ -49,8 +52,9 @@ async def list_conversations(
     _acting(principal)
     size = min(max(page_size or 50, 1), 200)
     async with pool.acquire() as conn:
-        rows = await conversations.list_for_user(conn, principal.user_id, size + 1,
-                                                 page_token or None)
+        rows = await conversations.list_for_user(
+            conn, principal.user_id, size + 1, page_token or None
+        )
     more = len(rows) > size
     rows = rows[:size]
     return rows, rows[-1].id if more else ""
@@ -100,10 +104,13 @@ async def start_run(
             await owned_conversation(conn, principal, conv_id)
             run_id = new_id("run")
             msg = await conversations.add_message(conn, conv_id, "user", text, run_id=run_id)
-            run = await runs.create(conn, run_id, conv_id, principal.user_id, msg.id, agent,
-                                    trace_context)
+            run = await runs.create(
+                conn, run_id, conv_id, principal.user_id, msg.id, agent, trace_context
+            )
             view = RunView.of(run)
-            if key and not await idempotency.store(conn, scope, key, rhash, {"run": view.to_json()}):
+            if key and not await idempotency.store(
+                conn, scope, key, rhash, {"run": view.to_json()}
+            ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
     metrics.RUNS_STARTED.inc()
@@ -115,7 +122,12 @@ class _Retry(Exception):
 
 
 async def start_run_once(
-    pool: Pool, principal: Principal, conv_id: str, text: str, key: str, agent: str,
+    pool: Pool,
+    principal: Principal,
+    conv_id: str,
+    text: str,
+    key: str,
+    agent: str,
     trace_context: dict[str, str],
 ) -> tuple[RunView, bool]:
     try:

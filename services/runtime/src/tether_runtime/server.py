@@ -12,10 +12,9 @@ import signal
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
-from tether.runtime.v1 import runtime_service_pb2
 from tether_common.config import Settings
 from tether_common.logging import setup_logging
+
 from tether_runtime.agent.gate import ToolGate
 from tether_runtime.agent.model import Model
 from tether_runtime.agent.scripted import ScriptedModel
@@ -33,8 +32,9 @@ def make_model(settings: Settings) -> Model:
     if settings.model == "openai":
         from tether_runtime.agent.openai_compat import OpenAICompatModel
 
-        return OpenAICompatModel(settings.openai_base_url, settings.openai_api_key,
-                                 settings.openai_model)
+        return OpenAICompatModel(
+            settings.openai_base_url, settings.openai_api_key, settings.openai_model
+        )
     return ScriptedModel(settings.scripted_delay_s)
 
 
@@ -54,16 +54,19 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     settings.check()
     setup_logging("tether-runtime", settings.log_level)
     log.info("runtime starting", extra={"settings": settings.public_view()})
-    pool = await create_pool(settings.database_url, max_size=max(10, settings.worker_concurrency // 2))
+    pool = await create_pool(
+        settings.database_url, max_size=max(10, settings.worker_concurrency // 2)
+    )
     bus = EventBus(settings.redis_url)
     await bus.start()
     engine = Engine(pool, bus, settings, ToolGate(settings.tool_gate_mode), make_model(settings))
     server = grpc.aio.server(options=server_options(settings))
     register(server, RuntimeServicer(engine, settings.jwt_secret))
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
     port = server.add_insecure_port(settings.grpc_addr)
     metrics_addr = os.environ.get("TETHER_METRICS_ADDR", "")
     if metrics_addr:
@@ -76,8 +79,9 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await worker.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("runtime serving", extra={"addr": settings.grpc_addr, "port": port,
-                                      "worker": worker.owner})
+    log.info(
+        "runtime serving", extra={"addr": settings.grpc_addr, "port": port, "worker": worker.owner}
+    )
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,10 +12,11 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-
-from tether.runtime.v1 import events_pb2, runtime_service_pb2 as pb
+from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import Principal, bearer_from_header, verify_token
 from tether_common.errors import ERROR_DOMAIN, STATUS_BY_REASON, TetherError
+
 from tether_runtime import convert, metrics, resume, runs_api
 from tether_runtime import events as ev
 from tether_runtime.event_stream import EventStream
@@ -37,9 +38,10 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -
     info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN)
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=getattr(code_pb2, code_name), message=err.message,
-                               details=[detail])
-    await context.abort_with_status(rpc_status.to_status(status))
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code_name), message=err.message, details=[detail]
+    )
+    await context.abort_with_status(rpc_status.to_status(status))  # type: ignore[attr-defined]
 
 
 class RuntimeServicer:
@@ -52,8 +54,12 @@ class RuntimeServicer:
         md = dict(context.invocation_metadata() or ())
         return verify_token(self.secret, bearer_from_header(md.get("authorization")))
 
-    async def _call(self, context: grpc.aio.ServicerContext[Any, Any], name: str,
-                    fn: Callable[[Principal], Awaitable[T]]) -> T:
+    async def _call(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        name: str,
+        fn: Callable[[Principal], Awaitable[T]],
+    ) -> T:
         start = time.perf_counter()
         code = "OK"
         try:
@@ -68,77 +74,107 @@ class RuntimeServicer:
             await abort(context, TetherError("internal error"))
             raise
         finally:
-            metrics.GRPC_LATENCY.labels(method=name, code=code).observe(
-                time.perf_counter() - start)
+            metrics.GRPC_LATENCY.labels(method=name, code=code).observe(time.perf_counter() - start)
 
-    async def CreateConversation(self, request: pb.CreateConversationRequest,
-                                 context: Any) -> pb.CreateConversationResponse:
+    async def CreateConversation(
+        self, request: pb.CreateConversationRequest, context: Any
+    ) -> pb.CreateConversationResponse:
         async def run(p: Principal) -> pb.CreateConversationResponse:
             conv = await runs_api.create_conversation(self.e.pool, p, request.title)
             return pb.CreateConversationResponse(conversation=convert.conversation_pb(conv))
+
         return await self._call(context, "CreateConversation", run)
 
-    async def GetConversation(self, request: pb.GetConversationRequest,
-                              context: Any) -> pb.GetConversationResponse:
+    async def GetConversation(
+        self, request: pb.GetConversationRequest, context: Any
+    ) -> pb.GetConversationResponse:
         async def run(p: Principal) -> pb.GetConversationResponse:
             conv = await runs_api.get_conversation(self.e.pool, p, request.conversation_id)
             return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
+
         return await self._call(context, "GetConversation", run)
 
-    async def ListConversations(self, request: pb.ListConversationsRequest,
-                                context: Any) -> pb.ListConversationsResponse:
+    async def ListConversations(
+        self, request: pb.ListConversationsRequest, context: Any
+    ) -> pb.ListConversationsResponse:
         async def run(p: Principal) -> pb.ListConversationsResponse:
-            rows, token = await runs_api.list_conversations(self.e.pool, p, request.page_size,
-                                                            request.page_token)
+            rows, token = await runs_api.list_conversations(
+                self.e.pool, p, request.page_size, request.page_token
+            )
             return pb.ListConversationsResponse(
-                conversations=[convert.conversation_pb(c) for c in rows], next_page_token=token)
+                conversations=[convert.conversation_pb(c) for c in rows], next_page_token=token
+            )
+
         return await self._call(context, "ListConversations", run)
 
-    async def ListMessages(self, request: pb.ListMessagesRequest,
-                           context: Any) -> pb.ListMessagesResponse:
+    async def ListMessages(
+        self, request: pb.ListMessagesRequest, context: Any
+    ) -> pb.ListMessagesResponse:
         async def run(p: Principal) -> pb.ListMessagesResponse:
-            rows, token = await runs_api.list_messages(self.e.pool, p, request.conversation_id,
-                                                       request.page_size, request.page_token)
-            return pb.ListMessagesResponse(messages=[convert.message_pb(m) for m in rows],
-                                           next_page_token=token)
+            rows, token = await runs_api.list_messages(
+                self.e.pool, p, request.conversation_id, request.page_size, request.page_token
+            )
+            return pb.ListMessagesResponse(
+                messages=[convert.message_pb(m) for m in rows], next_page_token=token
+            )
+
         return await self._call(context, "ListMessages", run)
 
     async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
         async def run(p: Principal) -> pb.StartRunResponse:
             view, replayed = await runs_api.start_run_once(
-                self.e.pool, p, request.conversation_id, request.text, request.idempotency_key,
-                request.agent, {})
+                self.e.pool,
+                p,
+                request.conversation_id,
+                request.text,
+                request.idempotency_key,
+                request.agent,
+                {},
+            )
             return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
+
         return await self._call(context, "StartRun", run)
 
     async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
         async def run(p: Principal) -> pb.ResumeRunResponse:
             view, replayed = await resume.resume_run(
-                self.e.pool, self.e.bus, p, request.run_id, request.interrupt_id,
-                DECISION_IN.get(request.decision, ""), request.input, request.idempotency_key)
+                self.e.pool,
+                self.e.bus,
+                p,
+                request.run_id,
+                request.interrupt_id,
+                DECISION_IN.get(request.decision, ""),
+                request.input,
+                request.idempotency_key,
+            )
             return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
+
         return await self._call(context, "ResumeRun", run)
 
     async def GetRun(self, request: pb.GetRunRequest, context: Any) -> pb.GetRunResponse:
         async def run(p: Principal) -> pb.GetRunResponse:
             view = await runs_api.get_run(self.e.pool, p, request.run_id)
             return pb.GetRunResponse(run=convert.run_pb(view))
+
         return await self._call(context, "GetRun", run)
 
     async def CancelRun(self, request: pb.CancelRunRequest, context: Any) -> pb.CancelRunResponse:
         async def run(p: Principal) -> pb.CancelRunResponse:
-            view = await resume.cancel_run(self.e.pool, self.e.bus, p, request.run_id,
-                                           request.reason)
+            view = await resume.cancel_run(
+                self.e.pool, self.e.bus, p, request.run_id, request.reason
+            )
             return pb.CancelRunResponse(run=convert.run_pb(view))
+
         return await self._call(context, "CancelRun", run)
 
-    async def StreamRunEvents(self, request: pb.StreamRunEventsRequest,
-                              context: Any) -> AsyncIterator[bytes]:
+    async def StreamRunEvents(
+        self, request: pb.StreamRunEventsRequest, context: Any
+    ) -> AsyncIterator[bytes]:
         """Yields the *encoded* StreamRunEventsResponse: stored events pass through as bytes."""
         after = max(request.after_sequence, 0)
         view: RunView = await self._call(
-            context, "StreamRunEvents",
-            lambda p: self.stream.open(p, request.run_id, after))
+            context, "StreamRunEvents", lambda p: self.stream.open(p, request.run_id, after)
+        )
         async for item in self.stream.follow(view, after):
             if isinstance(item, RunView):
                 yield ev.batch_from_encoded([ev.reset(convert.run_pb(item)).SerializeToString()])
@@ -157,9 +193,14 @@ def register(server: grpc.aio.Server, servicer: RuntimeServicer) -> None:
         fn = getattr(servicer, m.name)
         if m.server_streaming:
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(
-                fn, request_deserializer=req_cls.FromString, response_serializer=lambda b: b)
+                fn, request_deserializer=req_cls.FromString, response_serializer=lambda b: b
+            )
         else:
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=req_cls.FromString,
-                response_serializer=resp_cls.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(desc.full_name, handlers),))
+                fn,
+                request_deserializer=req_cls.FromString,
+                response_serializer=resp_cls.SerializeToString,
+            )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(desc.full_name, handlers),)
+    )

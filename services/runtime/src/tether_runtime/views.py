@@ -24,9 +24,17 @@ class InterruptView:
 
     @classmethod
     def of(cls, i: InterruptRow) -> InterruptView:
-        return cls(i.id, i.run_id, i.kind, i.status, i.payload, i.expires_at.isoformat(),
-                   i.resolved_at.isoformat() if i.resolved_at else None, i.resolved_by,
-                   i.decision)
+        return cls(
+            i.id,
+            i.run_id,
+            i.kind,
+            i.status,
+            i.payload,
+            i.expires_at.isoformat(),
+            i.resolved_at.isoformat() if i.resolved_at else None,
+            i.resolved_by,
+            i.decision,
+        )
 
 
 @dataclass(frozen=True)
@@ -45,9 +53,19 @@ class RunView:
 
     @classmethod
     def of(cls, r: RunRow, pending: InterruptRow | None = None) -> RunView:
-        return cls(r.id, r.conversation_id, r.user_id, r.user_message_id, r.agent, r.status,
-                   r.last_sequence, r.cancel_requested, r.created_at.isoformat(),
-                   r.updated_at.isoformat(), InterruptView.of(pending) if pending else None)
+        return cls(
+            r.id,
+            r.conversation_id,
+            r.user_id,
+            r.user_message_id,
+            r.agent,
+            r.status,
+            r.last_sequence,
+            r.cancel_requested,
+            r.created_at.isoformat(),
+            r.updated_at.isoformat(),
+            InterruptView.of(pending) if pending else None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,9 +11,9 @@ import os
 import socket
 
 import asyncpg
-
 from tether_common.ids import new_id
 from tether_common.logging import conversation_id_var, run_id_var
+
 from tether_runtime import metrics
 from tether_runtime.executor import Engine, RunExecutor
 from tether_runtime.resume import expire_interrupt
@@ -66,7 +66,7 @@ class Worker:
                     await self._expire_overdue()
                     await self._observe_queue()
                 ticks += 1
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as err:
+            except (TimeoutError, OSError, asyncpg.PostgresError) as err:
                 log.warning("claim loop: database unavailable: %s", err)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.e.settings.poll_interval_s)

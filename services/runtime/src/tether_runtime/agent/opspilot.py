@@ -12,8 +12,12 @@ from tether_runtime.demo import inventory
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required,
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 _SERVICE = {"type": "string", "description": "service name, e.g. payment-api"}
@@ -22,10 +26,16 @@ _ENV = {"type": "string", "enum": ["prod", "staging"]}
 
 class FindInstances(Tool):
     spec = ToolSpec(
-        "find_instances", "List a service's instances, optionally only those with a status.",
-        _obj({"service": _SERVICE, "env": _ENV,
-              "status": {"type": "string", "enum": ["healthy", "abnormal"]}},
-             ["service", "env"]),
+        "find_instances",
+        "List a service's instances, optionally only those with a status.",
+        _obj(
+            {
+                "service": _SERVICE,
+                "env": _ENV,
+                "status": {"type": "string", "enum": ["healthy", "abnormal"]},
+            },
+            ["service", "env"],
+        ),
     )
 
     async def run(self, ctx: ToolContext, args: dict[str, Any], key: str) -> ToolResult:
@@ -42,7 +52,8 @@ class FindInstances(Tool):
 
 class RecentErrors(Tool):
     spec = ToolSpec(
-        "recent_errors", "Recent errors of a service in an environment.",
+        "recent_errors",
+        "Recent errors of a service in an environment.",
         _obj({"service": _SERVICE, "env": _ENV}, ["service", "env"]),
     )
 
@@ -55,30 +66,39 @@ class RecentErrors(Tool):
             if e["instance_id"]:
                 by_instance[e["instance_id"]] = by_instance.get(e["instance_id"], 0) + 1
         worst = max(by_instance, key=by_instance.__getitem__) if by_instance else ""
-        summary = f"{len(errs)} recent errors ({five} 5xx)" + (f", mostly on {worst}" if worst else "")
+        summary = f"{len(errs)} recent errors ({five} 5xx)" + (
+            f", mostly on {worst}" if worst else ""
+        )
         return ToolResult(
-            True, summary, {"errors": errs[:5], "count": len(errs), "count_5xx": five,
-                            "worst_instance": worst},
+            True,
+            summary,
+            {"errors": errs[:5], "count": len(errs), "count_5xx": five, "worst_instance": worst},
             {"service": args["service"], "env": args.get("env", "prod")},
         )
 
 
 class GetLogs(Tool):
     spec = ToolSpec(
-        "get_logs", "The latest log lines of one instance.",
+        "get_logs",
+        "The latest log lines of one instance.",
         _obj({"instance_id": {"type": "string"}}, ["instance_id"]),
     )
 
     async def run(self, ctx: ToolContext, args: dict[str, Any], key: str) -> ToolResult:
         async with ctx.pool.acquire() as conn:
             lines = await inventory.logs(conn, args["instance_id"])
-        return ToolResult(True, f"{len(lines)} log lines of {args['instance_id']}",
-                          {"lines": lines}, {"instance_id": args["instance_id"]})
+        return ToolResult(
+            True,
+            f"{len(lines)} log lines of {args['instance_id']}",
+            {"lines": lines},
+            {"instance_id": args["instance_id"]},
+        )
 
 
 class RestartInstance(Tool):
     spec = ToolSpec(
-        "restart_instance", "Restart one instance. Needs a person's approval.",
+        "restart_instance",
+        "Restart one instance. Needs a person's approval.",
         _obj({"instance_id": {"type": "string"}, "reason": {"type": "string"}}, ["instance_id"]),
     )
     mutating = True
@@ -107,7 +127,9 @@ class RestartInstance(Tool):
         res = await inventory.restart_instance(ctx.pool, args["instance_id"], key)
         return self._result(args, res)
 
-    async def reconcile(self, ctx: ToolContext, args: dict[str, Any], key: str) -> ToolResult | None:
+    async def reconcile(
+        self, ctx: ToolContext, args: dict[str, Any], key: str
+    ) -> ToolResult | None:
         async with ctx.pool.acquire() as conn:
             res = await inventory.operation(conn, key)
         return None if res is None else self._result(args, res)
@@ -115,16 +137,26 @@ class RestartInstance(Tool):
     def _result(self, args: dict[str, Any], res: dict[str, Any]) -> ToolResult:
         if not res.get("ok"):
             return ToolResult(False, str(res.get("error", "restart failed")), res)
-        return ToolResult(True, f"restarted {args['instance_id']}; it is {res['status']}", res,
-                          {"instance_id": args["instance_id"]})
+        return ToolResult(
+            True,
+            f"restarted {args['instance_id']}; it is {res['status']}",
+            res,
+            {"instance_id": args["instance_id"]},
+        )
 
 
 class ScaleService(Tool):
     spec = ToolSpec(
-        "scale_service", "Set a service's replica count. Needs a person's approval.",
-        _obj({"service": _SERVICE, "env": _ENV, "replicas": {"type": "integer", "minimum": 0,
-                                                            "maximum": 50}},
-             ["service", "env", "replicas"]),
+        "scale_service",
+        "Set a service's replica count. Needs a person's approval.",
+        _obj(
+            {
+                "service": _SERVICE,
+                "env": _ENV,
+                "replicas": {"type": "integer", "minimum": 0, "maximum": 50},
+            },
+            ["service", "env", "replicas"],
+        ),
     )
     mutating = True
     action = "service.scale"
@@ -151,7 +183,9 @@ class ScaleService(Tool):
         )
         return ToolResult(bool(res.get("ok")), json.dumps(res), res)
 
-    async def reconcile(self, ctx: ToolContext, args: dict[str, Any], key: str) -> ToolResult | None:
+    async def reconcile(
+        self, ctx: ToolContext, args: dict[str, Any], key: str
+    ) -> ToolResult | None:
         async with ctx.pool.acquire() as conn:
             res = await inventory.operation(conn, key)
         return None if res is None else ToolResult(bool(res.get("ok")), json.dumps(res), res)
@@ -162,7 +196,8 @@ class DeleteInstance(Tool):
     test subject for a call that arrives through a side door (a tampered checkpoint)."""
 
     spec = ToolSpec(
-        "delete_instance", "Delete an instance for good.",
+        "delete_instance",
+        "Delete an instance for good.",
         _obj({"instance_id": {"type": "string"}}, ["instance_id"]),
     )
 
@@ -176,8 +211,14 @@ class DeleteInstance(Tool):
 
 REGISTRY: dict[str, Tool] = {
     t.name: t
-    for t in (FindInstances(), RecentErrors(), GetLogs(), RestartInstance(), ScaleService(),
-              DeleteInstance())
+    for t in (
+        FindInstances(),
+        RecentErrors(),
+        GetLogs(),
+        RestartInstance(),
+        ScaleService(),
+        DeleteInstance(),
+    )
 }
 
 

@@ -63,13 +63,19 @@ class ScriptedModel:
             if not service or not m:
                 return "Which service should I scale, and to how many replicas?"
             if not results:
-                return ToolCallRequest(call_id, "scale_service",
-                                       {"service": service, "env": env, "replicas": int(m.group(1))})
+                return ToolCallRequest(
+                    call_id,
+                    "scale_service",
+                    {"service": service, "env": env, "replicas": int(m.group(1))},
+                )
             return self._after_mutation(results[-1], f"service {service}")
         if "log" in lower:
             if not instance and service and not results:
-                return ToolCallRequest(call_id, "find_instances",
-                                       {"service": service, "env": env, "status": "abnormal"})
+                return ToolCallRequest(
+                    call_id,
+                    "find_instances",
+                    {"service": service, "env": env, "status": "abnormal"},
+                )
             if not instance and results:
                 found = results[-1]["data"].get("instances", [])
                 instance = found[0]["id"] if found else ""
@@ -88,8 +94,10 @@ class ScriptedModel:
             d = results[-1]["data"]
             worst = d.get("worst_instance")
             tail = f", most of them on {worst}" if worst else ""
-            return (f"{service} in {env} had {d.get('count', 0)} recent errors "
-                    f"({d.get('count_5xx', 0)} of them 5xx){tail}.")
+            return (
+                f"{service} in {env} had {d.get('count', 0)} recent errors "
+                f"({d.get('count_5xx', 0)} of them 5xx){tail}."
+            )
         if service and ("instance" in lower or "status" in lower or "health" in lower):
             if not results:
                 args: dict[str, Any] = {"service": service, "env": env}
@@ -97,11 +105,20 @@ class ScriptedModel:
                     args["status"] = "abnormal"
                 return ToolCallRequest(call_id, "find_instances", args)
             return f"{service} in {env}: {results[-1]['summary']}."
-        return ("I can look up instances, recent errors and logs, and restart an instance or "
-                "scale a service once you approve. Try: restart the abnormal payment-api instance.")
+        return (
+            "I can look up instances, recent errors and logs, and restart an instance or "
+            "scale a service once you approve. Try: restart the abnormal payment-api instance."
+        )
 
-    def _restart(self, call_id: str, results: list[dict[str, Any]], service: str, env: str,
-                 instance: str, lower: str) -> str | ToolCallRequest:
+    def _restart(
+        self,
+        call_id: str,
+        results: list[dict[str, Any]],
+        service: str,
+        env: str,
+        instance: str,
+        lower: str,
+    ) -> str | ToolCallRequest:
         # Whatever was attempted after the lookup (a restart, or a call the gate blocked) ends it.
         restarts = [r for r in results if r["tool"] != "find_instances"]
         if restarts:
@@ -111,8 +128,11 @@ class ScriptedModel:
                 return "Which service's instance should I restart?"
             finds = [r for r in results if r["tool"] == "find_instances"]
             if not finds:
-                return ToolCallRequest(call_id, "find_instances",
-                                       {"service": service, "env": env, "status": "abnormal"})
+                return ToolCallRequest(
+                    call_id,
+                    "find_instances",
+                    {"service": service, "env": env, "status": "abnormal"},
+                )
             found = finds[-1]["data"].get("instances", [])
             if not found:
                 return f"I found no abnormal instance of {service} in {env}, so there is nothing to restart."
@@ -120,8 +140,11 @@ class ScriptedModel:
                 names = ", ".join(i["id"] for i in found)
                 return f"{service} has {len(found)} abnormal instances ({names}). Which one should I restart?"
             instance = found[0]["id"]
-        return ToolCallRequest(call_id, "restart_instance",
-                               {"instance_id": instance, "reason": "abnormal status and recent 5xx"})
+        return ToolCallRequest(
+            call_id,
+            "restart_instance",
+            {"instance_id": instance, "reason": "abnormal status and recent 5xx"},
+        )
 
     @staticmethod
     def _after_mutation(result: dict[str, Any], what: str) -> str:
@@ -129,7 +152,9 @@ class ScriptedModel:
         if outcome == "rejected":
             return f"Understood: I did not touch {what}. Nothing was changed."
         if outcome == "expired":
-            return f"The approval request for {what} expired before anyone answered, so I did nothing."
+            return (
+                f"The approval request for {what} expired before anyone answered, so I did nothing."
+            )
         if outcome == "denied":
             return f"You are not allowed to do that to {what}, so I did not."
         if outcome == "skipped":
@@ -150,8 +175,9 @@ class ScriptedModel:
         return out
 
     @staticmethod
-    def _targets(lower: str, facts: dict[str, Any],
-                 earlier: list[dict[str, Any]]) -> tuple[str, str, str]:
+    def _targets(
+        lower: str, facts: dict[str, Any], earlier: list[dict[str, Any]]
+    ) -> tuple[str, str, str]:
         """Explicit names win; "it" resolves through confirmed facts, then the recent turns."""
         env = "staging" if "staging" in lower else str(facts.get("env") or "prod")
         inst = _INSTANCE.search(lower)
@@ -171,8 +197,11 @@ class ScriptedModel:
                 service = str(facts.get("service") or "")
                 if not service:
                     for m in reversed(earlier):
-                        found_s = [s for s in _SERVICE.findall(str(m.get("content", "")).lower())
-                                   if not _INSTANCE.fullmatch(s)]
+                        found_s = [
+                            s
+                            for s in _SERVICE.findall(str(m.get("content", "")).lower())
+                            if not _INSTANCE.fullmatch(s)
+                        ]
                         if found_s:
                             service = found_s[0]
                             break
@@ -184,4 +213,6 @@ class ScriptedModel:
 def _stable_suffix(req: ModelInput, idx: int) -> str:
     import hashlib
 
-    return hashlib.sha1(json.dumps(req.messages[: idx + 1], sort_keys=True).encode()).hexdigest()[:10]
+    return hashlib.sha1(json.dumps(req.messages[: idx + 1], sort_keys=True).encode()).hexdigest()[
+        :10
+    ]

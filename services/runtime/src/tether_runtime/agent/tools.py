@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether_common.redaction import redact
+
 from tether_runtime.agent.model import ToolSpec
 from tether_runtime.store.db import Pool
 
@@ -37,8 +38,9 @@ class ToolResult:
 
     @classmethod
     def from_json(cls, v: dict[str, Any]) -> ToolResult:
-        return cls(bool(v.get("ok")), str(v.get("summary", "")), v.get("data") or {},
-                   v.get("facts") or {})
+        return cls(
+            bool(v.get("ok")), str(v.get("summary", "")), v.get("data") or {}, v.get("facts") or {}
+        )
 
 
 class Tool:
@@ -68,6 +70,8 @@ class Tool:
         """Reload the resource before acting; a reason not to act if the world changed."""
         return None
 
-    async def reconcile(self, ctx: ToolContext, args: dict[str, Any], key: str) -> ToolResult | None:
+    async def reconcile(
+        self, ctx: ToolContext, args: dict[str, Any], key: str
+    ) -> ToolResult | None:
         """After a crash mid-call: what the external system says this key already did, if anything."""
         return None

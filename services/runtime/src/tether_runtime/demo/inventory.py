@@ -36,7 +36,9 @@ async def get_instance(conn: Conn, instance_id: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-async def recent_errors(conn: Conn, service: str, env: str, limit: int = 20) -> list[dict[str, Any]]:
+async def recent_errors(
+    conn: Conn, service: str, env: str, limit: int = 20
+) -> list[dict[str, Any]]:
     rows = await conn.fetch(
         "SELECT instance_id, status_code, message, at FROM inv_error WHERE service = $1 "
         "AND env = $2 ORDER BY at DESC LIMIT $3",

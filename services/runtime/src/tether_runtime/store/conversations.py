@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether_common.ids import new_id
+
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import ConversationRow, MessageRow
 

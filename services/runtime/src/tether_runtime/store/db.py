@@ -12,9 +12,7 @@ Conn = asyncpg.Connection
 
 async def _init(conn: asyncpg.Connection) -> None:
     for name in ("json", "jsonb"):
-        await conn.set_type_codec(
-            name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-        )
+        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:

@@ -35,4 +35,4 @@ async def store(
         request_hash,
         response,
     )
-    return result.endswith(" 1")
+    return str(result).endswith(" 1")

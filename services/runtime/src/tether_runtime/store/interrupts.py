@@ -151,7 +151,7 @@ async def claim_call(
             from_status,
             epoch,
         )
-    return result.endswith(" 1")
+    return str(result).endswith(" 1")
 
 
 async def finish_call(
