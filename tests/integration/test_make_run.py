@@ -79,7 +79,10 @@ async def test_make_run_serves_a_run_and_stops_everything_on_ctrl_c(tmp_path: Pa
         "TETHER_DRAIN_S": "5",
     }
     proc = await asyncio.create_subprocess_exec(
-        "make", "--no-print-directory", "run", cwd=REPO, env=env,
+        # `-o` the proto stamp: this session already imports the generated code, which a `make gen`
+        # triggered by a newer pyproject.toml would delete and rewrite under the other tests.
+        "make", "--no-print-directory", "-o", "libs/common/src/tether/.generated", "run",
+        cwd=REPO, env=env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,  # its own process group, as a terminal would give it
