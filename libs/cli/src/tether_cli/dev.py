@@ -115,6 +115,9 @@ def run_dev(settings: Settings) -> int:
     except EmbeddedStoreError as err:
         print(f"tether dev: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # e.g. DATABASE_URL / REDIS_URL set but nothing answers there
+        print(f"tether dev: cannot reach a store: {err}", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)
