@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2
 from tether_common.errors import STATUS_BY_REASON, TetherError
 from tether_common.redaction import redact
 

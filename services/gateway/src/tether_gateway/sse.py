@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 
 import grpc
@@ -31,6 +32,9 @@ TERMINAL_STATUSES = frozenset(
     }
 )
 _MAX_SEQUENCE = 2**63 - 1
+# The kernel's send buffer counts against a connection's budget too: without a cap, Linux grows
+# it to megabytes for a client that never reads (tcp_wmem), and that memory is the gateway's.
+_SNDBUF_MIN, _SNDBUF_MAX = 4096, 256 * 1024
 # A runtime pod going away mid-stream is invisible to the browser: reopen from the last sequence.
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 _MAX_RETRIES = 5
@@ -95,14 +99,17 @@ class EventStream:
         transport = self.request.transport
         return self._queued + (transport.get_write_buffer_size() if transport else 0)
 
+    def _drop(self) -> None:
+        self.gw.metrics.sse_dropped.labels("slow_client").inc()
+        log.info("dropping a slow SSE client", extra={"run_id": self.run_id})
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()  # wakes a writer blocked in drain(); memory is released
+        raise SlowClient
+
     def _drop_if_slow(self) -> None:
         if self._pending() > self.limit:
-            self.gw.metrics.sse_dropped.labels("slow_client").inc()
-            log.info("dropping a slow SSE client", extra={"run_id": self.run_id})
-            transport = self.request.transport
-            if transport is not None:
-                transport.abort()  # wakes a writer blocked in drain(); memory is released
-            raise SlowClient
+            self._drop()
 
     def _push(self, data: bytes, count: int) -> None:
         self._drop_if_slow()
@@ -153,7 +160,13 @@ class EventStream:
             await asyncio.sleep(0.1 * retries)
 
     async def _write(self, data: bytes) -> None:
-        await self.resp.write(data)
+        # A write blocks only while the socket is full; one that stays blocked this long means
+        # the client stopped reading, so the connection goes (the client resumes from its id).
+        stall_s = max(1.0, 2 * self.gw.settings.sse_heartbeat_s)
+        try:
+            await asyncio.wait_for(self.resp.write(data), stall_s)
+        except TimeoutError:
+            self._drop()
 
     async def run(self) -> None:
         heartbeat_s = self.gw.settings.sse_heartbeat_s
@@ -198,6 +211,18 @@ class EventStream:
             log.error("event stream failed", exc_info=err)
 
 
+def _cap_send_buffer(request: web.Request, budget: int) -> None:
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return
+    size = min(max(budget, _SNDBUF_MIN), _SNDBUF_MAX)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+    except OSError:
+        log.debug("could not cap the SSE socket's send buffer")
+
+
 async def stream_response(
     request: web.Request,
     gw: GatewayState,
@@ -210,6 +235,7 @@ async def stream_response(
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+    _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
     await resp.prepare(request)
     stream = EventStream(
         gw, request, resp, run_id=run_id, token=token, after=after, started=started
