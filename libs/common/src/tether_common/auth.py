@@ -30,7 +30,12 @@ def issue_token(
     secret: str, user_id: str, *, ttl_s: float = 3600, scope: Scope = "user", run_id: str = ""
 ) -> str:
     now = int(time.time())
-    claims: dict[str, object] = {"sub": user_id, "iat": now, "exp": now + int(ttl_s), "scope": scope}
+    claims: dict[str, object] = {
+        "sub": user_id,
+        "iat": now,
+        "exp": now + int(ttl_s),
+        "scope": scope,
+    }
     if run_id:
         claims["run"] = run_id
     return jwt.encode(claims, secret, algorithm="HS256")

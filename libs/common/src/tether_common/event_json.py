@@ -45,11 +45,11 @@ def _ts(ts: Any) -> str | None:
 
 
 def decision_name(value: int) -> str:
-    return _DECISIONS.get(value, "unspecified")
+    return str(_DECISIONS.get(value, "unspecified"))  # type: ignore[call-overload]
 
 
 def run_status_name(value: int) -> str:
-    return _RUN_STATUS.get(value, "unspecified")
+    return str(_RUN_STATUS.get(value, "unspecified"))  # type: ignore[call-overload]
 
 
 def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:

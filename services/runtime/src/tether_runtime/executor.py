@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from opentelemetry import trace
 from tether_common.config import Settings
 from tether_common.ids import new_id
 
@@ -29,6 +30,7 @@ from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import RunRow
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("tether.runtime.executor")
 
 Apply = Callable[[Conn], Awaitable[None]]
 COALESCE_S = 0.04  # text deltas are merged into one event per window
@@ -147,6 +149,10 @@ class RunExecutor:
     # -- model steps -----------------------------------------------------------------------
 
     async def _model_step(self) -> None:
+        with tracer.start_as_current_span("model.step"):
+            await self._model_step_inner()
+
+    async def _model_step_inner(self) -> None:
         async with self.e.pool.acquire() as conn:
             conv = await conversations.get(conn, self.run.conversation_id)
         assert conv is not None
@@ -270,7 +276,10 @@ class RunExecutor:
             result = await tool.reconcile(self.ctx, call["args"], key)
         if result is None:
             try:
-                result = await tool.run(self.ctx, call["args"], key)
+                with tracer.start_as_current_span(
+                    f"tool.{tool.name}", attributes={"tether.call_id": call["call_id"]}
+                ):
+                    result = await tool.run(self.ctx, call["args"], key)
             except Exception as err:  # a tool's failure is the model's to explain, not a crash
                 log.warning("tool %s failed: %s", tool.name, err)
                 result = ToolResult(False, f"{tool.name} failed", {})

@@ -61,6 +61,7 @@ async def resume_run(
     decision: str,
     input_text: str,
     key: str,
+    trace_context: dict[str, str] | None = None,
 ) -> tuple[RunView, bool]:
     # 1. authenticate: done by the caller (principal); stream tokens may not act.
     if not principal.may_act():
@@ -123,7 +124,9 @@ async def resume_run(
             await interrupts.decide_call(
                 conn, run.id, intr.call_id, status_for_call, principal.user_id
             )
-            encoded = await _requeue(conn, run.id, [ev.interrupt_resolved(intr.id, decision)])
+            encoded = await _requeue(
+                conn, run.id, [ev.interrupt_resolved(intr.id, decision)], trace_context
+            )
             fresh = await runs.get(conn, run.id)
             assert fresh is not None
             view = RunView.of(fresh)
@@ -155,13 +158,20 @@ async def _replay(conn: Conn, scope: str, key: str, rhash: str) -> RunView | Non
     return RunView.from_json(stored.response["run"])
 
 
-async def _requeue(conn: Conn, run_id: str, events: list[ev.RunEvent]) -> list[bytes]:
-    """Announce the decision and queue the continuation; only an interrupted run moves."""
+async def _requeue(
+    conn: Conn,
+    run_id: str,
+    events: list[ev.RunEvent],
+    trace_context: dict[str, str] | None = None,
+) -> list[bytes]:
+    """Announce the decision and queue the continuation; only an interrupted run moves. The
+    continuation carries the approval's trace context through the queue."""
     encoded, _ = await event_log.append(conn, run_id, events, statuses=["interrupted"])
     await conn.execute(
         "UPDATE run SET status = 'queued', queued_at = now(), lease_owner = NULL, "
-        "lease_expires_at = NULL WHERE id = $1",
+        "lease_expires_at = NULL, trace_context = coalesce($2, trace_context) WHERE id = $1",
         run_id,
+        trace_context or None,
     )
     await runs.wake(conn)
     return encoded

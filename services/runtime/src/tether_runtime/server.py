@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from tether_common.config import Settings
 from tether_common.logging import setup_logging
+from tether_common.tracing import setup_tracing
 
 from tether_runtime.agent.gate import ToolGate
 from tether_runtime.agent.model import Model
@@ -53,9 +54,12 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     settings.check()
     setup_logging("tether-runtime", settings.log_level)
+    setup_tracing("tether-runtime")
     log.info("runtime starting", extra={"settings": settings.public_view()})
     pool = await create_pool(
-        settings.database_url, max_size=max(10, settings.worker_concurrency // 2)
+        settings.database_url,
+        max_size=max(10, settings.worker_concurrency // 2),
+        idle_tx_timeout_s=settings.lease_ttl_s,
     )
     bus = EventBus(settings.redis_url)
     await bus.start()

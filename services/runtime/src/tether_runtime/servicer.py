@@ -12,10 +12,12 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from opentelemetry import trace
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import Principal, bearer_from_header, verify_token
 from tether_common.errors import ERROR_DOMAIN, STATUS_BY_REASON, TetherError
+from tether_common.tracing import context_from, inject_carrier
 
 from tether_runtime import convert, metrics, resume, runs_api
 from tether_runtime import events as ev
@@ -24,6 +26,7 @@ from tether_runtime.executor import Engine
 from tether_runtime.views import RunView
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("tether.runtime")
 T = TypeVar("T")
 
 DECISION_IN = {
@@ -62,8 +65,13 @@ class RuntimeServicer:
     ) -> T:
         start = time.perf_counter()
         code = "OK"
+        parent = context_from(context.invocation_metadata() or ())
+        span = tracer.start_span(
+            f"RuntimeService/{name}", context=parent, kind=trace.SpanKind.SERVER
+        )
         try:
-            return await fn(self._principal(context))
+            with trace.use_span(span, end_on_exit=True):
+                return await fn(self._principal(context))
         except TetherError as err:
             code = err.reason
             await abort(context, err)
@@ -129,7 +137,7 @@ class RuntimeServicer:
                 request.text,
                 request.idempotency_key,
                 request.agent,
-                {},
+                inject_carrier(),
             )
             return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
 
@@ -146,6 +154,7 @@ class RuntimeServicer:
                 DECISION_IN.get(request.decision, ""),
                 request.input,
                 request.idempotency_key,
+                inject_carrier(),
             )
             return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
 

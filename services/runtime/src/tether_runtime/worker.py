@@ -11,8 +11,10 @@ import os
 import socket
 
 import asyncpg
+from opentelemetry import trace
 from tether_common.ids import new_id
 from tether_common.logging import conversation_id_var, run_id_var
+from tether_common.tracing import context_from, span_context_from
 
 from tether_runtime import metrics
 from tether_runtime.executor import Engine, RunExecutor
@@ -22,6 +24,7 @@ from tether_runtime.store.event_log import Fenced
 from tether_runtime.store.records import RunRow
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("tether.runtime.worker")
 
 
 class Worker:
@@ -85,15 +88,30 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         beat = asyncio.create_task(self._heartbeat(run, task, executor))
+        # The run's steps continue the trace of the request that queued them (StartRun, or the
+        # approval for a continuation), and link to it explicitly.
+        origin = span_context_from(run.trace_context)
+        span = tracer.start_span(
+            "run.execute",
+            context=context_from(run.trace_context),
+            links=[trace.Link(origin)] if origin else None,
+            attributes={"tether.run_id": run.id, "tether.lease_epoch": run.lease_epoch},
+        )
         try:
-            status = await executor.execute()
+            with trace.use_span(span, end_on_exit=True):
+                status = await executor.execute()
             log.info("run left worker", extra={"status": status})
         except Fenced:
             metrics.LEASES_LOST.inc()
             log.warning("lease lost; another worker owns the run now")
         except asyncio.CancelledError:
             pass  # shutdown or lease loss; the lease is released (or already gone)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+        except (
+            OSError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,  # a connection the server ended mid-transaction
+        ) as err:
             # The store is unreachable: keep no state; the lease expires and a worker retries.
             log.warning("run interrupted by a store failure: %s", err)
         except Exception:

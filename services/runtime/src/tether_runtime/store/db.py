@@ -15,9 +15,23 @@ async def _init(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
+async def create_pool(
+    dsn: str, *, min_size: int = 2, max_size: int = 20, idle_tx_timeout_s: float | None = None
+) -> asyncpg.Pool:
+    """`idle_tx_timeout_s`: the server ends a session left idle inside a transaction this long.
+    A worker frozen (SIGSTOP, VM pause) or partitioned between `reserve` and COMMIT holds the run
+    row's lock, and `claim` skips locked rows: without the limit no worker could take the run
+    over until the zombie woke up (or TCP keepalive gave up, hours later)."""
+    settings: dict[str, str] = {}
+    if idle_tx_timeout_s:
+        settings["idle_in_transaction_session_timeout"] = str(int(idle_tx_timeout_s * 1000))
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init, command_timeout=30
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init,
+        command_timeout=30,
+        server_settings=settings,
     )
     assert pool is not None
     return pool
