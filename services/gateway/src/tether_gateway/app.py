@@ -9,7 +9,9 @@ from pathlib import Path
 import redis.asyncio as redis_asyncio
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from opentelemetry import trace
 from tether_common.config import Settings
+from tether_common.tracing import context_from
 
 from tether_gateway import api, health
 from tether_gateway.errors import error_middleware
@@ -37,11 +39,32 @@ def _security_headers() -> Middleware:
     return add
 
 
+def _tracing() -> Middleware:
+    """One server span per request, continuing a `traceparent` the browser may send."""
+    tracer = trace.get_tracer("tether.gateway")
+
+    @web.middleware
+    async def span(request: web.Request, handler: Handler) -> web.StreamResponse:
+        info = request.match_info.route.resource
+        route = info.canonical if info is not None else "unmatched"
+        with tracer.start_as_current_span(
+            f"{request.method} {route}",
+            context=context_from(request.headers),
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "http.route": route},
+        ) as current:
+            resp = await handler(request)
+            current.set_attribute("http.response.status_code", resp.status)
+            return resp
+
+    return span
+
+
 def create_app(settings: Settings) -> web.Application:
     gw = GatewayState(settings=settings, metrics=Metrics())
     app = web.Application(
         client_max_size=settings.max_body_bytes,
-        middlewares=[gw.metrics.middleware(), error_middleware, _security_headers()],
+        middlewares=[_tracing(), gw.metrics.middleware(), error_middleware, _security_headers()],
     )
     app[STATE] = gw
 

@@ -38,6 +38,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.sse_heartbeats = Counter(
+            "tether_gateway_sse_heartbeats", "Keep-alive comments sent to idle streams", registry=r
+        )
+        self.sse_replays = Counter(
+            "tether_gateway_sse_replays",
+            "SSE connections that resumed from a Last-Event-ID / ?after= position",
+            registry=r,
+        )
         self.sse_first_event = Histogram(
             "tether_gateway_sse_first_event_seconds",
             "From the SSE request's arrival to its first event written",

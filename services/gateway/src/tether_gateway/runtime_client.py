@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether.runtime.v1 import runtime_service_pb2_grpc
+from tether_common.tracing import inject_carrier
 
 UNARY_DEADLINE_S = 5.0
 HEALTH_DEADLINE_S = 1.0
@@ -58,7 +59,8 @@ class RuntimeClient:
 
     @staticmethod
     def metadata(token: str) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {token}"),)
+        # The current trace (the browser's request) continues in the runtime.
+        return (("authorization", f"Bearer {token}"), *inject_carrier().items())
 
     async def call(self, method: str, request: Any, token: str) -> Any:
         """One unary RPC by name, with the caller's token and the gateway's deadline."""

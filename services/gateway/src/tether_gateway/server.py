@@ -11,6 +11,7 @@ import time
 from aiohttp import web
 from tether_common.config import Settings
 from tether_common.logging import setup_logging
+from tether_common.tracing import setup_tracing
 
 from tether_gateway.app import create_app
 from tether_gateway.state import STATE
@@ -25,6 +26,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 async def run_server(settings: Settings) -> None:
     settings.check()
+    setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
     runner = web.AppRunner(

@@ -182,6 +182,7 @@ class EventStream:
                     except TimeoutError:
                         self._drop_if_slow()
                         await self._write(HEARTBEAT)
+                        self.gw.metrics.sse_heartbeats.inc()
                         continue
                 self._wake.clear()
                 if self.stopping():
@@ -242,6 +243,8 @@ async def stream_response(
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()
+    if after:
+        gw.metrics.sse_replays.inc()
     try:
         await stream.run()
     finally:
