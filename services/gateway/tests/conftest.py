@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from gw_fake_runtime import FakeRuntime, serve
+from gw_fake_runtime import SECRET, FakeRuntime, serve
 from tether_common.auth import issue_token
 from tether_common.config import Settings
 from tether_gateway.app import create_app
-
-SECRET = "gateway-unit-test-secret-0123456789abcdef"
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from grpc_status import rpc_status
 from tether.runtime.v1 import events_pb2, resources_pb2, runtime_service_pb2_grpc
 from tether.runtime.v1 import runtime_service_pb2 as rs
 
+SECRET = "gateway-unit-test-secret-0123456789abcdef"
+
 
 def status_error(code: int, reason: str, message: str) -> Any:
     detail = any_pb2.Any()

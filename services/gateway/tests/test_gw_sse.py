@@ -8,14 +8,12 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from gw_fake_runtime import FakeRuntime, delta, done
+from gw_fake_runtime import SECRET, FakeRuntime, delta, done
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument
 from tether_common.event_json import sse_frame
 from tether_gateway.sse import SSE_HEADERS, parse_resume_point
-
-from conftest import SECRET
 
 
 @pytest.mark.parametrize(
