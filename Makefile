@@ -66,7 +66,7 @@ bench-quick: gen
 	$(PY) python -m tether_bench.main --quick
 
 chaos: gen
-	$(PY) pytest -q -m chaos tests/integration
+	TETHER_CHAOS_SCALE=full $(PY) pytest -q -m chaos tests/integration
 
 # Render every deploy/k8s overlay (kubectl kustomize) and validate it offline against pinned
 # Kubernetes schemas plus Tether's operational contract.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -47,6 +48,11 @@ class EventBus:
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.publish_failures = 0
+        # Fault injection for the chaos suite, off by default: TETHER_FAULT_DROP_PUBLISH_EVERY=N
+        # silently skips every Nth publish, as if Redis had lost the message. Never in production.
+        drop = os.environ.get("TETHER_FAULT_DROP_PUBLISH_EVERY", "0") or "0"
+        self._drop_every = 0 if os.environ.get("TETHER_ENV") == "production" else int(drop)
+        self._published = 0
 
     async def start(self) -> None:
         self._reader = asyncio.create_task(self._read_forever(), name="bus-reader")
@@ -72,6 +78,11 @@ class EventBus:
         Postgres and every stream's positioning check will find them."""
         if not encoded:
             return
+        if self._drop_every > 0:
+            self._published += 1
+            if self._published % self._drop_every == 0:
+                log.warning("fault injection: publish dropped", extra={"run_id": run_id})
+                return
         try:
             await self._pub.publish(channel(run_id), batch_from_encoded(encoded))
         except (RedisError, OSError) as err:
