@@ -297,3 +297,45 @@ async def http_session(limit: int = 0) -> AsyncIterator[aiohttp.ClientSession]:
         connector=conn, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
     ) as s:
         yield s
+
+
+async def http_approve(
+    http: aiohttp.ClientSession, base: str, run_id: str, interrupt_id: str, key: str = ""
+) -> int:
+    body = {
+        "interruptId": interrupt_id,
+        "decision": "approve",
+        "idempotencyKey": key or uuid.uuid4().hex,
+    }
+    async with http.post(f"{base}/v1/runs/{run_id}/resume", json=body, headers=headers()) as r:
+        return r.status
+
+
+def approver(
+    http: aiohttp.ClientSession, base: Callable[[], str], run_id: str
+) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """An on_event callback that approves the run's interrupts as they appear."""
+
+    async def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "interrupt":
+            key = f"approve-{data['interruptId']}"
+            for _ in range(20):
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    if await http_approve(http, base(), run_id, data["interruptId"], key) in (
+                        202,
+                        409,
+                    ):
+                        return
+                await asyncio.sleep(0.5)
+
+    return on_event
+
+
+async def metric(http: aiohttp.ClientSession, url: str, name: str) -> float:
+    """Sum of a Prometheus metric's samples (all labels) at `url`."""
+    total = 0.0
+    async with http.get(url) as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.split()[-1])
+    return total
