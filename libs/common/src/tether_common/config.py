@@ -49,12 +49,17 @@ class Settings:
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     model: str = "scripted"
     scripted_delay_s: float = 0.02
+    # Text deltas arriving within this window become one text_delta event (0: one per delta).
+    coalesce_s: float = 0.04
     openai_base_url: str = ""
     openai_api_key: str = field(default="", repr=False)
     openai_model: str = "gpt-4o-mini"
     stream_quiet_check_s: float = 1.0
     max_body_bytes: int = 64 * 1024
     rate_limit_per_min: int = 120
+    # Per user, per minute; 0 turns a limit off (load tests). Default: rate_limit_per_min.
+    rate_limit_start_per_min: int = 120
+    rate_limit_resume_per_min: int = 120
     log_level: str = "INFO"
     service_name: str = "tether"
 
@@ -68,6 +73,7 @@ class Settings:
         if gate not in ("observe", "enforce"):
             raise UnsafeSettings(f"TETHER_TOOL_GATE must be 'observe' or 'enforce', not {gate!r}")
         grpc_addr = e.get("TETHER_GRPC_ADDR", cls.grpc_addr)
+        rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         return cls(
             env=mode,  # type: ignore[arg-type]
             database_url=e.get("DATABASE_URL", cls.database_url),
@@ -88,12 +94,15 @@ class Settings:
             tool_gate_mode=gate,  # type: ignore[arg-type]
             model=e.get("TETHER_MODEL", cls.model),
             scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),
+            coalesce_s=_float(e, "TETHER_COALESCE_MS", cls.coalesce_s * 1000) / 1000,
             openai_base_url=e.get("TETHER_OPENAI_BASE_URL", ""),
             openai_api_key=e.get("TETHER_OPENAI_API_KEY", ""),
             openai_model=e.get("TETHER_OPENAI_MODEL", cls.openai_model),
             stream_quiet_check_s=_float(e, "TETHER_STREAM_QUIET_CHECK_S", cls.stream_quiet_check_s),
             max_body_bytes=_int(e, "TETHER_MAX_BODY_BYTES", cls.max_body_bytes),
-            rate_limit_per_min=_int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min),
+            rate_limit_per_min=rate,
+            rate_limit_start_per_min=_int(e, "TETHER_RATE_LIMIT_START_PER_MIN", rate),
+            rate_limit_resume_per_min=_int(e, "TETHER_RATE_LIMIT_RESUME_PER_MIN", rate),
             log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
             service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
         )

@@ -25,6 +25,7 @@ from tether_runtime.agent.model import Model, ModelInput, ToolCallRequest
 from tether_runtime.agent.opspilot import AGENTS, REGISTRY, AgentSpec
 from tether_runtime.agent.tools import Tool, ToolContext, ToolResult
 from tether_runtime.bus import EventBus
+from tether_runtime.run_writer import RunWriter
 from tether_runtime.store import conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import RunRow
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.executor")
 
 Apply = Callable[[Conn], Awaitable[None]]
-COALESCE_S = 0.04  # text deltas are merged into one event per window
 
 
 @dataclass
@@ -64,21 +64,16 @@ class RunExecutor:
         self.cancel_requested = run.cancel_requested
         self.agent: AgentSpec = AGENTS.get(run.agent, AGENTS["opspilot"])
         self.ctx = ToolContext(engine.pool, run.id, run.user_id)
+        self.writer = RunWriter(engine.pool, engine.bus, run.id, run.lease_epoch)
 
     # -- the one write path --------------------------------------------------------------
 
     async def commit(
         self, events: list[ev.RunEvent], apply: Apply | None = None, *, streamed: int = 0
     ) -> None:
-        async with self.e.pool.acquire() as conn, conn.transaction():
-            encoded, cancel = await event_log.append(
-                conn, self.run.id, events, epoch=self.epoch, streamed=streamed
-            )
-            if apply is not None:
-                await apply(conn)
-        metrics.EVENTS_APPENDED.inc(len(encoded))
-        self.cancel_requested = self.cancel_requested or cancel
-        await self.e.bus.publish(self.run.id, encoded)
+        """Events and the state they announce, durable on return (after all queued before)."""
+        await self.writer.commit(events, apply, streamed=streamed)
+        self.cancel_requested = self.cancel_requested or self.writer.cancel_requested
 
     def _save(self, *, reset_streamed: bool = False) -> Apply:
         cp = json.loads(json.dumps(self.cp))
@@ -172,8 +167,9 @@ class RunExecutor:
             start = max(sent, skip)
             if len(step_text) > start:
                 piece = step_text[start:]
-                await self.commit([ev.text_delta(msg_id, piece)], streamed=len(piece))
-                if self.cancel_requested:
+                await self.writer.emit([ev.text_delta(msg_id, piece)], streamed=len(piece))
+                if self.writer.cancel_requested:
+                    self.cancel_requested = True
                     await self._end_cancelled()
             sent = max(sent, len(step_text))
             last_flush = time.monotonic()
@@ -183,7 +179,7 @@ class RunExecutor:
                 calls.append(chunk)
                 continue
             step_text += chunk
-            if time.monotonic() - last_flush >= COALESCE_S:
+            if time.monotonic() - last_flush >= self.e.settings.coalesce_s:
                 await flush()
         await flush()
         self.run = _with_streamed(self.run, 0)

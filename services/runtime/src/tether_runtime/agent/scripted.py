@@ -34,8 +34,8 @@ class ScriptedModel:
             return
         pieces = step if isinstance(step, list) else _words(step)
         for piece in pieces:
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
+            # Even at zero delay, give the event loop a turn: a model is never a busy loop.
+            await asyncio.sleep(self.delay_s)
             yield piece
 
     # -- deciding ---------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""The one write path of an executing run. Writes queue in order; a single drain task commits
+everything queued so far in ONE transaction (fenced by the lease epoch, sequences taken from the run
+row) and then publishes it as ONE Redis message. Text deltas are queued without waiting, so a fast
+model never waits on a commit per delta; state changes wait until they are durable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from tether_runtime import events as ev
+from tether_runtime import metrics
+from tether_runtime.bus import EventBus
+from tether_runtime.store import event_log
+from tether_runtime.store.db import Conn, Pool
+
+Apply = Callable[[Conn], Awaitable[None]]
+MAX_QUEUED_EVENTS = 2000  # past this, emitters wait for the drain: memory stays bounded
+
+
+@dataclass
+class _Write:
+    events: list[ev.RunEvent]
+    apply: Apply | None
+    streamed: int
+    done: asyncio.Future[None] | None
+
+
+class RunWriter:
+    def __init__(self, pool: Pool, bus: EventBus, run_id: str, epoch: int) -> None:
+        self.pool = pool
+        self.bus = bus
+        self.run_id = run_id
+        self.epoch = epoch
+        self.cancel_requested = False
+        self._queue: list[_Write] = []
+        self._queued_events = 0
+        self._drain_task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+
+    async def emit(self, events: list[ev.RunEvent], *, streamed: int = 0) -> None:
+        """Queue events; returns at once unless too much is queued already."""
+        self._raise_failure()
+        self._enqueue(_Write(events, None, streamed, None))
+        if self._queued_events > MAX_QUEUED_EVENTS and self._drain_task is not None:
+            await asyncio.shield(self._drain_task)
+            self._raise_failure()
+
+    async def commit(
+        self, events: list[ev.RunEvent], apply: Apply | None = None, *, streamed: int = 0
+    ) -> None:
+        """Queue events and a state change, and wait until they (and all before them) are committed."""
+        self._raise_failure()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Write(events, apply, streamed, done))
+        await done
+
+    async def flush(self) -> None:
+        await self.commit([])
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _enqueue(self, write: _Write) -> None:
+        self._queue.append(write)
+        self._queued_events += len(write.events)
+        if self._drain_task is None or self._drain_task.done():
+            self._drain_task = asyncio.create_task(self._drain(), name=f"writer-{self.run_id}")
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            self._queued_events = 0
+            try:
+                encoded = await self._commit(batch)
+            except BaseException as err:  # Fenced, store failure, cancellation: all writes fail
+                self._failure = err if isinstance(err, Exception) else RuntimeError("cancelled")
+                for w in batch + self._queue:
+                    if w.done is not None and not w.done.done():
+                        w.done.set_exception(self._failure)
+                self._queue = []
+                if not isinstance(err, Exception):
+                    raise
+                return
+            metrics.EVENTS_APPENDED.inc(len(encoded))
+            await self.bus.publish(self.run_id, encoded)
+            for w in batch:
+                if w.done is not None and not w.done.done():
+                    w.done.set_result(None)
+
+    async def _commit(self, batch: list[_Write]) -> list[bytes]:
+        events = [e for w in batch for e in w.events]
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Sequences for the whole batch first (the fence), then each write's state change in
+            # queue order; step_streamed adds up the deltas before any reset in the same batch.
+            encoded, cancel = await event_log.append(
+                conn,
+                self.run_id,
+                events,
+                epoch=self.epoch,
+                streamed=sum(w.streamed for w in batch),
+            )
+            for w in batch:
+                if w.apply is not None:
+                    await w.apply(conn)
+        self.cancel_requested = self.cancel_requested or cancel
+        return encoded
