@@ -108,6 +108,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
     caller = _caller(request, gw)
+    await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     data = await _body(request, gw, START_RUN)
     req = rs.StartRunRequest(
         conversation_id=request.match_info["id"],
@@ -143,6 +144,7 @@ async def get_run(request: web.Request) -> web.Response:
 async def resume_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw)
+    await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
     data = await _body(request, gw, RESUME_RUN)
     req = rs.ResumeRunRequest(
         run_id=request.match_info["id"],

@@ -9,6 +9,7 @@ from aiohttp import web
 from tether_common.config import Settings
 
 from tether_gateway.metrics import Metrics
+from tether_gateway.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -23,6 +24,10 @@ class GatewayState:
     redis: Any = None  # redis.asyncio.Redis; untyped to keep redis' generics out of every signature
     streams: set[EventStream] = field(default_factory=set)
     draining: bool = False
+    limiter: RateLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limiter = RateLimiter.from_settings(self.settings)
 
     def client(self) -> RuntimeClient:
         if self.runtime is None:

@@ -1,0 +1,99 @@
+"""Per-user limits on starting and resuming runs, kept in Redis so every gateway pod counts the
+same budget: GCRA in one Lua script (atomic, one round trip, one small key per user and action).
+
+If Redis does not answer, the request is let through and a warning is logged (fail open). The
+limit is a brake on abuse and runaway clients, not a safety property: authentication, ownership,
+idempotency and the tool gate are all enforced by the runtime whatever happens here, and failing
+closed would turn a Redis outage into "nobody can approve the restart they are waiting on"."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tether_common.config import Settings
+from tether_common.errors import RateLimited
+
+log = logging.getLogger(__name__)
+
+Action = Literal["start", "resume"]
+PERIOD_MS = 60_000
+REDIS_TIMEOUT_S = 0.25  # a slow Redis must not slow every start/resume down
+_WARN_EVERY_S = 10.0
+
+# GCRA: the key holds the "theoretical arrival time" (ms, Redis' clock so pods with skewed clocks
+# agree). A request is allowed while tat - burst <= now; then tat moves one interval forward.
+# KEYS[1] = the user's key; ARGV[1] = interval ms (period / limit); ARGV[2] = burst ms
+# (interval * (limit - 1), so `limit` requests may come at once). Returns 0 or ms to wait.
+_GCRA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local wait = tat - burst - now
+if wait > 0 then return wait end
+local new_tat = tat + interval
+redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', string.format('%d', new_tat - now))
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Limit:
+    per_min: int
+
+    @property
+    def interval_ms(self) -> int:
+        return max(1, PERIOD_MS // self.per_min)
+
+    @property
+    def burst_ms(self) -> int:
+        return self.interval_ms * (self.per_min - 1)
+
+
+class RateLimiter:
+    """Checks one user's budget for one action; raises RateLimited (429 + Retry-After)."""
+
+    def __init__(self, limits: dict[Action, int]) -> None:
+        self.limits = {action: Limit(n) for action, n in limits.items() if n > 0}
+        self._warned_at = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RateLimiter:
+        return cls(
+            {
+                "start": settings.rate_limit_start_per_min,
+                "resume": settings.rate_limit_resume_per_min,
+            }
+        )
+
+    async def check(self, redis: Any, action: Action, user_id: str) -> None:
+        """`redis` is the app's redis.asyncio client (None without Redis: nothing to count in)."""
+        limit = self.limits.get(action)
+        if limit is None or redis is None:
+            return
+        key = f"tether:ratelimit:{action}:{{{user_id}}}"
+        try:
+            wait_ms = await asyncio.wait_for(
+                redis.eval(_GCRA, 1, key, limit.interval_ms, limit.burst_ms),
+                REDIS_TIMEOUT_S,
+            )
+        except Exception as err:  # noqa: BLE001 - any Redis failure: fail open (module docstring)
+            self._warn(err)
+            return
+        if int(wait_ms) > 0:
+            raise RateLimited(
+                f"too many {action} requests: at most {limit.per_min} a minute",
+                retry_after_s=int(wait_ms) / 1000,
+            )
+
+    def _warn(self, err: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:  # one line per outage burst, not per request
+            self._warned_at = now
+            log.warning("rate limit not enforced: Redis unavailable (%s)", type(err).__name__)

@@ -1,0 +1,113 @@
+"""Per-user limits on starting and resuming runs hold across gateway pods (they count in Redis):
+two gateways, requests alternating between them, the request past the limit gets 429 with
+Retry-After; another user is unaffected. A Redis outage lets requests through (fail open)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis.asyncio as redis_asyncio
+from tether_common.errors import RateLimited
+from tether_gateway.ratelimit import RateLimiter
+from tether_testkit.processes import Proc, free_port, start_gateway
+from tether_testkit.security import bearer, new_user
+
+LIMIT_ENV = {"TETHER_RATE_LIMIT_START_PER_MIN": "5", "TETHER_RATE_LIMIT_RESUME_PER_MIN": "3"}
+
+
+@pytest.fixture(scope="module")
+def limited(runtime: Proc, base_env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    env = {**base_env, **LIMIT_ENV}
+    a = start_gateway(env, runtime.addr, name="gateway-limit-a")
+    b = start_gateway(env, runtime.addr, name="gateway-limit-b")
+    yield a.addr, b.addr
+    for proc in (a, b):
+        proc.terminate()
+
+
+async def conversation(http, base: str, user: str) -> str:
+    async with http.post(f"{base}/v1/conversations", json={}, headers=bearer(user)) as r:
+        assert r.status == 201
+        return str((await r.json())["conversation"]["id"])
+
+
+async def test_start_limit_holds_across_gateways(limited, http, db):
+    a, b = limited
+    user, other = new_user("rl"), new_user("rl")
+    conv = await conversation(http, a, user)
+    for i in range(5):
+        base = (a, b)[i % 2]
+        body = {"text": f"hello {i}"}
+        async with http.post(
+            f"{base}/v1/conversations/{conv}/runs", json=body, headers=bearer(user)
+        ) as r:
+            assert r.status == 201, f"request {i + 1} on {base}: {await r.text()}"
+    runs = await db.fetchval("SELECT count(*) FROM run WHERE user_id = $1", user)
+    async with http.post(
+        f"{b}/v1/conversations/{conv}/runs", json={"text": "one more"}, headers=bearer(user)
+    ) as r:
+        assert r.status == 429, await r.text()
+        retry_after = int(r.headers["Retry-After"])
+        error = (await r.json())["error"]
+    assert error["code"] == "RATE_LIMITED" and error["message"]
+    assert 1 <= retry_after <= 12  # 5 a minute: the next slot opens within 60/5 s
+    assert await db.fetchval("SELECT count(*) FROM run WHERE user_id = $1", user) == runs
+
+    other_conv = await conversation(http, b, other)  # conversations are not limited
+    async with http.post(
+        f"{a}/v1/conversations/{other_conv}/runs", json={"text": "hi"}, headers=bearer(other)
+    ) as r:
+        assert r.status == 201, "another user paid for the first one's requests"
+
+
+async def test_resume_limit_holds_across_gateways(limited, http):
+    a, b = limited
+    user = new_user("rl")
+    body = {"interruptId": "int_x", "decision": "approve", "idempotencyKey": uuid.uuid4().hex}
+    # Every attempt counts, found or not: the limit brakes guessing and runaway retries alike.
+    for i in range(3):
+        async with http.post(
+            f"{(a, b)[i % 2]}/v1/runs/run_nope/resume", json=body, headers=bearer(user)
+        ) as r:
+            assert r.status == 404, await r.text()
+    async with http.post(f"{b}/v1/runs/run_nope/resume", json=body, headers=bearer(user)) as r:
+        assert r.status == 429
+        assert 1 <= int(r.headers["Retry-After"]) <= 20
+        assert (await r.json())["error"]["code"] == "RATE_LIMITED"
+    async with http.post(
+        f"{a}/v1/runs/run_nope/resume", json=body, headers=bearer(new_user())
+    ) as r:
+        assert r.status == 404
+
+
+async def test_limiter_counts_in_redis_and_fails_open(redis_url, caplog):
+    user = f"unit-{uuid.uuid4().hex}"
+    limiter = RateLimiter({"start": 2, "resume": 0})
+    client = redis_asyncio.Redis.from_url(redis_url)
+    try:
+        await limiter.check(client, "start", user)
+        await limiter.check(client, "start", user)
+        with pytest.raises(RateLimited) as info:
+            await limiter.check(client, "start", user)
+        assert 29 <= info.value.retry_after_s <= 30
+        for _ in range(10):
+            await limiter.check(client, "resume", user)  # 0: this limit is off
+        ttl = await client.pttl(f"tether:ratelimit:start:{{{user}}}")
+        assert 0 < ttl <= 60_000  # the key goes away once the budget is whole again
+    finally:
+        await client.aclose()
+
+    dead = redis_asyncio.Redis.from_url(
+        f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="tether_gateway.ratelimit"):
+            for _ in range(5):
+                await limiter.check(dead, "start", user)  # no Redis: let through
+        warnings = [r for r in caplog.records if "Redis unavailable" in r.getMessage()]
+        assert len(warnings) == 1, "one warning per outage burst, not one per request"
+    finally:
+        await dead.aclose()
