@@ -21,8 +21,8 @@ PAGE = 2000
 
 
 class EventStream:
-    """Yields lists of encoded RunEvents (each list becomes one gRPC message), or a `reset`
-    event object when the resume point is impossible."""
+    """Yields lists of encoded RunEvents or an already-encoded batch (each becomes one gRPC
+    message), or the run's view when the resume point is impossible (the caller sends `reset`)."""
 
     def __init__(self, pool: Pool, bus: EventBus, quiet_check_s: float) -> None:
         self.pool = pool
@@ -35,7 +35,9 @@ class EventStream:
             pending = await interrupts.pending_for_run(conn, run_id)
         return RunView.of(run, pending)
 
-    async def follow(self, view: RunView, after: int) -> AsyncIterator[list[bytes] | RunView]:
+    async def follow(
+        self, view: RunView, after: int
+    ) -> AsyncIterator[list[bytes] | bytes | RunView]:
         run_id = view.id
         metrics.STREAMS_ACTIVE.inc()
         try:
@@ -64,13 +66,15 @@ class EventStream:
                         if run is None or run.last_sequence <= last:
                             continue
                         data = b""
-                    fresh = [e for e in ev.split_batch(data) if e.sequence > last] if data else []
+                    decoded = ev.split_batch(data) if data else []
+                    fresh = [e for e in decoded if e.sequence > last]
                     if data and not fresh and not sub.overflowed:
                         continue
                     if fresh and fresh[0].sequence == last + 1 and not sub.overflowed:
-                        batch = [e.SerializeToString() for e in fresh]
+                        # A whole published batch is already a StreamRunEventsResponse: pass it on.
+                        whole = len(fresh) == len(decoded)
                         last = fresh[-1].sequence
-                        yield batch
+                        yield data if whole else [e.SerializeToString() for e in fresh]
                         if ev.is_terminal(fresh[-1]):
                             return
                         continue

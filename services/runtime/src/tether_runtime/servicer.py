@@ -185,7 +185,9 @@ class RuntimeServicer:
             context, "StreamRunEvents", lambda p: self.stream.open(p, request.run_id, after)
         )
         async for item in self.stream.follow(view, after):
-            if isinstance(item, RunView):
+            if isinstance(item, bytes):
+                yield item
+            elif isinstance(item, RunView):
                 yield ev.batch_from_encoded([ev.reset(convert.run_pb(item)).SerializeToString()])
             else:
                 yield ev.batch_from_encoded(item)
