@@ -36,6 +36,7 @@ GATEWAY = "tether-gateway"
 MIGRATE = "tether-migrate"
 HEADLESS = "tether-runtime-headless"
 GRPC_PORT = 50051
+RUNTIME_METRICS_PORT = 9464
 HTTP_PORT = 8080
 APP_UID = 10001
 SECRET_KEYS = ("DATABASE_URL", "REDIS_URL", "TETHER_JWT_SECRET")
@@ -467,7 +468,7 @@ def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Do
     if not deny:
         problems.append("NetworkPolicy: no default deny (ingress and egress) for the namespace")
 
-    # runtime ingress: only gateway pods, only 50051
+    # runtime ingress: gateway pods on 50051; only the monitoring namespace on the metrics port
     rt_ingress = [
         r
         for np in policies_selecting(docs, rt_labels)
@@ -478,6 +479,17 @@ def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Do
         problems.append("NetworkPolicy: nothing lets the gateway reach the runtime")
     for rule in rt_ingress:
         peers = rule.get("from") or []
+        if (
+            rule_ports(rule) == {("TCP", RUNTIME_METRICS_PORT)}
+            and peers
+            and all(
+                set(p) == {"namespaceSelector"}
+                and p["namespaceSelector"].get("matchLabels")
+                == {"kubernetes.io/metadata.name": "monitoring"}
+                for p in peers
+            )
+        ):
+            continue  # Prometheus scraping /metrics: no access to the API port
         if not peers or any(
             "namespaceSelector" in p
             or "ipBlock" in p

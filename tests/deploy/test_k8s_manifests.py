@@ -191,7 +191,12 @@ def test_network_policies(kv: ModuleType, rendered: dict[str, Docs], overlay: st
 
     rt_in = kv.one(docs, "NetworkPolicy", "tether-runtime-ingress")
     assert kv.selector_matches(rt_in["spec"]["podSelector"], rt)
-    [rule] = rt_in["spec"]["ingress"]
+    # Two rules: gateways on the API port; Prometheus (monitoring namespace) on the metrics port.
+    rule, scrape = rt_in["spec"]["ingress"]
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 9464}]
+    assert scrape["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
     [peer] = rule["from"]
     assert set(peer) == {"podSelector"}  # same namespace, pods only
     assert kv.selector_matches(peer["podSelector"], gw)
