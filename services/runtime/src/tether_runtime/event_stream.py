@@ -5,8 +5,12 @@ it compares its position with the run's last sequence, so even a lost *last* eve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
+import asyncpg
 from tether_common.auth import Principal
 
 from tether_runtime import events as ev
@@ -14,10 +18,18 @@ from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.resume import load_owned_run
 from tether_runtime.store import event_log, interrupts, runs
-from tether_runtime.store.db import Pool
+from tether_runtime.store.db import Conn, Pool
 from tether_runtime.views import RunView
 
 PAGE = 2000
+STORE_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class EventStream:
@@ -61,8 +73,7 @@ class EventStream:
                     try:
                         data = await asyncio.wait_for(sub.queue.get(), self.quiet_check_s)
                     except TimeoutError:
-                        async with self.pool.acquire() as conn:
-                            run = await runs.get(conn, run_id)
+                        run = await self._read(lambda c: runs.get(c, run_id))
                         if run is None or run.last_sequence <= last:
                             continue
                         data = b""
@@ -92,14 +103,32 @@ class EventStream:
     async def _from_db(self, run_id: str, after: int) -> AsyncIterator[tuple[list[bytes], int]]:
         last = after
         while True:
-            async with self.pool.acquire() as conn:
-                rows = await event_log.read_after(conn, run_id, last, PAGE)
+            rows = await self._read(partial(_page, run_id=run_id, after=last))
             if not rows:
                 return
             last = rows[-1][0]
             yield [data for _, data in rows], last
             if len(rows) < PAGE:
                 return
+
+    async def _read(self, query: Callable[[Conn], Awaitable[T]]) -> T:
+        """A read that rides out a store outage (a Postgres restart or failover): the stream stays
+        open (the gateway keeps sending heartbeats) and the client sees a delay, not an error it
+        would have to reconnect through (a browser's EventSource gives up for good on the 503 it
+        would get meanwhile). It retries for as long as the client stays connected."""
+        delay = 0.1
+        while True:
+            try:
+                async with self.pool.acquire() as conn:
+                    return await query(conn)
+            except STORE_ERRORS as err:
+                log.warning("event stream: store unavailable, retrying: %s", err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+
+async def _page(conn: Conn, *, run_id: str, after: int) -> list[tuple[int, bytes]]:
+    return await event_log.read_after(conn, run_id, after, PAGE)
 
 
 def _has_terminal(batch: list[bytes]) -> bool:
