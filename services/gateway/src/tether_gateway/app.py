@@ -18,6 +18,7 @@ from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
 from tether_gateway.runtime_client import RuntimeClient, open_channel
 from tether_gateway.state import STATE, GatewayState
+from tether_gateway.validation import storable_params
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -64,7 +65,13 @@ def create_app(settings: Settings) -> web.Application:
     gw = GatewayState(settings=settings, metrics=Metrics())
     app = web.Application(
         client_max_size=settings.max_body_bytes,
-        middlewares=[_tracing(), gw.metrics.middleware(), error_middleware, _security_headers()],
+        middlewares=[
+            _tracing(),
+            gw.metrics.middleware(),
+            error_middleware,
+            _security_headers(),
+            storable_params,
+        ],
     )
     app[STATE] = gw
 

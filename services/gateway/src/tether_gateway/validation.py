@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from tether_common.errors import InvalidArgument
 
 
@@ -23,6 +24,30 @@ class Field:
 
 
 Schema = dict[str, Field]
+
+
+def storable(value: str) -> bool:
+    """Postgres text holds no NUL, and protobuf strings must be valid UTF-8 (no lone surrogates,
+    which JSON's `\\udXXX` escapes can produce): either would surface as a 500 further down."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@web.middleware
+async def storable_params(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Path and query parameters pass the same test as body fields, for every route at once; no
+    parameter of this API is a list, so one given twice is ambiguous and refused."""
+    for name, value in (*request.match_info.items(), *request.query.items()):
+        if not storable(value):
+            raise InvalidArgument(f"parameter {name!r} holds a character that cannot be stored")
+    if len(set(request.query)) != len(request.query):
+        raise InvalidArgument("a query parameter is given more than once")
+    return await handler(request)
 
 
 async def read_json(request: web.Request, max_bytes: int) -> object:
@@ -57,6 +82,8 @@ def validate(body: object, schema: Schema) -> dict[str, str]:
             continue
         if not isinstance(value, str):
             raise InvalidArgument(f"field {name!r} must be a string")
+        if not storable(value):
+            raise InvalidArgument(f"field {name!r} holds a character that cannot be stored")
         if spec.required and not value.strip():
             raise InvalidArgument(f"field {name!r} must not be empty")
         if len(value) > spec.max_len:
@@ -72,8 +99,8 @@ async def body(request: web.Request, schema: Schema, max_bytes: int) -> dict[str
 
 
 def page_size(request: web.Request, default: int = 50, maximum: int = 200) -> int:
-    raw = request.query.get("pageSize", "")
-    if not raw:
+    raw = request.query.get("pageSize")
+    if raw is None:
         return default
     if not raw.isdigit() or not 1 <= int(raw) <= maximum:
         raise InvalidArgument(f"pageSize must be a number from 1 to {maximum}")

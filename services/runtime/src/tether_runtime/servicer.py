@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import asyncpg
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -16,7 +17,7 @@ from opentelemetry import trace
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import Principal, bearer_from_header, verify_token
-from tether_common.errors import ERROR_DOMAIN, STATUS_BY_REASON, TetherError
+from tether_common.errors import ERROR_DOMAIN, STATUS_BY_REASON, InvalidArgument, TetherError
 from tether_common.tracing import context_from, inject_carrier
 
 from tether_runtime import convert, metrics, resume, runs_api
@@ -76,6 +77,12 @@ class RuntimeServicer:
             code = err.reason
             await abort(context, err)
             raise  # abort raises; this keeps the type checker honest
+        except asyncpg.CharacterNotInRepertoireError as err:
+            # A NUL in a text field: Postgres text cannot hold it. The caller's input, not our bug.
+            code = "INVALID_ARGUMENT"
+            bad = InvalidArgument("a text field holds a character that cannot be stored (NUL)")
+            await abort(context, bad)
+            raise bad from err
         except Exception:
             code = "INTERNAL"
             log.exception("%s failed", name)
