@@ -59,11 +59,13 @@ test: gen node_modules/.installed
 run: gen
 	$(PY) tether dev
 
+# Benchmarks (bench/README.md): real processes, a separate load generator, one JSON document.
+# Stores: TETHER_BENCH_DATABASE_URL (admin DSN), TETHER_BENCH_REDIS_URL.
 bench: gen
-	$(PY) python -m tether_bench.main --full
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --full
 
 bench-quick: gen
-	$(PY) python -m tether_bench.main --quick
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick
 
 chaos: gen
 	TETHER_CHAOS_SCALE=full $(PY) pytest -q -m chaos tests/integration

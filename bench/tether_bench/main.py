@@ -1,0 +1,462 @@
+"""`make bench` / `make bench-quick`: start a fresh database, one runtime and one gateway as real
+processes, drive them from a load generator in a separate process (loadgen.py) over real HTTP/SSE
+and gRPC on 127.0.0.1, and print ONE JSON document: the median of the repetitions.
+
+Stores: the admin Postgres from TETHER_BENCH_DATABASE_URL (default
+postgresql://postgres@127.0.0.1:5432/test; a fresh database is created in it and dropped after),
+Redis from TETHER_BENCH_REDIS_URL (default redis://127.0.0.1:6379/0).
+
+Each repetition starts its own runtime and gateway (so no repetition inherits another's memory or
+connections), then runs every scenario in its own load-generator process. `--profile DIR` adds a
+pass that records py-spy profiles of the runtime and the gateway during `single_run` and `fanout`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import secrets
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis.asyncio as aioredis
+
+from tether_bench import stack
+from tether_bench.profile import render, summarize
+from tether_bench.stats import median_of
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
+
+# Sizes per mode. `quick` must finish well under 60 s on 2 cores and still produce every figure.
+MODES: dict[str, dict[str, Any]] = {
+    "quick": {
+        "repetitions": 1,
+        "heartbeat_s": 1.0,
+        "deadline_s": 40,
+        "scenarios": {
+            "first_event": {"samples": 5, "in_flight": 10, "background_deltas": 50},
+            "resume": {"samples": 3},
+            "single_run": {"deltas": 1000, "samples": 1},
+            "grpc_stream": {"deltas": 1000, "samples": 1, "replay_events": 2000},
+            "replay": {"events": 2000, "samples": 1},
+            "fanout": {"runs": 20, "deltas": 50},
+            "idle_sse": {"connections": 200, "hold_s": 2.5, "open_concurrency": 50},
+        },
+    },
+    "full": {
+        "repetitions": 3,
+        "heartbeat_s": 2.0,
+        "deadline_s": 300,
+        "scenarios": {
+            "first_event": {"samples": 40, "in_flight": 50, "background_deltas": 200},
+            "resume": {"samples": 20},
+            "single_run": {"deltas": 5000, "samples": 5},
+            "grpc_stream": {"deltas": 5000, "samples": 5, "replay_events": 10000},
+            "replay": {"events": 10000, "samples": 3},
+            "fanout": {"runs": 200, "deltas": 200},
+            "idle_sse": {
+                "connections": 5000,
+                "hold_s": 10.0,
+                "open_concurrency": 100,
+                "open_timeout_s": 90,
+            },
+            # The same with the runtime's positioning check relaxed (a runtime setting, not code):
+            # isolates the per-stream cost of the once-a-second check on idle streams.
+            "idle_sse_quiet_check_30s": {
+                "scenario": "idle_sse",
+                "env": {"TETHER_STREAM_QUIET_CHECK_S": "30"},
+                "connections": 5000,
+                "hold_s": 10.0,
+                "open_concurrency": 100,
+            },
+        },
+    },
+}
+PROFILED = {"single_run": {"samples": 40}, "fanout": {}}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def raise_fd_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> dict[str, str]:
+    env = {
+        "DATABASE_URL": dsn,
+        "REDIS_URL": redis_url,
+        "TETHER_ENV": "dev",
+        "TETHER_JWT_SECRET": secret,
+        "TETHER_SCRIPTED_DELAY_S": "0",
+        "TETHER_SSE_HEARTBEAT_S": str(heartbeat_s),
+        "TETHER_LOG_LEVEL": os.environ.get("TETHER_BENCH_LOG_LEVEL", "INFO"),
+        "TETHER_DRAIN_S": "3",  # stopping between repetitions need not wait out a long grace
+        # The per-user start-rate limit guards a shared system; one bench user starts thousands.
+        "TETHER_RATE_LIMIT_PER_MIN": "100000000",
+    }
+    # Optional knobs of the system under test, passed through when set.
+    for name in (
+        "TETHER_WORKER_CONCURRENCY",
+        "TETHER_STREAM_QUIET_CHECK_S",
+        "TETHER_SSE_BUFFER_BYTES",
+    ):
+        value = os.environ.get(f"TETHER_BENCH_{name.removeprefix('TETHER_')}")
+        if value:
+            env[name] = value
+    return env
+
+
+async def loadgen(config: dict[str, Any], limit_s: float) -> dict[str, Any]:
+    """Run one scenario in a load-generator process of its own; returns its JSON result."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tether_bench.loadgen",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(json.dumps(config).encode()), limit_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"load generator for {config['scenario']} timed out") from None
+    if proc.returncode != 0:
+        raise RuntimeError(f"load generator for {config['scenario']} failed ({proc.returncode})")
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+class Bench:
+    def __init__(self, mode: str, admin_dsn: str, redis_url: str, reps: int | None) -> None:
+        self.mode = mode
+        self.spec = MODES[mode]
+        self.reps = reps or int(self.spec["repetitions"])
+        self.admin_dsn = admin_dsn
+        self.redis_url = redis_url
+        self.secret = secrets.token_urlsafe(48)
+        self.dsn = ""
+        self.procs: list[stack.Proc] = []
+
+    async def start_processes(
+        self, extra_env: dict[str, str] | None = None
+    ) -> tuple[stack.Proc, stack.Proc]:
+        env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
+        env.update(extra_env or {})
+        runtime = await stack.start_runtime(env)
+        self.procs.append(runtime)
+        gateway = await stack.start_gateway(env, runtime.addr)
+        self.procs.append(gateway)
+        return runtime, gateway
+
+    async def stop_processes(self) -> None:
+        t0 = time.monotonic()
+        for p in reversed(self.procs):
+            await p.stop()
+            if p.proc.returncode not in (0, -signal.SIGTERM):
+                log(f"{p.name} exited with {p.proc.returncode}; log: {p.log_path}")
+        if self.procs:
+            log(f"processes stopped in {time.monotonic() - t0:.1f}s")
+        self.procs.clear()
+
+    def config(
+        self, scenario: str, runtime: stack.Proc, gateway: stack.Proc, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "scenario": scenario,
+            "gateway": gateway.addr,
+            "runtime": runtime.addr,
+            "secret": self.secret,
+            "user": "alice",
+            "dsn": self.dsn,
+            "redis": self.redis_url,
+            "gateway_pid": gateway.pid,
+            "runtime_pid": runtime.pid,
+            "deadline_s": self.spec["deadline_s"],
+            "params": {
+                **{k: v for k, v in params.items() if k not in ("scenario", "env")},
+                "heartbeat_s": self.spec["heartbeat_s"],
+            },
+        }
+
+    async def repetition(self, rep: int, only: set[str] | None) -> dict[str, Any]:
+        runtime, gateway = await self.start_processes()
+        results: dict[str, Any] = {}
+        try:
+            for name, params in self.spec["scenarios"].items():
+                if only and name not in only:
+                    continue
+                if params.get("env"):  # a variant: fresh processes with these settings
+                    await self.stop_processes()
+                    runtime, gateway = await self.start_processes(params["env"])
+                t0 = time.monotonic()
+                cfg = self.config(params.get("scenario", name), runtime, gateway, params)
+                results[name] = await loadgen(cfg, float(self.spec["deadline_s"]) + 30)
+                log(
+                    f"rep {rep + 1}/{self.reps} {name}: {time.monotonic() - t0:.1f}s "
+                    f"{json.dumps(results[name])[:300]}"
+                )
+                for p in (runtime, gateway):
+                    if not p.alive():
+                        raise RuntimeError(f"{p.name} died during {name}:\n{p.log_tail()}")
+        finally:
+            await self.stop_processes()
+        return results
+
+    async def profile(self, out_dir: Path, native: bool) -> dict[str, Any]:
+        """py-spy record on the runtime and the gateway while single_run and fanout run."""
+        py_spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
+        if not py_spy:
+            raise SystemExit("--profile needs py-spy on PATH (uv run --with py-spy ...) or PY_SPY")
+        _mkdir(out_dir)
+        summaries: dict[str, Any] = {}
+        runtime, gateway = await self.start_processes()
+        try:
+            for name, extra in PROFILED.items():
+                params = {**self.spec["scenarios"][name], **extra}
+                spies = []
+                for p in (runtime, gateway):
+                    path = out_dir / f"{name}-{p.name}.txt"
+                    args = [
+                        py_spy,
+                        "record",
+                        "--pid",
+                        str(p.pid),
+                        "--rate",
+                        "250",
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(path),
+                        "--nonblocking",
+                    ]
+                    if native:
+                        args.append("--native")
+                    spy = await asyncio.create_subprocess_exec(
+                        *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+                    )
+                    spies.append((spy, path, p.name))
+                await asyncio.sleep(1.0)  # py-spy attaches
+                cpu0 = {p.name: p_cpu(p.pid) for p in (runtime, gateway)}
+                t0 = time.monotonic()
+                result = await loadgen(self.config(name, runtime, gateway, params), 600)
+                wall = time.monotonic() - t0
+                cpu1 = {p.name: p_cpu(p.pid) for p in (runtime, gateway)}
+                for spy, path, pname in spies:
+                    spy.send_signal(signal.SIGINT)
+                    try:
+                        await asyncio.wait_for(spy.wait(), 30)
+                    except TimeoutError:
+                        spy.kill()
+                        await spy.wait()
+                    s = summarize(path)
+                    s["cpu_pct_of_one_core"] = round(100 * (cpu1[pname] - cpu0[pname]) / wall, 1)
+                    summaries[f"{name}/{pname}"] = s
+                    _write(out_dir / f"{name}-{pname}.summary.txt", render(s) + "\n")
+                    log(f"profile {name}/{pname}: {path} ({s['samples']} samples)")
+                summaries[f"{name}/result"] = result
+        finally:
+            await self.stop_processes()
+        _write(out_dir / "summary.json", json.dumps(summaries, indent=2) + "\n")
+        return summaries
+
+    async def run(
+        self, only: set[str] | None, profile_dir: Path | None, native: bool, out: Path | None
+    ) -> dict[str, Any]:
+        started = time.monotonic()
+        self.dsn, pg_version = await stack.create_database(self.admin_dsn)
+        log(f"database {self.dsn.rsplit('/', 1)[-1]} (PostgreSQL {pg_version})")
+        r = aioredis.Redis.from_url(self.redis_url)
+        try:
+            redis_version = str((await r.info("server")).get("redis_version", "?"))
+        finally:
+            await r.aclose()
+        reps: list[dict[str, Any]] = []
+        profile: dict[str, Any] | None = None
+        try:
+            for rep in range(self.reps):
+                reps.append(await self.repetition(rep, only))
+            if profile_dir is not None:
+                profile = await self.profile(profile_dir, native)
+        finally:
+            await self.stop_processes()
+            await stack.drop_database(self.admin_dsn, self.dsn)
+        doc = self.document(reps, pg_version, redis_version, time.monotonic() - started)
+        if out is not None:
+            full = {**doc, "per_repetition": reps}
+            if profile is not None:
+                full["profile"] = profile
+            _write(out, json.dumps(full, indent=2) + "\n")
+        return doc
+
+    def document(
+        self, reps: list[dict[str, Any]], pg: str, redis_version: str, elapsed: float
+    ) -> dict[str, Any]:
+        def med(*path: str) -> Any:
+            docs = []
+            for r in reps:
+                cur: Any = r
+                for key in path:
+                    cur = cur.get(key) if isinstance(cur, dict) else None
+                if cur is not None:
+                    docs.append(cur)
+            return median_of(docs) if docs else None
+
+        sizes = self.spec["scenarios"]
+        errors: dict[str, str] = {}
+        for i, r in enumerate(reps):  # strings a scenario reports ("_error") leave the figures
+            for name, res in r.items():
+                if isinstance(res, dict) and "_error" in res:
+                    msg = res.pop("_error")
+                    if msg:
+                        errors[f"rep{i + 1}.{name}"] = msg
+        doc: dict[str, Any] = {
+            "benchmark": "tether",
+            "mode": self.mode,
+            "repetitions": self.reps,
+            "cores": {
+                "logical": os.cpu_count() or 0,
+                "physical": psutil.cpu_count(logical=False) or 0,
+                "usable": len(os.sched_getaffinity(0)),
+            },
+            "first_event_ms": med("first_event"),
+            "resume_to_tool_started_ms": med("resume"),
+            "single_run_events_per_s": med("single_run"),
+            "fanout": med("fanout", "fanout"),
+            "replay_10k_ms": med("replay"),
+            "idle_sse_connection_kib": med("idle_sse"),
+            **(
+                {"idle_sse_connection_kib_quiet_check_30s": med("idle_sse_quiet_check_30s")}
+                if "idle_sse_quiet_check_30s" in sizes
+                else {}
+            ),
+            "grpc_stream_events_per_s": med("grpc_stream"),
+            "db_rows_per_event": med("fanout", "db_rows_per_event"),
+            "redis_messages_per_event": med("fanout", "redis_messages_per_event"),
+            "elapsed_s": round(elapsed, 1),
+            "errors": errors,
+            "environment": {
+                "python": platform.python_version(),
+                "git": git_revision(),
+                "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+                "postgres": pg,
+                "redis": redis_version,
+                "scripted_delay_s": 0,
+                "sse_heartbeat_s": self.spec["heartbeat_s"],
+                "sizes": sizes,
+            },
+            "notes": {
+                "statistic": "each figure is the median over repetitions of that repetition's "
+                "value (p50/p99 within a repetition); latencies in ms, rates per second",
+                "first_event_ms": "POST /runs with Accept: text/event-stream -> first SSE event "
+                "(run_started) at the client; 'loaded' = while in_flight_runs other clients each "
+                "keep one run of background_deltas deltas executing and streaming (closed loop)",
+                "coalescing": "with TETHER_SCRIPTED_DELAY_S=0 the model emits all deltas of a "
+                "step without yielding, so the engine's 40 ms coalescing window merges them into "
+                "one text_delta event: deltas_produced >> events_delivered",
+                "replay_10k_ms": "a synthetic finished run: a real run whose event log is "
+                "replaced in one transaction by run_started + N-2 text_delta + done, encoded by "
+                "tether_runtime.events and written by store.event_log.insert (no run size yields "
+                "10k events at delay 0); then GET /events with Last-Event-ID: 0 until the last",
+                "fanout": "commit->arrival = client wall clock at arrival minus the event's "
+                "`time` (stamped by the runtime as it writes the event); same host clock",
+                "db_rows_per_event": "pg_stat_user_tables n_tup_ins / n_tup_upd deltas over the "
+                "fan-out scenario (all tables; includes the run, message and checkpoint rows "
+                "each run writes) divided by events delivered",
+                "redis_messages_per_event": "pubsub_received: a PSUBSCRIBE tether:run:* counter "
+                "(only the scenario's runs); publish_calls/commands: INFO deltas (server-wide)",
+                "idle_sse_connection_kib": "(gateway RSS at end of hold - RSS before opening) / "
+                "connections; all_connected = every connection still open and got >= 1 "
+                "heartbeat during the hold",
+            },
+        }
+        return doc
+
+
+def git_revision() -> str:
+    """The commit measured, with "+dirty" when the work tree differs (others edit it)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=BENCH_DIR.parent, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    rev = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "services", "libs")
+    return rev + ("+dirty" if dirty else "")
+
+
+def _mkdir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def p_cpu(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="tether_bench", description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_const", dest="mode", const="full")
+    mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
+    ap.add_argument("--reps", type=int, help="repetitions (default: 3 full, 1 quick)")
+    ap.add_argument(
+        "--only", help="comma-separated scenarios: " + ",".join(MODES["full"]["scenarios"])
+    )
+    ap.add_argument("--out", type=Path, help="also write the document (with per-repetition data)")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="after the measured repetitions, record py-spy profiles into DIR",
+    )
+    ap.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
+    ap.set_defaults(mode="full")
+    return ap.parse_args(argv)
+
+
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    raise_fd_limit()
+    admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    redis_url = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    only = set(args.only.split(",")) if args.only else None
+    bench = Bench(args.mode, admin, redis_url, args.reps)
+    return await bench.run(only, args.profile, args.native, args.out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    doc = asyncio.run(amain(args))
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

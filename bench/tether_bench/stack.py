@@ -1,0 +1,166 @@
+"""The system under test: a fresh database on the admin Postgres, one runtime and one gateway as
+real processes (the approach of tests/tether_testkit/processes.py, asyncio edition), each on a
+free 127.0.0.1 port with its own log file."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+LOG_DIR = Path(os.environ.get("TETHER_BENCH_LOG_DIR", tempfile.gettempdir())) / "tether-bench-logs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def with_database(dsn: str, name: str) -> str:
+    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
+
+
+async def create_database(admin_dsn: str) -> tuple[str, str]:
+    """A fresh database, migrated and seeded with the demo; returns (dsn, server version)."""
+    from tether_runtime.demo.seed import seed_demo
+    from tether_runtime.store.migrations import migrate
+
+    name = "tether_bench_" + secrets.token_hex(5)
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        version = str(await conn.fetchval("SHOW server_version"))
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    dsn = with_database(admin_dsn, name)
+    await migrate(dsn)
+    await seed_demo(dsn)
+    return dsn, version
+
+
+async def drop_database(admin_dsn: str, dsn: str) -> None:
+    name = urlsplit(dsn).path.lstrip("/")
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@dataclass
+class Proc:
+    name: str
+    proc: asyncio.subprocess.Process
+    addr: str
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except FileNotFoundError:
+            return ""
+
+    async def stop(self, limit_s: float = 30) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), limit_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+
+def _log_file(name: str) -> tuple[Path, BinaryIO]:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
+    return log_path, open(log_path, "wb")  # noqa: SIM115 - closed by the caller
+
+
+async def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
+    log_path, log = _log_file(name)
+    with log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *args, env={**os.environ, **env}, stdout=log, stderr=log
+        )
+    return Proc(name, proc, addr, log_path)
+
+
+async def _grpc_serving(addr: str) -> bool:
+    try:
+        async with grpc.aio.insecure_channel(addr) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            resp = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=0.5)
+            return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+    except grpc.RpcError:
+        return False
+
+
+async def _http_ready(url: str) -> bool:
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as s,
+            s.get(url + "/readyz") as resp,
+        ):
+            return resp.status == 200
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return False
+
+
+async def _wait_ready(proc: Proc, check: object, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(
+                f"{proc.name} exited with {proc.proc.returncode}:\n{proc.log_tail()}"
+            )
+        if await check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    await proc.stop(5)
+    raise TimeoutError(f"{proc.name} not ready in {limit_s}s:\n{proc.log_tail()}")
+
+
+async def start_runtime(env: dict[str, str], limit_s: float = 30) -> Proc:
+    addr = f"127.0.0.1:{free_port()}"
+    proc = await _spawn(
+        "runtime", ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr
+    )
+    await _wait_ready(proc, lambda: _grpc_serving(addr), limit_s)
+    return proc
+
+
+async def start_gateway(env: dict[str, str], runtime_addr: str, limit_s: float = 30) -> Proc:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = await _spawn(
+        "gateway",
+        ["-m", "tether_cli.main", "gateway"],
+        {**env, "TETHER_HTTP_ADDR": f"127.0.0.1:{port}", "TETHER_RUNTIME_TARGET": runtime_addr},
+        url,
+    )
+    await _wait_ready(proc, lambda: _http_ready(url), limit_s)
+    return proc

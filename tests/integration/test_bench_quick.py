@@ -1,0 +1,99 @@
+"""`make bench-quick` end to end: the harness starts its own runtime and gateway on a fresh
+database, drives them from a separate load-generator process, and prints one JSON document in
+which every figure is present and a number. (CI checks completion and shape, not the values.)"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every figure of the document and the numeric fields each must carry.
+REQUIRED: dict[str, list[str]] = {
+    "cores": ["logical", "usable"],
+    "first_event_ms": ["idle.p50", "idle.p99", "loaded.p50", "loaded.p99", "in_flight_runs"],
+    "resume_to_tool_started_ms": ["p50", "p99"],
+    "single_run_events_per_s": [
+        "events_per_s",
+        "deltas_per_s",
+        "deltas_produced",
+        "events_delivered",
+        "duration_ms",
+    ],
+    "fanout": [
+        "runs",
+        "deltas_per_run",
+        "events",
+        "events_per_s",
+        "commit_to_arrival_p50_ms",
+        "commit_to_arrival_p99_ms",
+    ],
+    "replay_10k_ms": ["ms", "events", "events_per_s"],
+    "idle_sse_connection_kib": [
+        "kib_per_connection",
+        "connections",
+        "connected_after_hold",
+        "all_connected",
+        "heartbeats_min",
+    ],
+    "grpc_stream_events_per_s": ["events_per_s", "deltas_per_s", "replay_events_per_s"],
+    "db_rows_per_event": ["inserted", "updated", "run_event_inserted"],
+    "redis_messages_per_event": ["pubsub_received", "publish_calls"],
+}
+
+
+def _leaves(doc: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(doc, dict):
+        out: dict[str, object] = {}
+        for k, v in doc.items():
+            out.update(_leaves(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    return {prefix: doc}
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
+        "TETHER_BENCH_DATABASE_URL": admin_dsn,
+        "TETHER_BENCH_REDIS_URL": redis_url,
+        "TETHER_BENCH_LOG_DIR": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tether_bench.main", "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"bench-quick failed:\n{proc.stderr[-6000:]}"
+    doc = json.loads(proc.stdout)
+    assert doc["mode"] == "quick"
+    problems = []
+    for key, fields in REQUIRED.items():
+        if not isinstance(doc.get(key), dict):
+            problems.append(f"{key}: missing")
+            continue
+        leaves = _leaves(doc[key])
+        problems += [
+            f"{key}.{f}: {leaves.get(f)!r}" for f in fields if not _is_number(leaves.get(f))
+        ]
+        # Every other figure under the key is a number too.
+        problems += [f"{key}.{k}: {v!r}" for k, v in leaves.items() if not _is_number(v)]
+    assert not problems, "figures missing or not numbers:\n" + "\n".join(problems)
+    assert doc["cores"]["logical"] >= 1
+    assert doc["fanout"]["events"] > 0 and doc["replay_10k_ms"]["events"] > 0
