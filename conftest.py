@@ -45,6 +45,9 @@ def base_env(database_url: str, redis_url: str) -> dict[str, str]:
         "TETHER_STREAM_QUIET_CHECK_S": "0.5",
         "TETHER_DRAIN_S": "4",
         "TETHER_LOG_LEVEL": "INFO",
+        # Per-user limits count in the shared Redis for the whole session: tests that are not
+        # about them must not spend one budget (tests/integration/security sets its own).
+        "TETHER_RATE_LIMIT_PER_MIN": "0",
     }
 
 
