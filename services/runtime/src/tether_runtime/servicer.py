@@ -17,13 +17,20 @@ from opentelemetry import trace
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import Principal, bearer_from_header, verify_token
-from tether_common.errors import ERROR_DOMAIN, STATUS_BY_REASON, InvalidArgument, TetherError
+from tether_common.errors import (
+    ERROR_DOMAIN,
+    STATUS_BY_REASON,
+    InvalidArgument,
+    TetherError,
+    Unavailable,
+)
 from tether_common.tracing import context_from, inject_carrier
 
 from tether_runtime import convert, metrics, resume, runs_api
 from tether_runtime import events as ev
 from tether_runtime.event_stream import EventStream
 from tether_runtime.executor import Engine
+from tether_runtime.store.db import STORE_DOWN
 from tether_runtime.views import RunView
 
 log = logging.getLogger(__name__)
@@ -83,6 +90,11 @@ class RuntimeServicer:
             bad = InvalidArgument("a text field holds a character that cannot be stored (NUL)")
             await abort(context, bad)
             raise bad from err
+        except STORE_DOWN as err:
+            code = "UNAVAILABLE"
+            log.warning("%s: store unavailable: %s", name, err)
+            await abort(context, Unavailable("the store is unavailable; retry"))
+            raise
         except Exception:
             code = "INTERNAL"
             log.exception("%s failed", name)
@@ -191,6 +203,18 @@ class RuntimeServicer:
         view: RunView = await self._call(
             context, "StreamRunEvents", lambda p: self.stream.open(p, request.run_id, after)
         )
+        try:
+            async for item in self._follow(view, after):
+                yield item
+        except STORE_DOWN as err:
+            # The store went away for longer than the stream's own retries: the caller resumes
+            # from its last sequence (the gateway does so transparently on UNAVAILABLE).
+            log.warning("StreamRunEvents: store unavailable: %s", err)
+            await abort(
+                context, Unavailable("the store is unavailable; resume from the last event")
+            )
+
+    async def _follow(self, view: RunView, after: int) -> AsyncIterator[bytes]:
         async for item in self.stream.follow(view, after):
             if isinstance(item, bytes):
                 yield item

@@ -6,6 +6,17 @@ import json
 
 import asyncpg
 
+# The failures that mean "the store is unreachable right now" (restart, failover, network): the
+# caller may retry, so the API answers UNAVAILABLE rather than INTERNAL.
+STORE_DOWN: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
 Pool = asyncpg.Pool
 Conn = asyncpg.Connection
 
