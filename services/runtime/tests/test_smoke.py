@@ -42,3 +42,18 @@ async def test_it_follows_the_conversation(runtime, db):
     assert [s.tool for s in started] == ["get_logs"]
     assert instance in started[0].args_summary
     await c.close()
+
+
+async def test_concurrent_runs_in_one_conversation_each_answer_their_own_message(runtime):
+    """Newer messages of other runs must not push a run's own message out of its context."""
+    import asyncio
+
+    c = Client(runtime.addr, token(TEST_SECRET, "alice"))
+    conv = await c.conversation()
+    runs = [(await c.start(conv, f"stream {n} deltas")).run for n in range(3, 23)]
+    results = await asyncio.gather(*(c.events(r.id) for r in runs))
+    for n, evs in zip(range(3, 23), results, strict=True):
+        assert types(evs)[-1] == "done", types(evs)
+        text = "".join(e.text_delta.delta for e in evs if e.WhichOneof("event") == "text_delta")
+        assert text == "".join(f"t{i} " for i in range(n))
+    await c.close()

@@ -106,7 +106,9 @@ class RunExecutor:
 
     async def _start(self) -> None:
         async with self.e.pool.acquire() as conn:
-            messages = await context.initial_messages(conn, self.run.conversation_id)
+            messages = await context.initial_messages(
+                conn, self.run.conversation_id, self.run.user_message_id
+            )
         self.cp = {
             "v": 1,
             "started": True,

@@ -23,9 +23,11 @@ def system_text(conv: ConversationRow) -> str:
     )
 
 
-async def initial_messages(conn: Conn, conversation_id: str) -> list[dict[str, Any]]:
-    """The recent turns, newest last (the current user message included), cut to the budget."""
-    turns = await conversations.recent_turns(conn, conversation_id, RECENT_TURNS)
+async def initial_messages(
+    conn: Conn, conversation_id: str, user_message_id: str
+) -> list[dict[str, Any]]:
+    """The recent turns up to the run's own message (newest last), cut to the budget."""
+    turns = await conversations.recent_turns(conn, conversation_id, RECENT_TURNS, user_message_id)
     out: list[dict[str, Any]] = []
     used = 0
     for m in reversed(turns):

@@ -77,13 +77,17 @@ async def messages(
     return [MessageRow.of(r) for r in rows]
 
 
-async def recent_turns(conn: Conn, conversation_id: str, limit: int) -> list[MessageRow]:
-    """The last `limit` user/assistant messages, oldest first."""
+async def recent_turns(
+    conn: Conn, conversation_id: str, limit: int, up_to_id: str
+) -> list[MessageRow]:
+    """The last `limit` user/assistant messages up to and including `up_to_id` (a run's own
+    message: later ones belong to other runs), oldest first."""
     rows = await conn.fetch(
         "SELECT * FROM (SELECT * FROM message WHERE conversation_id = $1 "
-        "AND role IN ('user', 'assistant') ORDER BY id DESC LIMIT $2) m ORDER BY id",
+        "AND role IN ('user', 'assistant') AND id <= $3 ORDER BY id DESC LIMIT $2) m ORDER BY id",
         conversation_id,
         limit,
+        up_to_id,
     )
     return [MessageRow.of(r) for r in rows]
 
