@@ -195,8 +195,17 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     resp = await gw.client().call("GetRun", rs.GetRunRequest(run_id=run_id), caller.token)
     if is_finished(resp.run, after):
         return web.Response(status=204)
+    # A resume point ahead of the run gets a `reset` built for it: a dedicated stream. Any
+    # other joins the run's shared feed, after this caller's own GetRun passed (ownership).
+    shared = after <= resp.run.last_sequence
     return await stream_response(
-        request, gw, run_id=run_id, token=caller.token, after=after, started=started
+        request,
+        gw,
+        run_id=run_id,
+        token=caller.token,
+        after=after,
+        started=started,
+        shared=shared,
     )
 
 

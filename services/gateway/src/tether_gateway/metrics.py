@@ -29,6 +29,11 @@ class Metrics:
             registry=r,
         )
         self.sse_open = Gauge("tether_gateway_sse_connections", "Open SSE connections", registry=r)
+        self.sse_upstream = Gauge(
+            "tether_gateway_sse_upstream_streams",
+            "Open StreamRunEvents calls behind SSE (one per shared run feed, plus dedicated ones)",
+            registry=r,
+        )
         self.sse_events = Counter(
             "tether_gateway_sse_events", "Events written to SSE clients", registry=r
         )

@@ -1,4 +1,5 @@
-"""SSE (DESIGN section 6): one StreamRunEvents call per connection, `retry:` first, pre-encoded
+"""SSE (DESIGN section 6): each connection follows its run's shared feed (one StreamRunEvents call
+per run per process, run_feed.py) or a dedicated call of its own; `retry:` first, pre-encoded
 frames written coalesced, heartbeats when idle, a bounded per-connection buffer, drain on exit."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tether.runtime.v1 import resources_pb2, runtime_service_pb2
 from tether_common.errors import InvalidArgument
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
+from tether_gateway.run_feed import MAX_RETRIES, RETRYABLE, TERMINAL_STATUSES, RunFeed
 from tether_gateway.state import GatewayState
 
 log = logging.getLogger(__name__)
@@ -24,20 +26,10 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 HEARTBEAT = b": keep-alive\n\n"
-TERMINAL_STATUSES = frozenset(
-    {
-        resources_pb2.RUN_STATUS_COMPLETED,
-        resources_pb2.RUN_STATUS_FAILED,
-        resources_pb2.RUN_STATUS_CANCELLED,
-    }
-)
 _MAX_SEQUENCE = 2**63 - 1
 # The kernel's send buffer counts against a connection's budget too: without a cap, Linux grows
 # it to megabytes for a client that never reads (tcp_wmem), and that memory is the gateway's.
 _SNDBUF_MIN, _SNDBUF_MAX = 4096, 256 * 1024
-# A runtime pod going away mid-stream is invisible to the browser: reopen from the last sequence.
-_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
-_MAX_RETRIES = 5
 
 
 class SlowClient(Exception):
@@ -61,7 +53,9 @@ def is_finished(run: resources_pb2.Run, after: int) -> bool:
 
 
 class EventStream:
-    """One SSE connection bridged to one gRPC event stream."""
+    """One SSE connection, fed by its run's shared feed (run_feed.py) or, when the feed cannot
+    serve its resume point (older than the feed's ring, or ahead of the run: `reset`), by a
+    dedicated gRPC event stream of its own."""
 
     def __init__(
         self,
@@ -73,6 +67,7 @@ class EventStream:
         token: str,
         after: int,
         started: float,
+        shared: bool = True,
     ) -> None:
         self.gw = gw
         self.request = request
@@ -81,12 +76,17 @@ class EventStream:
         self.token = token
         self.after = after
         self.started = started
+        self.shared = shared
         self.limit = gw.settings.sse_buffer_bytes
         self._chunks: list[bytes] = []
         self._queued = 0
         self._events = 0
         self._wake = asyncio.Event()
         self._stopping = False
+        self._dropped = False
+        self._source_done = False
+        self._feed: RunFeed | None = None
+        self._pump_task: asyncio.Task[None] | None = None
 
     def stop(self) -> None:
         self._stopping = True
@@ -94,6 +94,24 @@ class EventStream:
 
     def stopping(self) -> bool:
         return self._stopping
+
+    # -- the source side: a shared feed (offer/source_ended) or the dedicated pump --
+
+    def offer(self, data: bytes, count: int) -> bool:
+        """Queue frames for this connection; False when it is dropped as a slow reader."""
+        if self._dropped or self._source_done:
+            return False
+        try:
+            self._push(data, count)
+        except SlowClient:
+            self._dropped = True
+            self.source_ended(None)
+            return False
+        return True
+
+    def source_ended(self, error: BaseException | None) -> None:
+        self._source_done = True
+        self._wake.set()
 
     def _pending(self) -> int:
         transport = self.request.transport
@@ -117,6 +135,20 @@ class EventStream:
         self._queued += len(data)
         self._events += count
         self._wake.set()
+
+    def _start_source(self) -> None:
+        if self.shared:
+            feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
+            if feed is not None:
+                self._feed = feed
+                return
+        self.gw.metrics.sse_upstream.inc()
+        self._pump_task = asyncio.create_task(self._pump())
+        self._pump_task.add_done_callback(self._pump_finished)
+
+    def _pump_finished(self, task: asyncio.Task[None]) -> None:
+        self.gw.metrics.sse_upstream.dec()
+        self.source_ended(None)
 
     async def _pump(self) -> None:
         after, retries = self.after, 0
@@ -149,15 +181,17 @@ class EventStream:
                     if end:
                         return
             except grpc.aio.AioRpcError as err:
-                if err.code() not in _RETRYABLE or retries >= _MAX_RETRIES:
+                if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
                     raise
             finally:
                 call.cancel()
             # The runtime ended the stream before the run ended (its pod is draining): reopen.
-            if retries >= _MAX_RETRIES:
+            if retries >= MAX_RETRIES:
                 return
             retries += 1
             await asyncio.sleep(0.1 * retries)
+
+    # -- the client side --
 
     async def _write(self, data: bytes) -> None:
         # A write blocks only while the socket is full; one that stays blocked this long means
@@ -171,12 +205,11 @@ class EventStream:
     async def run(self) -> None:
         heartbeat_s = self.gw.settings.sse_heartbeat_s
         await self._write(f"retry: {self.gw.settings.sse_retry_ms}\n\n".encode())
-        pump = asyncio.create_task(self._pump())
-        pump.add_done_callback(lambda _: self._wake.set())
         first = True
         try:
-            while not self.stopping():
-                if not self._chunks and not pump.done():
+            self._start_source()
+            while not self.stopping() and not self._dropped:
+                if not self._chunks and not self._source_done:
                     try:
                         await asyncio.wait_for(self._wake.wait(), heartbeat_s)
                     except TimeoutError:
@@ -185,26 +218,33 @@ class EventStream:
                         self.gw.metrics.sse_heartbeats.inc()
                         continue
                 self._wake.clear()
-                if self.stopping():
+                if self.stopping() or self._dropped:
                     break
                 if self._chunks:
-                    data = b"".join(self._chunks)
+                    chunks = self._chunks
+                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                     count, self._events = self._events, 0
-                    self._chunks.clear()
+                    self._chunks = []
                     self._queued = 0
                     await self._write(data)
                     self.gw.metrics.sse_events.inc(count)
                     if first:
                         first = False
                         self.gw.metrics.sse_first_event.observe(time.perf_counter() - self.started)
-                elif pump.done():
+                elif self._source_done:
                     break
         except (ConnectionError, SlowClient):
             pass  # the client went away or was dropped; it reconnects with its Last-Event-ID
         finally:
-            if not pump.done():
-                pump.cancel()
-            results = await asyncio.gather(pump, return_exceptions=True)
+            self._chunks = []
+            if self._feed is not None:
+                self._feed.leave(self)
+            if self._pump_task is not None and not self._pump_task.done():
+                self._pump_task.cancel()
+        pump = self._pump_task
+        if pump is None:
+            return
+        results = await asyncio.gather(pump, return_exceptions=True)
         err = results[0]
         if isinstance(err, grpc.aio.AioRpcError):
             log.warning("event stream ended by the runtime: %s", err.code().name)
@@ -232,6 +272,7 @@ async def stream_response(
     token: str,
     after: int,
     started: float,
+    shared: bool = True,
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
@@ -239,7 +280,7 @@ async def stream_response(
     _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
     await resp.prepare(request)
     stream = EventStream(
-        gw, request, resp, run_id=run_id, token=token, after=after, started=started
+        gw, request, resp, run_id=run_id, token=token, after=after, started=started, shared=shared
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()

@@ -10,6 +10,7 @@ from tether_common.config import Settings
 
 from tether_gateway.metrics import Metrics
 from tether_gateway.ratelimit import RateLimiter
+from tether_gateway.run_feed import FeedRegistry
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -25,9 +26,11 @@ class GatewayState:
     streams: set[EventStream] = field(default_factory=set)
     draining: bool = False
     limiter: RateLimiter = field(init=False)
+    feeds: FeedRegistry = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter.from_settings(self.settings)
+        self.feeds = FeedRegistry(self.client, on_upstream=self.metrics.sse_upstream.inc)
 
     def client(self) -> RuntimeClient:
         if self.runtime is None:
@@ -40,6 +43,7 @@ class GatewayState:
         streams = list(self.streams)
         for stream in streams:
             stream.stop()
+        self.feeds.close_all()
         return len(streams)
 
 

@@ -1,0 +1,276 @@
+"""One upstream StreamRunEvents call per run per gateway process, shared by every SSE connection
+of that run on this process (DESIGN section 9: "one per run per pod, shared").
+
+A RunFeed encodes each event once (`sse_frame`) and keeps the most recent frames in a bounded
+ring. A connection joins with its resume point `after`: the ring's frames past `after` are copied
+into its buffer and it is added to the fan-out in the same synchronous step (no await between),
+so it sees every later frame exactly once, in order, with no gap. A resume point older than the
+ring, or ahead of the run (a `reset`), is served by a dedicated stream instead (sse.py).
+
+The upstream call reopens from its last sequence when the runtime ends it without a terminal
+event (UNAVAILABLE/CANCELLED). A feed closes after delivering the run's terminal event, when its
+upstream fails for good, or a few seconds after its last subscriber left (a client that was
+dropped or lost its connection and comes back meanwhile is served from the ring)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import grpc
+from tether.runtime.v1 import resources_pb2, runtime_service_pb2
+from tether_common.event_json import TERMINAL_TYPES, sse_frame
+
+if TYPE_CHECKING:
+    from tether_gateway.runtime_client import RuntimeClient
+
+log = logging.getLogger(__name__)
+
+TERMINAL_STATUSES = frozenset(
+    {
+        resources_pb2.RUN_STATUS_COMPLETED,
+        resources_pb2.RUN_STATUS_FAILED,
+        resources_pb2.RUN_STATUS_CANCELLED,
+    }
+)
+# A runtime pod going away mid-stream is invisible to the browser: reopen from the last sequence.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+MAX_RETRIES = 5
+RING_FRAMES = 1024
+RING_BYTES = 512 * 1024
+LINGER_S = 5.0
+
+
+class Subscriber(Protocol):
+    """An SSE connection as a feed sees it (sse.EventStream)."""
+
+    def offer(self, data: bytes, count: int) -> bool:
+        """Queue frames; False when the connection was dropped (it then leaves the feed)."""
+
+    def source_ended(self, error: BaseException | None) -> None:
+        """No more frames will come (the run ended, or the upstream failed for good)."""
+
+
+class RunFeed:
+    """The shared upstream of one run: a ring of recent frames and the connections following it."""
+
+    def __init__(
+        self,
+        registry: FeedRegistry,
+        run_id: str,
+        token: str,
+        after: int,
+        *,
+        ring_frames: int = RING_FRAMES,
+        ring_bytes: int = RING_BYTES,
+    ) -> None:
+        self.registry = registry
+        self.run_id = run_id
+        self.token = token  # the freshest joiner's token, used when the upstream reopens
+        self.floor = after  # the ring holds every event with floor < sequence <= last
+        self.last = after
+        self.ring: deque[tuple[int, bytes]] = deque()
+        self.ring_size = 0
+        self.ring_frames = ring_frames
+        self.ring_bytes = ring_bytes
+        self.subscribers: dict[Subscriber, int] = {}  # -> its position (last sequence queued)
+        self.closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None
+
+    # -- joining and leaving (synchronous: no await between the ring copy and the fan-out) --
+
+    def covers(self, after: int) -> bool:
+        """A connection resuming after `after` can be served from the ring, then live."""
+        return not self.closed and self.floor <= after
+
+    def join(self, sub: Subscriber, after: int, token: str) -> None:
+        if not self.covers(after):
+            raise ValueError("the feed's ring does not cover this resume point")
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        self.token = token
+        backlog = [frame for seq, frame in self.ring if seq > after]
+        # A resume point ahead of this feed (it lags the runtime by a moment) skips up to it.
+        self.subscribers[sub] = max(after, self.last)
+        if backlog and not sub.offer(b"".join(backlog), len(backlog)):
+            self.leave(sub)
+
+    def leave(self, sub: Subscriber) -> None:
+        self.subscribers.pop(sub, None)
+        if not self.subscribers and not self.closed and self._linger is None:
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(self.registry.linger_s, self._idle_close)
+
+    def _idle_close(self) -> None:
+        self._linger = None
+        if not self.subscribers:
+            self.close()
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End the feed: its subscribers finish what they have queued and end."""
+        if self.closed:
+            return
+        self.closed = True
+        self.registry.forget(self)
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        subs, self.subscribers = list(self.subscribers), {}
+        for sub in subs:
+            sub.source_ended(error)
+        task = self._task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+
+    # -- the upstream --
+
+    def start(self) -> None:
+        self.registry.metrics_upstream(1)
+        self._task = asyncio.create_task(self._pump(), name=f"run-feed-{self.run_id}")
+        self._task.add_done_callback(self._pump_done)
+
+    def _pump_done(self, task: asyncio.Task[None]) -> None:
+        self.registry.metrics_upstream(-1)
+        if task.cancelled():
+            self.close()
+            return
+        err = task.exception()
+        if isinstance(err, grpc.aio.AioRpcError):
+            log.warning("run feed ended by the runtime: %s", err.code().name)
+        elif err is not None:
+            log.error("run feed failed", exc_info=err)
+        self.close(err)
+
+    async def _pump(self) -> None:
+        retries = 0
+        while True:
+            request = runtime_service_pb2.StreamRunEventsRequest(
+                run_id=self.run_id, after_sequence=self.last
+            )
+            call = self.registry.client().stream_events(request, self.token)
+            try:
+                async for batch in call:
+                    retries = 0
+                    if self._deliver(batch.events):
+                        self.close()
+                        return
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
+                    raise
+            finally:
+                call.cancel()
+            # The runtime ended the stream before the run ended (its pod is draining): reopen.
+            if retries >= MAX_RETRIES:
+                return
+            retries += 1
+            await asyncio.sleep(0.1 * retries)
+
+    def _deliver(self, events: object) -> bool:
+        """Encode a batch once, keep it in the ring, fan it out. True after the terminal event."""
+        frames: list[tuple[int, bytes]] = []
+        end = False
+        for ev in events:  # type: ignore[attr-defined]
+            kind = ev.WhichOneof("event")
+            if kind == "reset":
+                # The feed's position was not in the log (retention): every follower redraws from
+                # the run's state, and the log continues after it.
+                self._fan_out([(0, sse_frame(ev))], positional=False)
+                self.ring.clear()
+                self.ring_size = 0
+                self.floor = self.last = ev.reset.run.last_sequence
+                for sub in self.subscribers:
+                    self.subscribers[sub] = max(self.subscribers[sub], self.last)
+                if ev.reset.run.status in TERMINAL_STATUSES:
+                    end = True
+                    break
+                continue
+            if ev.sequence <= self.last:
+                continue  # already delivered by this feed
+            frames.append((ev.sequence, sse_frame(ev)))
+            self.last = ev.sequence
+            if kind in TERMINAL_TYPES:
+                end = True
+                break
+        if frames:
+            self._remember(frames)
+            self._fan_out(frames, positional=True)
+        return end
+
+    def _remember(self, frames: list[tuple[int, bytes]]) -> None:
+        ring = self.ring
+        for item in frames:
+            ring.append(item)
+            self.ring_size += len(item[1])
+        while ring and (len(ring) > self.ring_frames or self.ring_size > self.ring_bytes):
+            seq, frame = ring.popleft()
+            self.ring_size -= len(frame)
+            self.floor = seq
+
+    def _fan_out(self, frames: list[tuple[int, bytes]], *, positional: bool) -> None:
+        first, last = frames[0][0], frames[-1][0]
+        shared = b"".join(frame for _, frame in frames)  # one buffer for every connection
+        dropped: list[Subscriber] = []
+        for sub, position in self.subscribers.items():
+            if not positional:
+                ok = sub.offer(shared, len(frames))
+            elif position < first:
+                ok = sub.offer(shared, len(frames))
+            elif position < last:  # joined ahead of this feed: only what it has not seen
+                rest = [frame for seq, frame in frames if seq > position]
+                ok = sub.offer(b"".join(rest), len(rest))
+            else:
+                continue
+            if ok and positional:
+                self.subscribers[sub] = last
+            elif not ok:
+                dropped.append(sub)
+        for sub in dropped:
+            self.leave(sub)
+
+
+class FeedRegistry:
+    """The feeds of one gateway process (one app), by run id."""
+
+    def __init__(
+        self,
+        client: Callable[[], RuntimeClient],
+        *,
+        linger_s: float = LINGER_S,
+        on_upstream: Callable[[int], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.linger_s = linger_s
+        self.feeds: dict[str, RunFeed] = {}
+        self._on_upstream = on_upstream
+
+    def metrics_upstream(self, delta: int) -> None:
+        if self._on_upstream is not None:
+            self._on_upstream(delta)
+
+    def subscribe(self, run_id: str, sub: Subscriber, after: int, token: str) -> RunFeed | None:
+        """Join the run's feed (creating it when there is none); None when the existing feed's
+        ring does not reach back to `after` (the caller then streams on its own)."""
+        feed = self.feeds.get(run_id)
+        if feed is None:
+            feed = RunFeed(self, run_id, token, after)
+            self.feeds[run_id] = feed
+            feed.join(sub, after, token)
+            feed.start()
+            return feed
+        if not feed.covers(after):
+            return None
+        feed.join(sub, after, token)
+        return feed
+
+    def forget(self, feed: RunFeed) -> None:
+        if self.feeds.get(feed.run_id) is feed:
+            del self.feeds[feed.run_id]
+
+    def close_all(self) -> None:
+        for feed in list(self.feeds.values()):
+            feed.close()
