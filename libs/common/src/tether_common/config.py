@@ -44,6 +44,8 @@ class Settings:
     drain_s: float = 20.0
     lease_ttl_s: float = 15.0
     worker_concurrency: int = 64
+    # Postgres connections per process; runs hold one only for the length of a statement batch.
+    db_pool_size: int = 20
     poll_interval_s: float = 2.0
     interrupt_ttl_s: float = 900.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
@@ -89,6 +91,7 @@ class Settings:
             drain_s=_float(e, "TETHER_DRAIN_S", cls.drain_s),
             lease_ttl_s=_float(e, "TETHER_LEASE_TTL_S", cls.lease_ttl_s),
             worker_concurrency=_int(e, "TETHER_WORKER_CONCURRENCY", cls.worker_concurrency),
+            db_pool_size=_int(e, "TETHER_DB_POOL_SIZE", cls.db_pool_size),
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             tool_gate_mode=gate,  # type: ignore[arg-type]

@@ -64,7 +64,7 @@ class RunExecutor:
         self.cancel_requested = run.cancel_requested
         self.agent: AgentSpec = AGENTS.get(run.agent, AGENTS["opspilot"])
         self.ctx = ToolContext(engine.pool, run.id, run.user_id)
-        self.writer = RunWriter(engine.pool, engine.bus, run.id, run.lease_epoch)
+        self.writer = RunWriter(engine.pool, engine.bus, run.id, run.lease_epoch, run.last_sequence)
 
     # -- the one write path --------------------------------------------------------------
 

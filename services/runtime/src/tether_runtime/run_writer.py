@@ -28,11 +28,15 @@ class _Write:
 
 
 class RunWriter:
-    def __init__(self, pool: Pool, bus: EventBus, run_id: str, epoch: int) -> None:
+    def __init__(
+        self, pool: Pool, bus: EventBus, run_id: str, epoch: int, last_sequence: int
+    ) -> None:
         self.pool = pool
         self.bus = bus
         self.run_id = run_id
         self.epoch = epoch
+        # The lease holder is the run's only appender, so it keeps the position itself.
+        self.last_sequence = last_sequence
         self.cancel_requested = False
         self._queue: list[_Write] = []
         self._queued_events = 0
@@ -92,18 +96,23 @@ class RunWriter:
 
     async def _commit(self, batch: list[_Write]) -> list[bytes]:
         events = [e for w in batch for e in w.events]
-        async with self.pool.acquire() as conn, conn.transaction():
-            # Sequences for the whole batch first (the fence), then each write's state change in
-            # queue order; step_streamed adds up the deltas before any reset in the same batch.
-            encoded, cancel = await event_log.append(
-                conn,
-                self.run_id,
-                events,
-                epoch=self.epoch,
-                streamed=sum(w.streamed for w in batch),
-            )
-            for w in batch:
-                if w.apply is not None:
-                    await w.apply(conn)
+        applies = [w.apply for w in batch if w.apply is not None]
+        streamed = sum(w.streamed for w in batch)
+        async with self.pool.acquire() as conn:
+            if not applies:
+                # Events only (the text-delta hot path): one statement, one round trip.
+                encoded, cancel = await event_log.append_as_lease_holder(
+                    conn, self.run_id, self.epoch, self.last_sequence, events, streamed
+                )
+            else:
+                async with conn.transaction():
+                    # The fenced append first, then each state change in queue order;
+                    # step_streamed adds up the deltas before any reset in the same batch.
+                    encoded, cancel = await event_log.append_as_lease_holder(
+                        conn, self.run_id, self.epoch, self.last_sequence, events, streamed
+                    )
+                    for apply in applies:
+                        await apply(conn)
+        self.last_sequence += len(encoded)
         self.cancel_requested = self.cancel_requested or cancel
         return encoded

@@ -58,7 +58,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     log.info("runtime starting", extra={"settings": settings.public_view()})
     pool = await create_pool(
         settings.database_url,
-        max_size=max(10, settings.worker_concurrency // 2),
+        min_size=min(4, settings.db_pool_size),
+        max_size=settings.db_pool_size,
         idle_tx_timeout_s=settings.lease_ttl_s,
     )
     bus = EventBus(settings.redis_url)

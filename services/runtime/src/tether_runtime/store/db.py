@@ -15,6 +15,7 @@ STORE_DOWN: tuple[type[BaseException], ...] = (
     asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
 
 Pool = asyncpg.Pool

@@ -48,19 +48,65 @@ async def reserve(
     return int(row["last_sequence"]) - count + 1, bool(row["cancel_requested"])
 
 
-async def insert(conn: Conn, run_id: str, first: int, events: Sequence[RunEvent]) -> list[bytes]:
-    """Stamp run id, sequence and time on each event, store it, and return the encoded events."""
+def stamp(run_id: str, first: int, events: Sequence[RunEvent]) -> list[tuple[str, int, str, bytes]]:
+    """Set run id, sequence and time on each event and encode it once: (run, seq, type, data)."""
     now = Timestamp()
     now.FromNanoseconds(time.time_ns())
-    encoded: list[bytes] = []
     rows = []
     for i, ev in enumerate(events):
         ev.run_id = run_id
         ev.sequence = first + i
         ev.time.CopyFrom(now)
-        data = ev.SerializeToString()
-        encoded.append(data)
-        rows.append((run_id, first + i, kind_of(ev), data))
+        rows.append((run_id, first + i, kind_of(ev), ev.SerializeToString()))
+    return rows
+
+
+_APPEND_AS_LEASE_HOLDER = """
+WITH fence AS (
+    UPDATE run SET last_sequence = $3, step_streamed = step_streamed + $4, updated_at = now()
+    WHERE id = $1 AND lease_epoch = $2 AND status = 'running' AND last_sequence = $5
+    RETURNING cancel_requested
+), ins AS (
+    INSERT INTO run_event (run_id, sequence, type, data)
+    SELECT $1, u.s, u.t, u.d FROM fence, unnest($6::bigint[], $7::text[], $8::bytea[]) AS u(s, t, d)
+    RETURNING 1
+)
+SELECT (SELECT cancel_requested FROM fence) AS cancel
+"""
+
+
+async def append_as_lease_holder(
+    conn: Conn,
+    run_id: str,
+    epoch: int,
+    expected_last: int,
+    events: Sequence[RunEvent],
+    streamed: int,
+) -> tuple[list[bytes], bool]:
+    """The worker's append: while it holds the lease it is the run's only writer, so it numbers
+    the events itself and fences, checks the position and inserts in ONE statement (one round
+    trip, atomic on its own). Raises Fenced if the lease or the position is not what it thinks."""
+    rows = stamp(run_id, expected_last + 1, events)
+    cancel = await conn.fetchval(
+        _APPEND_AS_LEASE_HOLDER,
+        run_id,
+        epoch,
+        expected_last + len(rows),
+        streamed,
+        expected_last,
+        [r[1] for r in rows],
+        [r[2] for r in rows],
+        [r[3] for r in rows],
+    )
+    if cancel is None:
+        raise Fenced(run_id)
+    return [r[3] for r in rows], bool(cancel)
+
+
+async def insert(conn: Conn, run_id: str, first: int, events: Sequence[RunEvent]) -> list[bytes]:
+    """Stamp run id, sequence and time on each event, store it, and return the encoded events."""
+    rows = stamp(run_id, first, events)
+    encoded = [r[3] for r in rows]
     if len(rows) == 1:
         await conn.execute(
             "INSERT INTO run_event (run_id, sequence, type, data) VALUES ($1, $2, $3, $4)", *rows[0]
