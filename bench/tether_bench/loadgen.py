@@ -419,18 +419,32 @@ async def _pg_counts(dsn: str) -> dict[str, tuple[int, int]]:
     return {r["relname"]: (int(r["n_tup_ins"]), int(r["n_tup_upd"])) for r in rows}
 
 
-async def _pg_settled(dsn: str, limit_s: float = 15) -> dict[str, tuple[int, int]]:
-    """Backends flush their table statistics within about a second of going idle: read until two
-    reads a second apart agree."""
-    prev = await _pg_counts(dsn)
+async def _pg_wait(
+    dsn: str, table: str, inserted: int, limit_s: float = 15
+) -> dict[str, tuple[int, int]]:
+    """pg_stat_user_tables once `table` shows at least `inserted` inserts: backends flush their
+    pending statistics when idle, up to ~10 s (PGSTAT_IDLE_INTERVAL) after their last
+    transaction, all tables at once; then one more second for the other backends."""
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        await asyncio.sleep(1.0)
+    while True:
         cur = await _pg_counts(dsn)
-        if cur == prev:
-            return cur
-        prev = cur
-    return prev
+        if cur.get(table, (0, 0))[0] >= inserted or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.25)
+    await asyncio.sleep(1.0)
+    return await _pg_counts(dsn)
+
+
+async def _stored_events(dsn: str, run_ids: list[str]) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM run_event WHERE run_id = ANY($1::text[])", run_ids
+            )
+        )
+    finally:
+        await conn.close()
 
 
 async def _redis_stats(r: aioredis.Redis) -> tuple[int, int]:
@@ -446,7 +460,11 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
     stamped by the runtime as it writes the event). Also counts Postgres rows inserted/updated
     (pg_stat_user_tables) and Redis messages (a PSUBSCRIBE counter and INFO) per event."""
     runs, deltas = int(ctx.params["runs"]), int(ctx.params["deltas"])
+    base = await _pg_counts(ctx.dsn)
     convs = await ctx.conversations(runs)
+    # Backends flush table statistics when idle, up to ~10 s later: wait for the conversations'
+    # inserts to show before taking the "before" snapshot.
+    await _pg_wait(ctx.dsn, "conversation", base.get("conversation", (0, 0))[0] + runs)
     r = aioredis.Redis.from_url(ctx.redis)
     pubsub = r.pubsub()
     await pubsub.psubscribe("tether:run:*")
@@ -460,7 +478,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
                 per_channel[ch] = per_channel.get(ch, 0) + 1
 
     counter = asyncio.create_task(count_messages())
-    pg_before = await _pg_settled(ctx.dsn)
+    pg_before = await _pg_counts(ctx.dsn)
     redis_before = await _redis_stats(r)
     cpu_before = (_cpu_s(ctx.runtime_pid), _cpu_s(ctx.gateway_pid))
     t0 = time.perf_counter()
@@ -475,7 +493,9 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
     readers = [rd for _, rd in results]  # type: ignore[misc]
     await asyncio.sleep(0.3)  # let the counter see the last publishes
     counter.cancel()
-    pg_after = await _pg_settled(ctx.dsn)
+    run_ids = {rd.events[0].json()["runId"] for rd in readers if rd.events}
+    stored = await _stored_events(ctx.dsn, sorted(run_ids))
+    pg_after = await _pg_wait(ctx.dsn, "run_event", pg_before.get("run_event", (0, 0))[0] + stored)
     redis_after = await _redis_stats(r)
     await pubsub.aclose()
     await r.aclose()
@@ -484,7 +504,6 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
     n_events = len(events)
     last = max(rd.last.mono for rd in readers if rd.last is not None)
     lat = [(e.wall - parse_time(e.json()["time"])) * 1000 for e in events]
-    run_ids = {rd.events[0].json()["runId"] for rd in readers if rd.events}
     messages = sum(per_channel.get(f"tether:run:{rid}", 0) for rid in run_ids)
     ins = sum(pg_after.get(t, (0, 0))[0] - pg_before.get(t, (0, 0))[0] for t in pg_after)
     upd = sum(pg_after.get(t, (0, 0))[1] - pg_before.get(t, (0, 0))[1] for t in pg_after)
@@ -620,8 +639,18 @@ async def idle_sse(ctx: Ctx) -> dict[str, Any]:
         # Resolve the interrupt: the run ends and every connection should receive `done`.
         note(f"idle_sse: {connected}/{n} connected after the hold; resuming the run")
         t_resume = time.perf_counter()
-        await ctx.resume(run_id, interrupt_id, "reject")
-        done, pending = await asyncio.wait(tasks, timeout=float(p.get("end_timeout_s", 60)))
+        resumed = False
+        for attempt in range(5):  # an overloaded runtime answers 503; bounded retries
+            try:
+                await ctx.resume(run_id, interrupt_id, "reject")
+                resumed = True
+                break
+            except RuntimeError as err:
+                first_error = first_error or f"resume: {err}"
+                note(f"idle_sse: resume attempt {attempt + 1} failed: {err}")
+                await asyncio.sleep(1.0)
+        end_limit = float(p.get("end_timeout_s", 60)) if resumed else 0.1
+        done, pending = await asyncio.wait(tasks, timeout=end_limit)
         end_s = time.perf_counter() - t_resume
         note(f"idle_sse: {len(done)}/{n} streams ended {end_s:.1f}s after the resume")
         ended = sum(1 for rd in readers.values() if rd.ended_by_terminal)
@@ -653,7 +682,8 @@ async def idle_sse(ctx: Ctx) -> dict[str, Any]:
         "runtime_kib_per_connection": round((rt_rss_after - rt_rss_before) / opened_n / 1024, 3),
         "runtime_cpu_pct_idle_hold": round(100 * (cpu_after[0] - cpu_before[0]) / hold_s, 1),
         "gateway_cpu_pct_idle_hold": round(100 * (cpu_after[1] - cpu_before[1]) / hold_s, 1),
-        "resume_to_all_done_ms": round((last_done - t_resume) * 1000, 1),
+        "resume_to_all_done_ms": round((last_done - t_resume) * 1000, 1) if last_done > 0 else -1,
+        "resume_failed": int(not resumed),
         "ended_with_done": ended,
         "end_wait_s": round(end_s, 3),
         "_error": first_error,

@@ -388,7 +388,9 @@ class Bench:
                 "(only the scenario's runs); publish_calls/commands: INFO deltas (server-wide)",
                 "idle_sse_connection_kib": "(gateway RSS at end of hold - RSS before opening) / "
                 "connections; all_connected = every connection still open and got >= 1 "
-                "heartbeat during the hold",
+                "heartbeat during the hold; opens refused (503) are counted in open_failures "
+                "and the first refusal is in `errors`; -1 = not measured (e.g. the resume was "
+                "refused, resume_failed=1)",
             },
         }
         return doc
