@@ -27,6 +27,11 @@ async def _init(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """Pooled connections keep no session state (advisory locks are transaction-scoped, LISTEN
+    has its own connection), so the default reset query would be a wasted round trip per release."""
+
+
 async def create_pool(
     dsn: str, *, min_size: int = 2, max_size: int = 20, idle_tx_timeout_s: float | None = None
 ) -> asyncpg.Pool:
@@ -42,6 +47,7 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         init=_init,
+        reset=_no_reset,
         command_timeout=30,
         server_settings=settings,
     )
