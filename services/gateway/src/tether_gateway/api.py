@@ -186,6 +186,19 @@ async def stream_token(request: web.Request) -> web.Response:
 async def run_events(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
+    opened = await _open_events(request, gw)
+    if opened is None:
+        return web.Response(status=204)
+    run_id, token, after, shared = opened
+    # Only what the stream needs stays referenced while it is open (thousands may idle).
+    return await stream_response(
+        request, gw, run_id=run_id, token=token, after=after, started=started, shared=shared
+    )
+
+
+async def _open_events(request: web.Request, gw: GatewayState) -> tuple[str, str, int, bool] | None:
+    """Auth, resume point and the caller's own GetRun (the ownership check) for an SSE open;
+    None when the run is over with nothing left to send (204)."""
     caller = authenticate(request, gw.settings.jwt_secret, cookie=True, stream_token=True)
     run_id = request.match_info["id"]
     p = caller.principal
@@ -194,19 +207,10 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
     resp = await gw.client().call("GetRun", rs.GetRunRequest(run_id=run_id), caller.token)
     if is_finished(resp.run, after):
-        return web.Response(status=204)
+        return None
     # A resume point ahead of the run gets a `reset` built for it: a dedicated stream. Any
     # other joins the run's shared feed, after this caller's own GetRun passed (ownership).
-    shared = after <= resp.run.last_sequence
-    return await stream_response(
-        request,
-        gw,
-        run_id=run_id,
-        token=caller.token,
-        after=after,
-        started=started,
-        shared=shared,
-    )
+    return run_id, caller.token, after, after <= resp.run.last_sequence
 
 
 async def open_session(request: web.Request) -> web.Response:

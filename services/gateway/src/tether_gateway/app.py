@@ -12,6 +12,7 @@ from aiohttp.typedefs import Handler, Middleware
 from opentelemetry import trace
 from tether_common.config import Settings
 from tether_common.tracing import context_from
+from tether_common.tracing import enabled as tracing_enabled
 
 from tether_gateway import api, health
 from tether_gateway.errors import error_middleware
@@ -43,9 +44,14 @@ def _security_headers() -> Middleware:
 def _tracing() -> Middleware:
     """One server span per request, continuing a `traceparent` the browser may send."""
     tracer = trace.get_tracer("tether.gateway")
+    exporting = tracing_enabled()
 
     @web.middleware
     async def span(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not exporting and "traceparent" not in request.headers:
+            # Nothing to record and no trace to continue: a no-op span would still cost ~2 KiB
+            # for as long as the request lives, and an SSE request lives for hours.
+            return await handler(request)
         info = request.match_info.route.resource
         route = info.canonical if info is not None else "unmatched"
         with tracer.start_as_current_span(

@@ -81,7 +81,7 @@ class EventStream:
         self._chunks: list[bytes] = []
         self._queued = 0
         self._events = 0
-        self._wake = asyncio.Event()
+        self._waiter: asyncio.Future[bool] | None = None  # set while run() sleeps
         self._stopping = False
         self._dropped = False
         self._source_done = False
@@ -90,10 +90,29 @@ class EventStream:
 
     def stop(self) -> None:
         self._stopping = True
-        self._wake.set()
+        self._wake()
 
     def stopping(self) -> bool:
         return self._stopping
+
+    # An idle connection holds one future and one timer while it sleeps (no Event, no wait_for
+    # task): thousands of them wait on one run.
+
+    def _wake(self, woken: bool = True) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(woken)
+
+    async def _sleep(self, delay_s: float) -> bool:
+        """Wait for frames, the source's end or stop(); False when `delay_s` passed first."""
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(delay_s, self._wake, False)
+        try:
+            return bool(await waiter)
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     # -- the source side: a shared feed (offer/source_ended) or the dedicated pump --
 
@@ -111,7 +130,7 @@ class EventStream:
 
     def source_ended(self, error: BaseException | None) -> None:
         self._source_done = True
-        self._wake.set()
+        self._wake()
 
     def _pending(self) -> int:
         transport = self.request.transport
@@ -134,7 +153,7 @@ class EventStream:
         self._chunks.append(data)
         self._queued += len(data)
         self._events += count
-        self._wake.set()
+        self._wake()
 
     def _start_source(self) -> None:
         if self.shared:
@@ -210,14 +229,11 @@ class EventStream:
             self._start_source()
             while not self.stopping() and not self._dropped:
                 if not self._chunks and not self._source_done:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), heartbeat_s)
-                    except TimeoutError:
+                    if not await self._sleep(heartbeat_s):
                         self._drop_if_slow()
                         await self._write(HEARTBEAT)
                         self.gw.metrics.sse_heartbeats.inc()
                         continue
-                self._wake.clear()
                 if self.stopping() or self._dropped:
                     break
                 if self._chunks:
