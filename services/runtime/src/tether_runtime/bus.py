@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -31,6 +32,14 @@ class Subscription:
         self.run_id = run_id
         self.queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_LIMIT)
         self.overflowed = False
+        # The last sequence the stream sent, and when it last heard anything: what the
+        # positioning check compares with Postgres.
+        self.position = 0
+        self.last_heard = 0.0
+
+    def nudge(self) -> None:
+        """Ask the stream to compare its position with Postgres (an empty message)."""
+        self.offer(b"")
 
     def offer(self, data: bytes) -> None:
         try:
@@ -89,6 +98,9 @@ class EventBus:
             self.publish_failures += 1
             log.warning("publish failed; streams will refill from Postgres: %s", err)
 
+    def subscriptions(self) -> list[Subscription]:
+        return [sub for subs in self._subs.values() for sub in subs]
+
     @contextlib.contextmanager
     def subscribe(self, run_id: str) -> Iterator[Subscription]:
         sub = Subscription(run_id)
@@ -135,7 +147,9 @@ class EventBus:
                     if msg is None:
                         continue
                     name = msg["channel"].decode()
+                    now = time.monotonic()
                     for sub in list(self._subs.get(name, ())):
+                        sub.last_heard = now
                         sub.offer(msg["data"])
             except asyncio.CancelledError:
                 raise

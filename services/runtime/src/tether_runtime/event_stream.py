@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import TypeVar
@@ -17,8 +18,8 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.resume import load_owned_run
-from tether_runtime.store import event_log, interrupts, runs
-from tether_runtime.store.db import Conn, Pool
+from tether_runtime.store import event_log, interrupts
+from tether_runtime.store.db import STORE_DOWN, Conn, Pool
 from tether_runtime.views import RunView
 
 PAGE = 2000
@@ -40,6 +41,36 @@ class EventStream:
         self.pool = pool
         self.bus = bus
         self.quiet_check_s = quiet_check_s
+        self._checker: asyncio.Task[None] | None = None
+
+    async def _check_positions(self) -> None:
+        """Centrifugo's positioning check, batched: once per interval ONE query reads the last
+        sequence of every run this process streams quietly; a stream behind it (a lost publish,
+        even of the last event) is nudged to fill from Postgres. Cost: one query per process per
+        interval, whatever the number of streams."""
+        while True:
+            await asyncio.sleep(self.quiet_check_s)
+            cutoff = time.monotonic() - self.quiet_check_s
+            quiet = [s for s in self.bus.subscriptions() if s.last_heard <= cutoff]
+            if not quiet:
+                continue
+            try:
+                async with self.pool.acquire() as conn:
+                    rows = await conn.fetch(
+                        "SELECT id, last_sequence FROM run WHERE id = ANY($1::text[])",
+                        list({s.run_id for s in quiet}),
+                    )
+            except STORE_DOWN as err:
+                log.warning("positioning check skipped: %s", err)
+                continue
+            latest = {r["id"]: int(r["last_sequence"]) for r in rows}
+            for sub in quiet:
+                if latest.get(sub.run_id, 0) > sub.position:
+                    sub.nudge()
+
+    def _ensure_checker(self) -> None:
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.create_task(self._check_positions(), name="position-check")
 
     async def open(self, principal: Principal, run_id: str, after: int) -> RunView:
         async with self.pool.acquire() as conn:
@@ -69,14 +100,10 @@ class EventStream:
                     last, done = upto, done or _has_terminal(batch)
                 if done:
                     return
+                self._ensure_checker()
                 while True:
-                    try:
-                        data = await asyncio.wait_for(sub.queue.get(), self.quiet_check_s)
-                    except TimeoutError:
-                        run = await self._read(lambda c: runs.get(c, run_id))
-                        if run is None or run.last_sequence <= last:
-                            continue
-                        data = b""
+                    sub.position, sub.last_heard = last, time.monotonic()
+                    data = await sub.queue.get()
                     decoded = ev.split_batch(data) if data else []
                     fresh = [e for e in decoded if e.sequence > last]
                     if data and not fresh and not sub.overflowed:
