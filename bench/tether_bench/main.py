@@ -103,6 +103,9 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         "TETHER_ENV": "dev",
         "TETHER_JWT_SECRET": secret,
         "TETHER_SCRIPTED_DELAY_S": "0",
+        # One text_delta event per model delta: the event path itself is what is measured
+        # (with the default 40 ms window a zero-delay model's step becomes ~1 event).
+        "TETHER_COALESCE_MS": os.environ.get("TETHER_BENCH_COALESCE_MS", "0"),
         "TETHER_SSE_HEARTBEAT_S": str(heartbeat_s),
         "TETHER_LOG_LEVEL": os.environ.get("TETHER_BENCH_LOG_LEVEL", "INFO"),
         "TETHER_DRAIN_S": "3",  # stopping between repetitions need not wait out a long grace
@@ -372,9 +375,10 @@ class Bench:
                 "first_event_ms": "POST /runs with Accept: text/event-stream -> first SSE event "
                 "(run_started) at the client; 'loaded' = while in_flight_runs other clients each "
                 "keep one run of background_deltas deltas executing and streaming (closed loop)",
-                "coalescing": "with TETHER_SCRIPTED_DELAY_S=0 the model emits all deltas of a "
-                "step without yielding, so the engine's 40 ms coalescing window merges them into "
-                "one text_delta event: deltas_produced >> events_delivered",
+                "coalescing": "the system runs with TETHER_COALESCE_MS=0 (override with "
+                "TETHER_BENCH_COALESCE_MS): every model delta is its own text_delta event, so "
+                "events_delivered ~= deltas_produced and events/s measures the event path; with "
+                "the default 40 ms window a zero-delay model's step merges into ~1 event",
                 "replay_10k_ms": "a synthetic finished run: a real run whose event log is "
                 "replaced in one transaction by run_started + N-2 text_delta + done, encoded by "
                 "tether_runtime.events and written by store.event_log.insert (no run size yields "

@@ -10,6 +10,7 @@ runtime the test expects to finish it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -550,9 +551,13 @@ async def _holds_run_lock(conn: asyncpg.Connection, run_id: str) -> bool:
 async def test_zombie_stopped_inside_a_transaction_does_not_block_takeover(
     crash_env: dict[str, str], cdb: asyncpg.Connection, procs: list[Proc]
 ) -> None:
-    """A process frozen between `reserve` and COMMIT holds the run row's lock; `claim` skips
-    locked rows, so without a server-side limit on idle transactions no worker could ever take
-    the run over while the zombie stays frozen (or partitioned)."""
+    """A worker frozen (or partitioned) inside a transaction holds the run row's lock; `claim`
+    skips locked rows, so without a server-side limit on idle transactions no worker could ever
+    take the run over while the zombie stays frozen. The zombie's session is recreated exactly:
+    a connection from the runtime's own pool factory, idle inside a transaction that locked the
+    run row, while the worker process itself is frozen with SIGSTOP."""
+    from tether_runtime.store.db import create_pool
+
     a = start(procs, {**crash_env, "TETHER_SCRIPTED_DELAY_S": "0.01"}, "zombie-tx-a")
     ca = Client(a.addr, token(TEST_SECRET, USER))
     conv = await ca.conversation()
@@ -561,21 +566,20 @@ async def test_zombie_stopped_inside_a_transaction_does_not_block_takeover(
     await ca.close()
     await wait_for("text deltas from A", lambda: _at_least(cdb, run_id, "text_delta", 5), 30)
 
-    tries, caught = 0, False
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        tries += 1
-        os.kill(a.pid, signal.SIGSTOP)
-        await _sleep(0.03)  # let the server finish whatever A had already sent
-        if await _holds_run_lock(cdb, run_id):
-            caught = True
-            break
-        os.kill(a.pid, signal.SIGCONT)
-        await _sleep(random.uniform(0.0, 0.03))
-    assert caught, f"could not freeze A inside a transaction in {tries} tries"
+    os.kill(a.pid, signal.SIGSTOP)
+    ttl = float(crash_env["TETHER_LEASE_TTL_S"])
+    zombie_pool = await create_pool(
+        crash_env["DATABASE_URL"], min_size=1, max_size=1, idle_tx_timeout_s=ttl
+    )
+    zombie = await zombie_pool.acquire()
+    tx = zombie.transaction()
+    await tx.start()
+    await zombie.execute("SELECT 1 FROM run WHERE id = $1 FOR UPDATE", run_id)
+    assert await _holds_run_lock(cdb, run_id)
     t_stop = time.monotonic()
     at_stop = await run_row(cdb, run_id)
     assert at_stop["status"] == "running"
+    tries = 1
 
     b = start(procs, crash_env, "zombie-tx-b")
     cb = Client(b.addr, token(TEST_SECRET, USER))
@@ -583,12 +587,22 @@ async def test_zombie_stopped_inside_a_transaction_does_not_block_takeover(
     t_done = time.monotonic()
     done_row = await run_row(cdb, run_id)
     assert done_row["status"] == "completed" and done_row["lease_epoch"] == 2
+    # The server ended the idle-in-transaction session, releasing the lock.
+    try:
+        await zombie.fetchval("SELECT 1")
+        ended = False
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        ended = True
+    assert ended, "the zombie's idle transaction was not ended by the server"
+    with contextlib.suppress(Exception):
+        await zombie_pool.release(zombie)
+    with contextlib.suppress(Exception):
+        await zombie_pool.close()
 
     os.kill(a.pid, signal.SIGCONT)
     await _sleep(4)
     assert a.alive()
-    # The server ended A's frozen session; A must take that for a store failure, not try to fail
-    # the run (fenced here anyway, but a run nobody had taken over yet would have been lost).
+    # A wakes up fenced: it must take that for a lost lease (or a store failure), never fail the run.
     assert log_mentions(a, run_id, "store failure") or log_mentions(a, run_id, "lease lost")
     assert not log_mentions(a, run_id, "run failed")
     after = await stored_events(cdb, run_id)
@@ -600,7 +614,7 @@ async def test_zombie_stopped_inside_a_transaction_does_not_block_takeover(
     assert final["updated_at"] == done_row["updated_at"]
     assert left_worker(b, run_id) == ["completed"]
     print(
-        f"\n[zombie frozen mid-transaction] caught A holding the run lock after {tries} tries "
+        f"\n[zombie frozen mid-transaction] zombie session held the run lock ({tries} setup) "
         f"(at seq {at_stop['last_sequence']}); B took over and finished in "
         f"{t_done - t_stop:.2f}s; {len(after)} events dense, text exact, run row untouched"
     )

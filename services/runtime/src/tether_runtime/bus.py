@@ -85,13 +85,8 @@ class EventBus:
     async def publish(self, run_id: str, encoded: list[bytes]) -> None:
         """Announce committed events. A failure is logged, never raised: the events are safe in
         Postgres and every stream's positioning check will find them."""
-        if not encoded:
+        if not encoded or self._fault_drops(run_id):
             return
-        if self._drop_every > 0:
-            self._published += 1
-            if self._published % self._drop_every == 0:
-                log.warning("fault injection: publish dropped", extra={"run_id": run_id})
-                return
         try:
             await self._pub.publish(channel(run_id), batch_from_encoded(encoded))
         except (RedisError, OSError) as err:
@@ -100,6 +95,36 @@ class EventBus:
 
     def subscriptions(self) -> list[Subscription]:
         return [sub for subs in self._subs.values() for sub in subs]
+
+    def _fault_drops(self, run_id: str) -> bool:
+        if self._drop_every <= 0:
+            return False
+        self._published += 1
+        if self._published % self._drop_every:
+            return False
+        log.warning("fault injection: publish dropped", extra={"run_id": run_id})
+        return True
+
+    async def publish_many(self, batches: list[tuple[str, list[bytes]]]) -> None:
+        """Announce several runs' committed events in one pipelined round trip."""
+        batches = [
+            (run_id, encoded)
+            for run_id, encoded in batches
+            if encoded and not self._fault_drops(run_id)
+        ]
+        if not batches:
+            return
+        if len(batches) == 1:
+            await self.publish(*batches[0])
+            return
+        try:
+            async with self._pub.pipeline(transaction=False) as pipe:
+                for run_id, encoded in batches:
+                    pipe.publish(channel(run_id), batch_from_encoded(encoded))
+                await pipe.execute()
+        except (RedisError, OSError) as err:
+            self.publish_failures += 1
+            log.warning("publish failed; streams will refill from Postgres: %s", err)
 
     @contextlib.contextmanager
     def subscribe(self, run_id: str) -> Iterator[Subscription]:

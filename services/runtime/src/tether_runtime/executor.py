@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from tether_runtime.agent.model import Model, ModelInput, ToolCallRequest
 from tether_runtime.agent.opspilot import AGENTS, REGISTRY, AgentSpec
 from tether_runtime.agent.tools import Tool, ToolContext, ToolResult
 from tether_runtime.bus import EventBus
+from tether_runtime.event_sink import EventSink
 from tether_runtime.run_writer import RunWriter
 from tether_runtime.store import conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
@@ -45,6 +46,10 @@ class Engine:
     settings: Settings
     gate: ToolGate
     model: Model
+    sink: EventSink = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sink = EventSink(self.pool, self.bus)
 
 
 class Paused(Exception):
@@ -64,7 +69,9 @@ class RunExecutor:
         self.cancel_requested = run.cancel_requested
         self.agent: AgentSpec = AGENTS.get(run.agent, AGENTS["opspilot"])
         self.ctx = ToolContext(engine.pool, run.id, run.user_id)
-        self.writer = RunWriter(engine.pool, engine.bus, run.id, run.lease_epoch, run.last_sequence)
+        self.writer = RunWriter(
+            engine.pool, engine.bus, engine.sink, run.id, run.lease_epoch, run.last_sequence
+        )
 
     # -- the one write path --------------------------------------------------------------
 

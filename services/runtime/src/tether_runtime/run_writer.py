@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
+from tether_runtime.event_sink import EventSink
 from tether_runtime.store import event_log
 from tether_runtime.store.db import Conn, Pool
 
@@ -29,10 +30,17 @@ class _Write:
 
 class RunWriter:
     def __init__(
-        self, pool: Pool, bus: EventBus, run_id: str, epoch: int, last_sequence: int
+        self,
+        pool: Pool,
+        bus: EventBus,
+        sink: EventSink,
+        run_id: str,
+        epoch: int,
+        last_sequence: int,
     ) -> None:
         self.pool = pool
         self.bus = bus
+        self.sink = sink
         self.run_id = run_id
         self.epoch = epoch
         # The lease holder is the run's only appender, so it keeps the position itself.
@@ -78,7 +86,7 @@ class RunWriter:
             batch, self._queue = self._queue, []
             self._queued_events = 0
             try:
-                encoded = await self._commit(batch)
+                encoded, published = await self._commit(batch)
             except BaseException as err:  # Fenced, store failure, cancellation: all writes fail
                 self._failure = err if isinstance(err, Exception) else RuntimeError("cancelled")
                 for w in batch + self._queue:
@@ -89,30 +97,34 @@ class RunWriter:
                     raise
                 return
             metrics.EVENTS_APPENDED.inc(len(encoded))
-            await self.bus.publish(self.run_id, encoded)
+            if not published:
+                await self.bus.publish(self.run_id, encoded)
             for w in batch:
                 if w.done is not None and not w.done.done():
                     w.done.set_result(None)
 
-    async def _commit(self, batch: list[_Write]) -> list[bytes]:
+    async def _commit(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
+        """Returns the encoded events and whether they were already published."""
         events = [e for w in batch for e in w.events]
         applies = [w.apply for w in batch if w.apply is not None]
         streamed = sum(w.streamed for w in batch)
-        async with self.pool.acquire() as conn:
-            if not applies:
-                # Events only (the text-delta hot path): one statement, one round trip.
-                encoded, cancel = await event_log.append_as_lease_holder(
-                    conn, self.run_id, self.epoch, self.last_sequence, events, streamed
-                )
-            else:
-                async with conn.transaction():
-                    # The fenced append first, then each state change in queue order;
-                    # step_streamed adds up the deltas before any reset in the same batch.
-                    encoded, cancel = await event_log.append_as_lease_holder(
-                        conn, self.run_id, self.epoch, self.last_sequence, events, streamed
-                    )
-                    for apply in applies:
-                        await apply(conn)
+        if not applies:
+            # Events only (the text-delta hot path): shared with every other run's events in
+            # one statement and one pipelined publish.
+            encoded, cancel = await self.sink.append(
+                self.run_id, self.epoch, self.last_sequence, events, streamed
+            )
+            self.last_sequence += len(encoded)
+            self.cancel_requested = self.cancel_requested or cancel
+            return encoded, True
+        async with self.pool.acquire() as conn, conn.transaction():
+            # The fenced append first, then each state change in queue order;
+            # step_streamed adds up the deltas before any reset in the same batch.
+            encoded, cancel = await event_log.append_as_lease_holder(
+                conn, self.run_id, self.epoch, self.last_sequence, events, streamed
+            )
+            for apply in applies:
+                await apply(conn)
         self.last_sequence += len(encoded)
         self.cancel_requested = self.cancel_requested or cancel
-        return encoded
+        return encoded, False
