@@ -124,7 +124,8 @@ class RunExecutor:
             "pending": [],
             "text": "",
         }
-        await self.commit([ev.run_started(self.run.conversation_id)], self._save())
+        # `run_started` was committed with the run by StartRun; the worker only sets up state.
+        await self.commit([], self._save())
 
     async def _end(
         self, status: str, events: list[ev.RunEvent], extra: Apply | None = None

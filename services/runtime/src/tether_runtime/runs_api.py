@@ -6,10 +6,12 @@ from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id
 
+from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.agent.opspilot import AGENTS
+from tether_runtime.bus import EventBus
 from tether_runtime.resume import MAX_KEY, _replay, load_owned_run, request_hash
-from tether_runtime.store import conversations, idempotency, interrupts, runs
+from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import ConversationRow, MessageRow
 from tether_runtime.views import RunView
@@ -75,6 +77,7 @@ async def list_messages(
 
 async def start_run(
     pool: Pool,
+    bus: EventBus,
     principal: Principal,
     conv_id: str,
     text: str,
@@ -104,15 +107,23 @@ async def start_run(
             await owned_conversation(conn, principal, conv_id)
             run_id = new_id("run")
             msg = await conversations.add_message(conn, conv_id, "user", text, run_id=run_id)
-            run = await runs.create(
+            await runs.create(
                 conn, run_id, conv_id, principal.user_id, msg.id, agent, trace_context
             )
+            # The first event commits with the run itself: a client's stream has something at
+            # once, whatever the workers are doing (persist, then announce: published below).
+            encoded, _ = await event_log.append(
+                conn, run_id, [ev.run_started(conv_id)], statuses=["queued"]
+            )
+            run = await runs.get(conn, run_id)
+            assert run is not None
             view = RunView.of(run)
             if key and not await idempotency.store(
                 conn, scope, key, rhash, {"run": view.to_json()}
             ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
+    await bus.publish(run_id, encoded)
     metrics.RUNS_STARTED.inc()
     return view, False
 
@@ -123,6 +134,7 @@ class _Retry(Exception):
 
 async def start_run_once(
     pool: Pool,
+    bus: EventBus,
     principal: Principal,
     conv_id: str,
     text: str,
@@ -131,9 +143,9 @@ async def start_run_once(
     trace_context: dict[str, str],
 ) -> tuple[RunView, bool]:
     try:
-        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
+        return await start_run(pool, bus, principal, conv_id, text, key, agent, trace_context)
     except _Retry:
-        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
+        return await start_run(pool, bus, principal, conv_id, text, key, agent, trace_context)
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
