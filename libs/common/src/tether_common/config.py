@@ -43,7 +43,7 @@ class Settings:
     sse_buffer_bytes: int = 1 << 20
     drain_s: float = 20.0
     lease_ttl_s: float = 15.0
-    worker_concurrency: int = 64
+    worker_concurrency: int = 256
     # Postgres connections per process; runs hold one only for the length of a statement batch.
     db_pool_size: int = 20
     poll_interval_s: float = 2.0
