@@ -356,21 +356,9 @@ class RunExecutor:
             await self._approved(call, tool, scope, row.approved_by or self.run.user_id, key)
             return
 
-        # `executing`: a worker died mid-call. Reconcile with the external system, never repeat blindly.
-        async def take_over(conn: Conn) -> None:
-            if not await interrupts.claim_call(
-                conn,
-                self.run.id,
-                call["call_id"],
-                tool.name,
-                call["args"],
-                key,
-                self.epoch,
-                "executing",
-            ):
-                raise event_log.Fenced(self.run.id)
-
-        await self.commit([], take_over)
+        # `executing`: a worker died mid-call. Reconcile with the external system, never repeat
+        # blindly; the client already saw its `tool_started`.
+        await self.commit([], self._claim(call, tool, key, "executing"))
         await self._execute(call, tool, key, reconcile=True)
 
     async def _approved(
@@ -409,6 +397,16 @@ class RunExecutor:
             await self.commit([], skip)
             return
 
+        await self.commit(
+            [ev.tool_started(call["call_id"], tool.name, tool.summarize(call["args"]))],
+            self._claim(call, tool, key, "approved"),
+        )
+        await self._execute(call, tool, key, reconcile=False)
+
+    def _claim(self, call: dict[str, Any], tool: Tool, key: str, from_status: str) -> Apply:
+        """The conditional claim of a mutating call for this epoch (invariant 4): another worker
+        that claimed it first makes this one a zombie."""
+
         async def claim(conn: Conn) -> None:
             if not await interrupts.claim_call(
                 conn,
@@ -418,14 +416,11 @@ class RunExecutor:
                 call["args"],
                 key,
                 self.epoch,
-                "approved",
+                from_status,
             ):
                 raise event_log.Fenced(self.run.id)
 
-        await self.commit(
-            [ev.tool_started(call["call_id"], tool.name, tool.summarize(call["args"]))], claim
-        )
-        await self._execute(call, tool, key, reconcile=False)
+        return claim
 
     async def _raise_interrupt(self, call: dict[str, Any], tool: Tool, scope: str) -> None:
         interrupt_id = new_id("int")
