@@ -15,14 +15,17 @@ dropped or lost its connection and comes back meanwhile is served from the ring)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
-from tether.runtime.v1 import resources_pb2, runtime_service_pb2
+from tether.runtime.v1 import resources_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
+
+from tether_gateway.runtime_client import follow_events
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -36,9 +39,6 @@ TERMINAL_STATUSES = frozenset(
         resources_pb2.RUN_STATUS_CANCELLED,
     }
 )
-# A runtime pod going away mid-stream is invisible to the browser: reopen from the last sequence.
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
-MAX_RETRIES = 5
 RING_FRAMES = 1024
 RING_BYTES = 512 * 1024
 LINGER_S = 5.0
@@ -147,28 +147,12 @@ class RunFeed:
         self.close(err)
 
     async def _pump(self) -> None:
-        retries = 0
-        while True:
-            request = runtime_service_pb2.StreamRunEventsRequest(
-                run_id=self.run_id, after_sequence=self.last
-            )
-            call = self.registry.client().stream_events(request, self.token)
-            try:
-                async for batch in call:
-                    retries = 0
-                    if self._deliver(batch.events):
-                        self.close()
-                        return
-            except grpc.aio.AioRpcError as err:
-                if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
-                    raise
-            finally:
-                call.cancel()
-            # The runtime ended the stream before the run ended (its pod is draining): reopen.
-            if retries >= MAX_RETRIES:
-                return
-            retries += 1
-            await asyncio.sleep(0.1 * retries)
+        stream = follow_events(self.registry.client, self.run_id, self.token, lambda: self.last)
+        async with contextlib.aclosing(stream):
+            async for events in stream:
+                if self._deliver(events):
+                    self.close()
+                    return
 
     def _deliver(self, events: object) -> bool:
         """Encode a batch once, keep it in the ring, fan it out. True after the terminal event."""

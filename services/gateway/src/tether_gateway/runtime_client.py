@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tether.runtime.v1 import runtime_service_pb2_grpc
+from tether.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
 from tether_common.tracing import inject_carrier
 
 UNARY_DEADLINE_S = 5.0
@@ -83,3 +84,36 @@ class RuntimeClient:
 
 def open_channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(channel_target(target), options=channel_options())
+
+
+# A runtime pod that drains ends its streams (UNAVAILABLE / CANCELLED): reopen on another pod.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+MAX_RETRIES = 5
+
+
+async def follow_events(
+    client: Callable[[], RuntimeClient], run_id: str, token: str, position: Callable[[], int]
+) -> AsyncGenerator[Sequence[Any], None]:
+    """The run's events as StreamRunEvents batches, surviving the end of one runtime's stream:
+    each (re)open resumes after `position()`, the last sequence the caller consumed. The caller
+    stops iterating at the terminal event; a stream that ends before it (the pod drained) is
+    reopened, at most MAX_RETRIES times in a row."""
+    retries = 0
+    while True:
+        request = runtime_service_pb2.StreamRunEventsRequest(
+            run_id=run_id, after_sequence=position()
+        )
+        call = client().stream_events(request, token)
+        try:
+            async for batch in call:
+                retries = 0
+                yield batch.events
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
+                raise
+        finally:
+            call.cancel()
+        if retries >= MAX_RETRIES:
+            return
+        retries += 1
+        await asyncio.sleep(0.1 * retries)

@@ -5,17 +5,19 @@ frames written coalesced, heartbeats when idle, a bounded per-connection buffer,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
 
 import grpc
 from aiohttp import web
-from tether.runtime.v1 import resources_pb2, runtime_service_pb2
+from tether.runtime.v1 import resources_pb2
 from tether_common.errors import InvalidArgument
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
-from tether_gateway.run_feed import MAX_RETRIES, RETRYABLE, TERMINAL_STATUSES, RunFeed
+from tether_gateway.run_feed import TERMINAL_STATUSES, RunFeed
+from tether_gateway.runtime_client import follow_events
 from tether_gateway.state import GatewayState
 
 log = logging.getLogger(__name__)
@@ -170,45 +172,30 @@ class EventStream:
         self.source_ended(None)
 
     async def _pump(self) -> None:
-        after, retries = self.after, 0
-        while True:
-            request = runtime_service_pb2.StreamRunEventsRequest(
-                run_id=self.run_id, after_sequence=after
-            )
-            call = self.gw.client().stream_events(request, self.token)
-            try:
-                async for batch in call:
-                    retries = 0
-                    frames: list[bytes] = []
-                    end = False
-                    for ev in batch.events:
-                        kind = ev.WhichOneof("event")
-                        if kind == "reset":
-                            # The client redraws from this state; the log continues after it.
-                            after = ev.reset.run.last_sequence
-                            end = ev.reset.run.status in TERMINAL_STATUSES
-                        elif ev.sequence <= after:
-                            continue  # already sent on this connection
-                        else:
-                            after = ev.sequence
-                            end = kind in TERMINAL_TYPES
-                        frames.append(sse_frame(ev))
-                        if end:
-                            break
-                    if frames:
-                        self._push(b"".join(frames), len(frames))
+        after = self.after
+        stream = follow_events(self.gw.client, self.run_id, self.token, lambda: after)
+        async with contextlib.aclosing(stream):
+            async for events in stream:
+                frames: list[bytes] = []
+                end = False
+                for ev in events:
+                    kind = ev.WhichOneof("event")
+                    if kind == "reset":
+                        # The client redraws from this state; the log continues after it.
+                        after = ev.reset.run.last_sequence
+                        end = ev.reset.run.status in TERMINAL_STATUSES
+                    elif ev.sequence <= after:
+                        continue  # already sent on this connection
+                    else:
+                        after = ev.sequence
+                        end = kind in TERMINAL_TYPES
+                    frames.append(sse_frame(ev))
                     if end:
-                        return
-            except grpc.aio.AioRpcError as err:
-                if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
-                    raise
-            finally:
-                call.cancel()
-            # The runtime ended the stream before the run ended (its pod is draining): reopen.
-            if retries >= MAX_RETRIES:
-                return
-            retries += 1
-            await asyncio.sleep(0.1 * retries)
+                        break
+                if frames:
+                    self._push(b"".join(frames), len(frames))
+                if end:
+                    return
 
     # -- the client side --
 
