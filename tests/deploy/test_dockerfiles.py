@@ -1,6 +1,6 @@
 """The service images: multi-stage, pinned base, protobuf code generated in the builder, non-root,
 no secrets baked in, `tether` as the entry point. (Building needs a Docker engine, which this
-environment lacks; these tests check the Dockerfiles' text and that their inputs exist.)"""
+environment lacks; these tests check the Dockerfile's text and that its inputs exist.)"""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ SERVICES = {"runtime": 50051, "gateway": 8080}
 BASE = re.compile(r"^python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?$")
 
 
-def instructions(service: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, argument) pairs, with continuation lines joined and comments dropped."""
-    text = (REPO / "services" / service / "Dockerfile").read_text()
+def instructions(service: str | None = None) -> list[tuple[str, str]]:
+    """(INSTRUCTION, argument) pairs of the Dockerfile, continuation lines joined, comments
+    dropped; with `service`, only the stages that image is built from (builder, base, target)."""
+    text = (REPO / "Dockerfile").read_text()
     joined = re.sub(
         r"\\\n", " ", "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
     )
@@ -28,21 +29,38 @@ def instructions(service: str) -> list[tuple[str, str]]:
         if line.strip():
             word, _, rest = line.strip().partition(" ")
             out.append((word.upper(), rest.strip()))
-    return out
+    if service is None:
+        return out
+    return [ins for stage in stages(service) for ins in stage]
 
 
-def stages(service: str) -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for ins in instructions(service):
+def all_stages() -> dict[str, list[tuple[str, str]]]:
+    """Stage name -> its instructions (FROM first)."""
+    result: dict[str, list[tuple[str, str]]] = {}
+    name = ""
+    for ins in instructions():
         if ins[0] == "FROM":
-            result.append([])
-        if result:
-            result[-1].append(ins)
+            name = ins[1].split()[-1]
+            result[name] = []
+        if name:
+            result[name].append(ins)
     return result
 
 
+def stages(service: str) -> list[list[tuple[str, str]]]:
+    """The stages one image is built from, in order: builder, base, the service's target."""
+    by_name = all_stages()
+    return [by_name["builder"], by_name["base"], by_name[service]]
+
+
+def final(service: str) -> list[tuple[str, str]]:
+    """What the image's last stage is made of: the shared base plus the target's own lines."""
+    base, target = stages(service)[1:]
+    return base + target[1:]
+
+
 def arg_default(service: str, name: str) -> str:
-    for word, rest in instructions(service):
+    for word, rest in instructions():
         if word == "ARG" and rest.startswith(f"{name}="):
             return rest.split("=", 1)[1].strip('"')
     raise AssertionError(f"no ARG {name}")
@@ -50,13 +68,13 @@ def arg_default(service: str, name: str) -> str:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_multi_stage_on_a_pinned_slim_base(service: str) -> None:
-    st = stages(service)
-    assert len(st) >= 2
+    builder, base_stage, target = stages(service)
     base = arg_default(service, "PYTHON_IMAGE")
     assert BASE.match(base), base
-    for stage in st:
-        assert stage[0][1].split()[0] == "${PYTHON_IMAGE}"
-    assert st[0][0][1].endswith("AS builder")
+    # Builder and base on the same pinned image (the venv's interpreter path must exist).
+    assert builder[0][1] == "${PYTHON_IMAGE} AS builder"
+    assert base_stage[0][1] == "${PYTHON_IMAGE} AS base"
+    assert target[0][1] == f"base AS {service}"
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -74,20 +92,22 @@ def test_builder_installs_from_lock_and_generates_protos(service: str) -> None:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_final_stage_is_non_root_with_tether_entrypoint(service: str) -> None:
-    final = stages(service)[-1]
-    words = [w for w, _ in final]
-    user = [rest for w, rest in final if w == "USER"]
+    final_stage = final(service)
+    words = [w for w, _ in final_stage]
+    user = [rest for w, rest in final_stage if w == "USER"]
     assert user and user[-1].split(":")[0] == "10001"
     assert words.index("USER") < words.index("ENTRYPOINT")
-    [entry] = [rest for w, rest in final if w == "ENTRYPOINT"]
-    [cmd] = [rest for w, rest in final if w == "CMD"]
+    [entry] = [rest for w, rest in final_stage if w == "ENTRYPOINT"]
+    [cmd] = [rest for w, rest in final_stage if w == "CMD"]
     assert json.loads(entry) == ["tether"]
     assert json.loads(cmd) == [service]
     assert any(
-        w == "COPY" and "--from=builder" in rest and "/app/.venv" in rest for w, rest in final
+        w == "COPY" and "--from=builder" in rest and "/app/.venv" in rest for w, rest in final_stage
     )
-    assert not any(w == "RUN" and ("pip install" in rest or "uv " in rest) for w, rest in final)
-    assert f"EXPOSE {SERVICES[service]}" in [f"{w} {r}" for w, r in final]
+    assert not any(
+        w == "RUN" and ("pip install" in rest or "uv " in rest) for w, rest in final_stage
+    )
+    assert f"EXPOSE {SERVICES[service]}" in [f"{w} {r}" for w, r in final_stage]
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -1,11 +1,13 @@
 # syntax=docker/dockerfile:1.7
-# Tether runtime image: `tether runtime` (gRPC server + workers).
-# Build from the repository root:  docker build -f services/runtime/Dockerfile -t tether-runtime .
+# Tether's two images from one file: a shared builder and base, and one target per service.
+# Build from the repository root:
+#   docker build --target runtime -t tether-runtime .    # `tether runtime` (gRPC server + workers)
+#   docker build --target gateway -t tether-gateway .    # `tether gateway` (JSON API, SSE, web UI)
 #
 # The base image is pinned to an exact patch release and Debian suite. Release pipelines should
 # additionally pin the digest (python:3.11.11-slim-bookworm@sha256:...) once resolved with
-# `docker buildx imagetools inspect`; both stages must use the same base so the venv's
-# interpreter path (/usr/local/bin/python3.11) exists in the final stage.
+# `docker buildx imagetools inspect`; every stage must use the same base so the venv's
+# interpreter path (/usr/local/bin/python3.11) exists in the final stages.
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 ############################ builder ############################
@@ -61,8 +63,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 # Fail the build, not the pod, if the entry point cannot import.
 RUN /app/.venv/bin/tether --help >/dev/null
 
-############################ final ############################
-FROM ${PYTHON_IMAGE} AS final
+############################ base (shared by both targets) ############################
+FROM ${PYTHON_IMAGE} AS base
 
 RUN groupadd --system --gid 10001 tether \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
@@ -73,14 +75,23 @@ COPY --from=builder /app/.venv /app/.venv
 
 ENV PATH=/app/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    TETHER_GRPC_ADDR=0.0.0.0:50051
+    PYTHONDONTWRITEBYTECODE=1
 
 WORKDIR /app
 USER 10001:10001
-EXPOSE 50051
 
 # No secrets here: DATABASE_URL, REDIS_URL and TETHER_JWT_SECRET come from the environment
 # (a Kubernetes Secret) at run time. Exec form, so `tether` is PID 1 and receives SIGTERM.
 ENTRYPOINT ["tether"]
+
+############################ runtime ############################
+FROM base AS runtime
+ENV TETHER_GRPC_ADDR=0.0.0.0:50051
+EXPOSE 50051
 CMD ["runtime"]
+
+############################ gateway ############################
+FROM base AS gateway
+ENV TETHER_HTTP_ADDR=0.0.0.0:8080
+EXPOSE 8080
+CMD ["gateway"]
