@@ -366,8 +366,10 @@ async def test_zombie_is_fenced_at_the_store(own_dsn: str) -> None:
             msg = await conversations.add_message(conn, conv.id, "user", "hi", run_id=run_id)
             await runs.create(conn, run_id, conv.id, USER, msg.id, "opspilot", {})
 
-            a = await runs.claim(conn, "A", 3)
-            assert a is not None and a.id == run_id and a.lease_epoch == 1
+            claimed_a = await runs.claim_next(conn, "A", 3)
+            assert claimed_a is not None and claimed_a[1] is False, "a queued run is no takeover"
+            a = claimed_a[0]
+            assert a.id == run_id and a.lease_epoch == 1
             async with conn.transaction():
                 await event_log.append(conn, run_id, [ev.run_started(conv.id)], epoch=1)
                 await runs.save_checkpoint(conn, run_id, 1, {"by": "A"}, reset_streamed=False)
@@ -378,8 +380,10 @@ async def test_zombie_is_fenced_at_the_store(own_dsn: str) -> None:
                 "UPDATE run SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
                 run_id,
             )
-            b = await runs.claim(conn, "B", 3)
-            assert b is not None and b.id == run_id and b.lease_epoch == 2
+            claimed_b = await runs.claim_next(conn, "B", 3)
+            assert claimed_b is not None and claimed_b[1] is True, "an expired lease is a takeover"
+            b = claimed_b[0]
+            assert b.id == run_id and b.lease_epoch == 2
             assert b.lease_owner == "B" and b.checkpoint == {"by": "A"}
 
             # The zombie A: every write conditional on epoch 1 is refused or changes nothing.

@@ -60,9 +60,12 @@ class Worker:
                     await self._listen()
                 while not self._stopping and not self.slots.locked():
                     async with self.e.pool.acquire() as conn:
-                        run = await runs.claim(conn, self.owner, ttl)
-                    if run is None:
+                        claimed = await runs.claim_next(conn, self.owner, ttl)
+                    if claimed is None:
                         break
+                    run, took_over = claimed
+                    if took_over:
+                        metrics.LEASE_TAKEOVERS.inc()
                     await self.slots.acquire()
                     self._spawn(run)
                 if ticks % sweep_every == 0:
@@ -76,8 +79,6 @@ class Worker:
             self.wake.clear()
 
     def _spawn(self, run: RunRow) -> None:
-        if run.lease_epoch > 1 and run.lease_owner != self.owner:
-            metrics.LEASE_TAKEOVERS.inc()
         task = asyncio.create_task(self._execute(run), name=f"run-{run.id}")
         self.tasks[run.id] = (task, run.lease_epoch)
 

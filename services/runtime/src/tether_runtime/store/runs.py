@@ -44,25 +44,32 @@ async def get(conn: Conn, run_id: str) -> RunRow | None:
     return RunRow.of(row) if row else None
 
 
-async def claim(conn: Conn, owner: str, ttl_s: float) -> RunRow | None:
-    """Take one queued run, or one whose worker's lease ran out; each claim bumps the epoch."""
+async def claim_next(conn: Conn, owner: str, ttl_s: float) -> tuple[RunRow, bool] | None:
+    """Take one queued run, or one whose worker's lease ran out; each claim bumps the epoch.
+    Returns the run and whether this claim took it over from a worker whose lease expired."""
     row = await conn.fetchrow(
         """
-        UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch + 1,
-               lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
-        WHERE id = (
-            SELECT id FROM run
+        WITH next AS (
+            SELECT id, status AS was FROM run
             WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < now())
             ORDER BY queued_at
             FOR UPDATE SKIP LOCKED
             LIMIT 1
         )
-        RETURNING *
+        UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch + 1,
+               lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+        FROM next WHERE run.id = next.id
+        RETURNING run.*, next.was = 'running' AS took_over
         """,
         owner,
         ttl_s,
     )
-    return RunRow.of(row) if row else None
+    return (RunRow.of(row), bool(row["took_over"])) if row else None
+
+
+async def claim(conn: Conn, owner: str, ttl_s: float) -> RunRow | None:
+    claimed = await claim_next(conn, owner, ttl_s)
+    return claimed[0] if claimed else None
 
 
 async def renew(conn: Conn, run_id: str, epoch: int, ttl_s: float) -> bool | None:
