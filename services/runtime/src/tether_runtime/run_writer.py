@@ -1,7 +1,8 @@
 """The one write path of an executing run. Writes queue in order; a single drain task commits
-everything queued so far in ONE transaction (fenced by the lease epoch, sequences taken from the run
-row) and then publishes it as ONE Redis message. Text deltas are queued without waiting, so a fast
-model never waits on a commit per delta; state changes wait until they are durable."""
+everything queued so far at once, numbered by this lease holder and fenced by its epoch and
+position, then publishes it. Text deltas are queued without waiting and go through the
+process-wide EventSink (shared with other runs); a batch carrying a state change commits in one
+transaction of its own. State changes wait until they are durable."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
 from tether_runtime.store import event_log
 from tether_runtime.store.db import Conn, Pool
+from tether_runtime.store.event_log import LeaseAppend
 
 Apply = Callable[[Conn], Awaitable[None]]
 MAX_QUEUED_EVENTS = 2000  # past this, emitters wait for the drain: memory stays bounded
@@ -68,9 +70,6 @@ class RunWriter:
         self._enqueue(_Write(events, apply, streamed, done))
         await done
 
-    async def flush(self) -> None:
-        await self.commit([])
-
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -105,26 +104,28 @@ class RunWriter:
 
     async def _commit(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
         """Returns the encoded events and whether they were already published."""
-        events = [e for w in batch for e in w.events]
+        append = LeaseAppend.of(
+            self.run_id,
+            self.epoch,
+            self.last_sequence,
+            [e for w in batch for e in w.events],
+            sum(w.streamed for w in batch),
+        )
         applies = [w.apply for w in batch if w.apply is not None]
-        streamed = sum(w.streamed for w in batch)
         if not applies:
             # Events only (the text-delta hot path): shared with every other run's events in
             # one statement and one pipelined publish.
-            encoded, cancel = await self.sink.append(
-                self.run_id, self.epoch, self.last_sequence, events, streamed
-            )
-            self.last_sequence += len(encoded)
-            self.cancel_requested = self.cancel_requested or cancel
-            return encoded, True
-        async with self.pool.acquire() as conn, conn.transaction():
-            # The fenced append first, then each state change in queue order;
-            # step_streamed adds up the deltas before any reset in the same batch.
-            encoded, cancel = await event_log.append_as_lease_holder(
-                conn, self.run_id, self.epoch, self.last_sequence, events, streamed
-            )
-            for apply in applies:
-                await apply(conn)
-        self.last_sequence += len(encoded)
+            cancel = await self.sink.append(append)
+        else:
+            async with self.pool.acquire() as conn, conn.transaction():
+                # The fenced append first, then each state change in queue order;
+                # step_streamed adds up the deltas before any reset in the same batch.
+                held = await event_log.append_as_lease_holders(conn, [append])
+                if self.run_id not in held:
+                    raise event_log.Fenced(self.run_id)
+                cancel = held[self.run_id]
+                for apply in applies:
+                    await apply(conn)
+        self.last_sequence += len(append.rows)
         self.cancel_requested = self.cancel_requested or cancel
-        return encoded, False
+        return append.encoded, not applies

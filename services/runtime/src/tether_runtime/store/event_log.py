@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -61,46 +62,67 @@ def stamp(run_id: str, first: int, events: Sequence[RunEvent]) -> list[tuple[str
     return rows
 
 
-_APPEND_AS_LEASE_HOLDER = """
-WITH fence AS (
-    UPDATE run SET last_sequence = $3, step_streamed = step_streamed + $4, updated_at = now()
-    WHERE id = $1 AND lease_epoch = $2 AND status = 'running' AND last_sequence = $5
-    RETURNING cancel_requested
+@dataclass(frozen=True)
+class LeaseAppend:
+    """Events of one run, numbered by the worker that holds its lease (the run's only appender
+    while it runs): it expects the log to end at `expected_last`."""
+
+    run_id: str
+    epoch: int
+    expected_last: int
+    rows: list[tuple[str, int, str, bytes]]  # from `stamp`
+    streamed: int
+
+    @classmethod
+    def of(
+        cls, run_id: str, epoch: int, expected_last: int, events: Sequence[RunEvent], streamed: int
+    ) -> LeaseAppend:
+        return cls(run_id, epoch, expected_last, stamp(run_id, expected_last + 1, events), streamed)
+
+    @property
+    def encoded(self) -> list[bytes]:
+        return [r[3] for r in self.rows]
+
+
+_APPEND_AS_LEASE_HOLDERS = """
+WITH v AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+        AS v(id, epoch, expected, new_last, streamed)
+), fence AS (
+    UPDATE run r SET last_sequence = v.new_last, step_streamed = r.step_streamed + v.streamed,
+           updated_at = now()
+    FROM v
+    WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
+      AND r.last_sequence = v.expected
+    RETURNING r.id, r.cancel_requested
 ), ins AS (
     INSERT INTO run_event (run_id, sequence, type, data)
-    SELECT $1, u.s, u.t, u.d FROM fence, unnest($6::bigint[], $7::text[], $8::bytea[]) AS u(s, t, d)
+    SELECT e.run_id, e.s, e.t, e.d
+    FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bytea[]) AS e(run_id, s, t, d)
+    JOIN fence ON fence.id = e.run_id
     RETURNING 1
 )
-SELECT (SELECT cancel_requested FROM fence) AS cancel
+SELECT id, cancel_requested FROM fence
 """
 
 
-async def append_as_lease_holder(
-    conn: Conn,
-    run_id: str,
-    epoch: int,
-    expected_last: int,
-    events: Sequence[RunEvent],
-    streamed: int,
-) -> tuple[list[bytes], bool]:
-    """The worker's append: while it holds the lease it is the run's only writer, so it numbers
-    the events itself and fences, checks the position and inserts in ONE statement (one round
-    trip, atomic on its own). Raises Fenced if the lease or the position is not what it thinks."""
-    rows = stamp(run_id, expected_last + 1, events)
-    cancel = await conn.fetchval(
-        _APPEND_AS_LEASE_HOLDER,
-        run_id,
-        epoch,
-        expected_last + len(rows),
-        streamed,
-        expected_last,
-        [r[1] for r in rows],
-        [r[2] for r in rows],
-        [r[3] for r in rows],
+async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) -> dict[str, bool]:
+    """Fence, check the position and insert for any number of runs in ONE statement (one round
+    trip, atomic on its own). Returns run id -> cancel_requested for the runs whose lease and
+    position held; a run missing from the result was fenced and none of its events stored."""
+    rows = await conn.fetch(
+        _APPEND_AS_LEASE_HOLDERS,
+        [a.run_id for a in appends],
+        [a.epoch for a in appends],
+        [a.expected_last for a in appends],
+        [a.expected_last + len(a.rows) for a in appends],
+        [a.streamed for a in appends],
+        [r[0] for a in appends for r in a.rows],
+        [r[1] for a in appends for r in a.rows],
+        [r[2] for a in appends for r in a.rows],
+        [r[3] for a in appends for r in a.rows],
     )
-    if cancel is None:
-        raise Fenced(run_id)
-    return [r[3] for r in rows], bool(cancel)
+    return {r["id"]: bool(r["cancel_requested"]) for r in rows}
 
 
 async def insert(conn: Conn, run_id: str, first: int, events: Sequence[RunEvent]) -> list[bytes]:
