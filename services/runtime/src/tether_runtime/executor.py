@@ -67,6 +67,7 @@ class RunExecutor:
         self.epoch = run.lease_epoch
         self.cp: dict[str, Any] = dict(run.checkpoint)
         self.cancel_requested = run.cancel_requested
+        self.resume_skip = run.step_streamed
         self.agent: AgentSpec = AGENTS.get(run.agent, AGENTS["opspilot"])
         self.ctx = ToolContext(engine.pool, run.id, run.user_id)
         self.writer = RunWriter(
@@ -83,7 +84,7 @@ class RunExecutor:
         self.cancel_requested = self.cancel_requested or self.writer.cancel_requested
 
     def _save(self, *, reset_streamed: bool = False) -> Apply:
-        cp = json.loads(json.dumps(self.cp))
+        cp = json.dumps(self.cp)  # the snapshot as of now, encoded once
 
         async def apply(conn: Conn) -> None:
             await runs.save_checkpoint(
@@ -164,8 +165,8 @@ class RunExecutor:
         request = ModelInput(
             context.system_text(conv), self.cp["messages"], self.agent.tools(), conv.facts
         )
-        # Text of this step that an earlier, crashed attempt already streamed.
-        skip = self.run.step_streamed
+        # Text of this step that an earlier, crashed attempt already streamed (first step only).
+        skip, self.resume_skip = self.resume_skip, 0
         msg_id = self.cp["message_id"]
         step_text = ""
         sent = 0
@@ -192,7 +193,6 @@ class RunExecutor:
             if time.monotonic() - last_flush >= self.e.settings.coalesce_s:
                 await flush()
         await flush()
-        self.run = _with_streamed(self.run, 0)
         self.cp["text"] += step_text
         if calls:
             self.cp["messages"].append(
@@ -384,13 +384,8 @@ class RunExecutor:
             save = self._save()
 
             async def skip(conn: Conn) -> None:
-                await conn.execute(
-                    "UPDATE tool_call SET status = 'failed', result_summary = $3, result = $4, "
-                    "updated_at = now() WHERE run_id = $1 AND call_id = $2 AND status = 'approved'",
-                    self.run.id,
-                    call["call_id"],
-                    reason,
-                    result.as_json(),
+                await interrupts.skip_call(
+                    conn, self.run.id, call["call_id"], reason, result.as_json()
                 )
                 await save(conn)
 
@@ -456,9 +451,3 @@ class RunExecutor:
 
         await self.commit([ev.interrupt(interrupt_id, "confirm_action", payload, expires)], apply)
         raise Paused()
-
-
-def _with_streamed(run: RunRow, streamed: int) -> RunRow:
-    from dataclasses import replace
-
-    return replace(run, step_streamed=streamed)

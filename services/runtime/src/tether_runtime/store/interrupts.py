@@ -109,6 +109,21 @@ async def decide_call(
     )
 
 
+async def skip_call(
+    conn: Conn, run_id: str, call_id: str, summary: str, result: dict[str, Any]
+) -> None:
+    """An approved call that will not run (grant revoked, resource changed): it ends `failed`
+    without ever being claimed, so no worker can execute it later."""
+    await conn.execute(
+        "UPDATE tool_call SET status = 'failed', result_summary = $3, result = $4, "
+        "updated_at = now() WHERE run_id = $1 AND call_id = $2 AND status = 'approved'",
+        run_id,
+        call_id,
+        summary,
+        result,
+    )
+
+
 async def get_call(conn: Conn, run_id: str, call_id: str) -> ToolCallRow | None:
     row = await conn.fetchrow(
         "SELECT * FROM tool_call WHERE run_id = $1 AND call_id = $2", run_id, call_id

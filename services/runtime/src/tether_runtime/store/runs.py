@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tether_runtime.store.db import Conn
@@ -100,14 +101,22 @@ async def release(conn: Conn, run_id: str, epoch: int) -> bool:
 
 
 async def save_checkpoint(
-    conn: Conn, run_id: str, epoch: int, checkpoint: dict[str, Any], *, reset_streamed: bool
+    conn: Conn,
+    run_id: str,
+    epoch: int,
+    checkpoint: dict[str, Any] | str,
+    *,
+    reset_streamed: bool,
 ) -> None:
+    """`checkpoint`: the state, or its JSON already encoded (the executor's snapshot), so it is
+    encoded once."""
+    encoded = checkpoint if isinstance(checkpoint, str) else json.dumps(checkpoint)
     await conn.execute(
-        "UPDATE run SET checkpoint = $3, step_streamed = CASE WHEN $4 THEN 0 ELSE step_streamed "
-        "END, updated_at = now() WHERE id = $1 AND lease_epoch = $2",
+        "UPDATE run SET checkpoint = $3::text::jsonb, step_streamed = CASE WHEN $4 THEN 0 "
+        "ELSE step_streamed END, updated_at = now() WHERE id = $1 AND lease_epoch = $2",
         run_id,
         epoch,
-        checkpoint,
+        encoded,
         reset_streamed,
     )
 
