@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import TypeVar
 
-import asyncpg
 from tether_common.auth import Principal
 
 from tether_runtime import events as ev
@@ -19,16 +18,10 @@ from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.resume import load_owned_run
 from tether_runtime.store import event_log, interrupts
-from tether_runtime.store.db import STORE_DOWN, Conn, Pool
+from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
 from tether_runtime.views import RunView
 
 PAGE = 2000
-STORE_ERRORS = (
-    OSError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-)
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from tether_runtime import metrics
 from tether_runtime.executor import Engine, RunExecutor
 from tether_runtime.resume import expire_interrupt
 from tether_runtime.store import interrupts, runs
+from tether_runtime.store.db import STORE_ERRORS
 from tether_runtime.store.event_log import Fenced
 from tether_runtime.store.records import RunRow
 
@@ -46,7 +47,7 @@ class Worker:
         try:
             self._listener = await asyncpg.connect(self.e.settings.database_url)
             await self._listener.add_listener(runs.WAKE_CHANNEL, lambda *_: self.wake.set())
-        except (OSError, asyncpg.PostgresError) as err:
+        except STORE_ERRORS as err:
             log.warning("LISTEN failed, relying on polling: %s", err)
             self._listener = None
 
@@ -72,7 +73,7 @@ class Worker:
                     await self._expire_overdue()
                     await self._observe_queue()
                 ticks += 1
-            except (TimeoutError, OSError, asyncpg.PostgresError) as err:
+            except STORE_ERRORS as err:
                 log.warning("claim loop: database unavailable: %s", err)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.e.settings.poll_interval_s)
@@ -107,12 +108,7 @@ class Worker:
             log.warning("lease lost; another worker owns the run now")
         except asyncio.CancelledError:
             pass  # shutdown or lease loss; the lease is released (or already gone)
-        except (
-            OSError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,  # a connection the server ended mid-transaction
-        ) as err:
+        except STORE_ERRORS as err:
             # The store is unreachable: keep no state; the lease expires and a worker retries.
             log.warning("run interrupted by a store failure: %s", err)
         except Exception:
@@ -132,7 +128,7 @@ class Worker:
             try:
                 async with self.e.pool.acquire() as conn:
                     cancel = await runs.renew(conn, run.id, run.lease_epoch, ttl)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+            except STORE_ERRORS as err:
                 log.warning("heartbeat failed: %s", err)
                 continue
             if cancel is None:
@@ -171,7 +167,7 @@ class Worker:
             try:
                 async with self.e.pool.acquire() as conn:
                     await runs.release(conn, run_id, epoch)
-            except (OSError, asyncpg.PostgresError) as err:
+            except STORE_ERRORS as err:
                 log.warning("could not release %s (its lease will expire): %s", run_id, err)
         if self._listener is not None:
             with contextlib.suppress(Exception):

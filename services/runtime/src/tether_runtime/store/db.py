@@ -18,6 +18,15 @@ STORE_DOWN: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
 
+# Any failure talking to the store, outages and server-side errors alike: a worker that meets one
+# keeps no state (its lease expires and a worker retries); a stream retries its read.
+STORE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # includes TimeoutError
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a connection the server ended mid-transaction
+)
+
 Pool = asyncpg.Pool
 Conn = asyncpg.Connection
 
