@@ -336,6 +336,59 @@ async def test_kill9_mid_restart_call_executes_once(
     )
 
 
+@pytest.mark.slow
+async def test_zombie_frozen_inside_the_restart_call_wakes_and_restarts_nothing(
+    crash_env: dict[str, str], cdb: asyncpg.Connection, procs: list[Proc]
+) -> None:
+    """Fencing stops a zombie's *writes*, not its call to the outside world: a worker frozen
+    inside the restart call (claimed, not yet at the inventory) wakes up after another worker
+    reconciled and executed the call. Only the idempotency key passed to the tool keeps the
+    instance from being restarted twice (invariant 4)."""
+    svc, inst = await fresh_target(cdb)
+    a = start(procs, {**crash_env, "TETHER_DEMO_TOOL_DELAY_S": "4"}, "zombie-tool-a")
+    ca = Client(a.addr, token(TEST_SECRET, USER))
+    run_id, first = await _run_to_interrupt(ca, f"restart the abnormal {svc} instance")
+    await ca.resume(run_id, first[-1].interrupt.interrupt_id)
+    await ca.close()
+    await wait_for(
+        "tool_started(restart_instance)",
+        lambda: _restart_tool_started(cdb, run_id),
+        30,
+        interval=0.02,
+    )
+    os.kill(a.pid, signal.SIGSTOP)  # inside the call's first half: before the inventory write
+    ops = "SELECT count(*) FROM inv_operation WHERE target = $1"
+    assert await cdb.fetchval(ops, inst) == 0
+    epoch_a = (await run_row(cdb, run_id))["lease_epoch"]
+
+    b = start(procs, crash_env, "zombie-tool-b")
+    cb = Client(b.addr, token(TEST_SECRET, USER))
+    evs = await cb.events(run_id, 0, timeout=90)
+    await cb.close()
+    assert await cdb.fetchval(ops, inst) == 1, "B reconciled, found nothing, and executed once"
+    done_row = await run_row(cdb, run_id)
+    assert done_row["status"] == "completed" and done_row["lease_epoch"] == epoch_a + 1
+
+    os.kill(a.pid, signal.SIGCONT)  # A's sleep is over: it calls the inventory with its key
+    await _sleep(5)
+    assert a.alive()
+    inst_row = await cdb.fetchrow(
+        "SELECT status, restart_count FROM inv_instance WHERE id = $1", inst
+    )
+    assert await cdb.fetchval(ops, inst) == 1
+    assert inst_row["restart_count"] == 1, "the zombie restarted the instance a second time"
+    after = await stored_events(cdb, run_id)
+    assert [e.SerializeToString() for e in after] == [e.SerializeToString() for e in evs]
+    assert_clean_log(after)
+    assert (await run_row(cdb, run_id))["updated_at"] == done_row["updated_at"]
+    assert log_mentions(a, run_id, "lease lost") or log_mentions(a, run_id, "store failure")
+    assert not log_mentions(a, run_id, "run failed")
+    print(
+        "\n[zombie inside the restart call] B executed the restart once; A woke, called the "
+        f"inventory with the same key, changed nothing; restart_count {inst_row['restart_count']}"
+    )
+
+
 async def _one_op(conn: asyncpg.Connection, inst: str) -> bool:
     n = await conn.fetchval("SELECT count(*) FROM inv_operation WHERE target = $1", inst)
     return bool(n == 1)
@@ -455,7 +508,7 @@ async def test_sigstopped_zombie_wakes_after_takeover_and_changes_nothing(
     evs = await cb.events(run_id, 0, timeout=90)
     t_done = time.monotonic()
     done_row = await run_row(cdb, run_id)
-    assert done_row["status"] == "completed" and done_row["lease_epoch"] == 2
+    assert done_row["status"] == "completed" and done_row["lease_epoch"] == epoch_a + 1
 
     os.kill(a.pid, signal.SIGCONT)
     t_cont = time.monotonic()
