@@ -38,7 +38,7 @@ _INTERRUPT_STATUS = {
 }
 
 
-def _ts(ts: Any) -> str | None:
+def timestamp_json(ts: Any) -> str | None:
     if not ts.seconds and not ts.nanos:
         return None
     return str(ts.ToJsonString())
@@ -69,8 +69,8 @@ def interrupt_json(i: resources_pb2.Interrupt) -> dict[str, Any]:
         "kind": _KINDS.get(i.kind, "unspecified"),
         "status": _INTERRUPT_STATUS.get(i.status, "unspecified"),
         "payload": payload_json(i.payload),
-        "expiresAt": _ts(i.expire_time),
-        "resolvedAt": _ts(i.resolve_time),
+        "expiresAt": timestamp_json(i.expire_time),
+        "resolvedAt": timestamp_json(i.resolve_time),
         "resolvedBy": i.resolved_by or None,
         "decision": i.decision or None,
     }
@@ -88,8 +88,8 @@ def run_json(r: resources_pb2.Run) -> dict[str, Any]:
         "pendingInterrupt": interrupt_json(r.pending_interrupt)
         if r.HasField("pending_interrupt")
         else None,
-        "createdAt": _ts(r.create_time),
-        "updatedAt": _ts(r.update_time),
+        "createdAt": timestamp_json(r.create_time),
+        "updatedAt": timestamp_json(r.update_time),
     }
 
 
@@ -104,7 +104,7 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
         "type": kind,
         "runId": ev.run_id,
         "sequence": ev.sequence,
-        "time": _ts(ev.time),
+        "time": timestamp_json(ev.time),
     }
     if kind == "text_delta":
         out["messageId"] = ev.text_delta.message_id
@@ -124,7 +124,7 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
             interruptId=i.interrupt_id,
             kind=_KINDS.get(i.kind, "unspecified"),
             payload=payload_json(i.payload),
-            expiresAt=_ts(i.expire_time),
+            expiresAt=timestamp_json(i.expire_time),
         )
     elif kind == "interrupt_resolved":
         out.update(

@@ -6,18 +6,13 @@ import json
 from typing import Any
 
 from tether.runtime.v1 import resources_pb2
+from tether_common.event_json import timestamp_json
 
 _ROLES = {
     resources_pb2.MESSAGE_ROLE_USER: "user",
     resources_pb2.MESSAGE_ROLE_ASSISTANT: "assistant",
     resources_pb2.MESSAGE_ROLE_TOOL: "tool",
 }
-
-
-def timestamp(ts: Any) -> str | None:
-    if not ts.seconds and not ts.nanos:
-        return None
-    return str(ts.ToJsonString())
 
 
 def _facts(raw: str) -> dict[str, Any]:
@@ -35,8 +30,8 @@ def conversation_json(c: resources_pb2.Conversation) -> dict[str, Any]:
         "facts": _facts(c.facts_json),
         "summary": c.summary,
         "version": c.version,
-        "createdAt": timestamp(c.create_time),
-        "updatedAt": timestamp(c.update_time),
+        "createdAt": timestamp_json(c.create_time),
+        "updatedAt": timestamp_json(c.update_time),
     }
 
 
@@ -48,5 +43,5 @@ def message_json(m: resources_pb2.Message) -> dict[str, Any]:
         "role": _ROLES.get(m.role, "unspecified"),
         "content": m.content,
         "toolCallId": m.tool_call_id or None,
-        "createdAt": timestamp(m.create_time),
+        "createdAt": timestamp_json(m.create_time),
     }
