@@ -74,7 +74,7 @@ async def resume_run(
     rhash = request_hash(run_id, interrupt_id, decision, input_text)
     async with pool.acquire() as conn:
         # 2. the same key: the stored answer, or IDEMPOTENCY_KEY_REUSED; nothing changes.
-        replay = await _replay(conn, scope, key, rhash)
+        replay = await stored_answer(conn, scope, key, rhash)
         if replay is not None:
             metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
             return replay, True
@@ -85,7 +85,7 @@ async def resume_run(
             raise NotFound("interrupt not found", reason="INTERRUPT_NOT_FOUND")
         if intr.status != "pending":
             # A twin with this key may have won between step 2 and now: it is a replay then.
-            replay = await _replay(conn, scope, key, rhash)
+            replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
                 return replay, True
@@ -134,7 +134,7 @@ async def resume_run(
                 raise AlreadyResolved("the interrupt was already resolved")
     if claimed is None:
         async with pool.acquire() as conn:
-            replay = await _replay(conn, scope, key, rhash)
+            replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
                 return replay, True
@@ -148,7 +148,9 @@ async def resume_run(
     return view, False
 
 
-async def _replay(conn: Conn, scope: str, key: str, rhash: str) -> RunView | None:
+async def stored_answer(conn: Conn, scope: str, key: str, rhash: str) -> RunView | None:
+    """AIP-155 for StartRun and ResumeRun alike: the first answer stored under this caller's key,
+    or IDEMPOTENCY_KEY_REUSED when the key came with another request body."""
     stored = await idempotency.lookup(conn, scope, key)
     if stored is None:
         return None

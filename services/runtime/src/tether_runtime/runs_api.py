@@ -10,7 +10,7 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.agent.opspilot import AGENTS
 from tether_runtime.bus import EventBus
-from tether_runtime.resume import MAX_KEY, _replay, load_owned_run, request_hash
+from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
 from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import ConversationRow, MessageRow
@@ -100,7 +100,7 @@ async def start_run(
     rhash = request_hash(conv_id, text, agent)
     async with pool.acquire() as conn:
         if key:
-            replay = await _replay(conn, scope, key, rhash)
+            replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 return replay, True
         async with conn.transaction():
