@@ -3,9 +3,10 @@ camelCase), written by hand because json_format.MessageToDict is slow and nests 
 
 from __future__ import annotations
 
-import json
+from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 from tether.runtime.v1 import events_pb2, resources_pb2
 
 TERMINAL_TYPES = frozenset({"done", "error", "cancelled"})
@@ -38,10 +39,35 @@ _INTERRUPT_STATUS = {
 }
 
 
+_EPOCH = datetime(1970, 1, 1)
+_SECONDS: dict[int, str] = {}  # whole second -> "YYYY-MM-DDTHH:MM:SS"; events come in bursts
+
+
+def rfc3339(seconds: int, nanos: int) -> str:
+    """Exactly `Timestamp.ToJsonString()` (0, 3, 6 or 9 fraction digits, `Z`), about 10x faster:
+    the date part is cached per second, since every event of a burst shares it."""
+    base = _SECONDS.get(seconds)
+    if base is None:
+        base = (_EPOCH + timedelta(seconds=seconds)).isoformat()
+        if len(_SECONDS) >= 4096:
+            _SECONDS.clear()
+        _SECONDS[seconds] = base
+    if nanos == 0:
+        return base + "Z"
+    if nanos % 1_000_000 == 0:
+        return f"{base}.{nanos // 1_000_000:03d}Z"
+    if nanos % 1_000 == 0:
+        return f"{base}.{nanos // 1_000:06d}Z"
+    return f"{base}.{nanos:09d}Z"
+
+
 def timestamp_json(ts: Any) -> str | None:
-    if not ts.seconds and not ts.nanos:
+    seconds, nanos = ts.seconds, ts.nanos
+    if not seconds and not nanos:
         return None
-    return str(ts.ToJsonString())
+    if 0 <= nanos < 1_000_000_000:
+        return rfc3339(seconds, nanos)
+    return str(ts.ToJsonString())  # not normalized: let protobuf normalize (or refuse) it
 
 
 def decision_name(value: int) -> str:
@@ -144,8 +170,9 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
 
 def sse_frame(ev: events_pb2.RunEvent) -> bytes:
     """One complete SSE message (id, event, one-line data, blank line), encoded once."""
-    data = json.dumps(event_json(ev), separators=(",", ":"), ensure_ascii=False)
-    kind = event_type(ev)
+    body = event_json(ev)
+    data = orjson.dumps(body)  # compact UTF-8; escapes control characters, so it stays one line
+    kind = body["type"]
     if kind == "reset":  # reset is not a position in the log: no id, so Last-Event-ID stays put
-        return f"event: reset\ndata: {data}\n\n".encode()
-    return f"id: {ev.sequence}\nevent: {kind}\ndata: {data}\n\n".encode()
+        return b"event: reset\ndata: " + data + b"\n\n"
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (ev.sequence, kind.encode(), data)

@@ -23,6 +23,19 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{_encode(millis, 10)}{_encode(rand, 16)}"
 
 
+def new_id_after(prefix: str, earlier: str) -> str:
+    """A new id that sorts after `earlier` (an id of this shape), even when both fall in the same
+    millisecond or the clock stepped back in between."""
+    body = earlier.partition("_")[2]
+    candidate = new_id(prefix)
+    if candidate.partition("_")[2] > body:
+        return candidate
+    value = 0
+    for ch in body:
+        value = value * 32 + _ALPHABET.index(ch)
+    return f"{prefix}_{_encode(value + 1 + int.from_bytes(os.urandom(4), 'big'), 26)}"
+
+
 PREFIXES = ("conv", "msg", "run", "int", "call", "op")
 
 

@@ -19,6 +19,7 @@ from tether_runtime.events import batch_from_encoded
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills from Postgres
+SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
 
 
 def channel(run_id: str) -> str:
@@ -28,8 +29,11 @@ def channel(run_id: str) -> str:
 class Subscription:
     """One stream's view of a run's live batches. `overflowed` means some were dropped."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, subscribed: asyncio.Event) -> None:
         self.run_id = run_id
+        # Set once Redis confirmed the channel's subscription: from then on nothing published
+        # for the run can pass this process by, so a read of Postgres after it misses nothing.
+        self.subscribed = subscribed
         self.queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_LIMIT)
         self.overflowed = False
         # The last sequence the stream sent, and when it last heard anything: what the
@@ -53,6 +57,7 @@ class EventBus:
         self._url = url
         self._pub = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._confirmed: dict[str, asyncio.Event] = {}
         self._pubsub: aioredis.client.PubSub | None = None
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -128,20 +133,38 @@ class EventBus:
 
     @contextlib.contextmanager
     def subscribe(self, run_id: str) -> Iterator[Subscription]:
-        sub = Subscription(run_id)
-        first = not self._subs[channel(run_id)]
-        self._subs[channel(run_id)].add(sub)
+        name = channel(run_id)
+        first = not self._subs[name]
         if first:
-            asyncio.ensure_future(self._change("subscribe", channel(run_id)))
+            self._confirmed[name] = asyncio.Event()
+        sub = Subscription(run_id, self._confirmed[name])
+        self._subs[name].add(sub)
+        if first:
+            asyncio.ensure_future(self._change("subscribe", name))
         try:
             yield sub
         finally:
-            subs = self._subs.get(channel(run_id))
+            subs = self._subs.get(name)
             if subs is not None:
                 subs.discard(sub)
                 if not subs:
-                    del self._subs[channel(run_id)]
-                    asyncio.ensure_future(self._change("unsubscribe", channel(run_id)))
+                    del self._subs[name]
+                    self._confirmed.pop(name, None)
+                    asyncio.ensure_future(self._change("unsubscribe", name))
+
+    async def confirmed(self, sub: Subscription) -> bool:
+        """Wait (briefly) until Redis confirmed the subscription. Without it, a batch published
+        between a stream's read of Postgres and its SUBSCRIBE reaching Redis would pass the stream
+        by, and if it held the run's last events nothing would arrive to reveal the gap before
+        the positioning check. Returns at once, False, while Redis is unreachable."""
+        if sub.subscribed.is_set():
+            return True
+        ps = self._pubsub
+        if ps is None or getattr(ps, "connection", None) is None:
+            return False
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(sub.subscribed.wait(), SUBSCRIBE_WAIT_S)
+        return sub.subscribed.is_set()
 
     async def _change(self, verb: str, name: str) -> None:
         async with self._lock:
@@ -163,7 +186,7 @@ class EventBus:
             try:
                 async with self._lock:
                     client = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
-                    self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+                    self._pubsub = client.pubsub()
                     # A placeholder channel keeps the connection in subscribe mode while idle.
                     await self._pubsub.subscribe("tether:hello", *list(self._subs))
                 backoff = 0.1
@@ -172,6 +195,10 @@ class EventBus:
                     if msg is None:
                         continue
                     name = msg["channel"].decode()
+                    if msg["type"] != "message":
+                        if msg["type"] == "subscribe" and name in self._confirmed:
+                            self._confirmed[name].set()
+                        continue
                     now = time.monotonic()
                     for sub in list(self._subs.get(name, ())):
                         sub.last_heard = now

@@ -78,6 +78,7 @@ class EventStream:
         metrics.STREAMS_ACTIVE.inc()
         try:
             with self.bus.subscribe(run_id) as sub:
+                await self.bus.confirmed(sub)  # before reading Postgres: no batch slips between
                 last = after
                 if after > view.last_sequence:
                     yield view  # the caller sends `reset`; then continue from the real position

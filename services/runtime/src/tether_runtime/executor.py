@@ -117,24 +117,36 @@ class RunExecutor:
             messages = await context.initial_messages(
                 conn, self.run.conversation_id, self.run.user_message_id
             )
+        reply_id = self.cp.get("reply_message_id")  # fixed by StartRun
         self.cp = {
             "v": 1,
             "started": True,
-            "message_id": new_id("msg"),
+            "message_id": reply_id or new_id("msg"),
             "messages": messages,
             "pending": [],
             "text": "",
         }
         # `run_started` was committed with the run by StartRun; the worker only sets up state.
-        await self.commit([], self._save())
+        # Nothing needs saving before the first step: a worker that takes over rebuilds the same
+        # state from the run's messages and skips the text already streamed (step_streamed).
+        if reply_id is None:  # a run queued by an older runtime: persist the id it streams under
+            await self.commit([], self._save())
 
     async def _end(
-        self, status: str, events: list[ev.RunEvent], extra: Apply | None = None
+        self,
+        status: str,
+        events: list[ev.RunEvent],
+        extra: Apply | None = None,
+        *,
+        save: bool = False,
     ) -> None:
+        """`save`: the final checkpoint is written by the same statement that ends the run."""
+        cp = json.dumps(self.cp) if save else None
+
         async def apply(conn: Conn) -> None:
             if extra is not None:
                 await extra(conn)
-            await runs.finish(conn, self.run.id, self.epoch, status)
+            await runs.finish(conn, self.run.id, self.epoch, status, cp)
 
         await self.commit(events, apply)
         metrics.RUNS_FINISHED.labels(status=status).inc()
@@ -217,9 +229,8 @@ class RunExecutor:
                 conn, conv_id, "assistant", text, run_id=self.run.id, message_id=msg_id
             )
             await context.update_summary(conn, conv_id)
-            await runs.save_checkpoint(conn, self.run.id, self.epoch, self.cp, reset_streamed=True)
 
-        await self._end("completed", [ev.done(msg_id)], store_answer)
+        await self._end("completed", [ev.done(msg_id)], store_answer, save=True)
 
     # -- tool calls ------------------------------------------------------------------------
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
-from tether_common.ids import new_id
+from tether_common.ids import new_id, new_id_after
 
 from tether_runtime import events as ev
 from tether_runtime import metrics
@@ -98,32 +100,41 @@ async def start_run(
         raise InvalidArgument(f"unknown agent {agent!r}")
     scope = f"start:{principal.user_id}"
     rhash = request_hash(conv_id, text, agent)
+    run_id = new_id("run")
+    message_id = new_id("msg")
+    # The first event commits with the run itself: a client's stream has something at once,
+    # whatever the workers are doing (persist, then announce: published below).
+    ((_, _, kind, encoded),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
     async with pool.acquire() as conn:
         if key:
             replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 return replay, True
-        async with conn.transaction():
-            await owned_conversation(conn, principal, conv_id)
-            run_id = new_id("run")
-            msg = await conversations.add_message(conn, conv_id, "user", text, run_id=run_id)
-            await runs.create(
-                conn, run_id, conv_id, principal.user_id, msg.id, agent, trace_context
+        # Without an idempotency key the start is one statement (atomic on its own).
+        async with conn.transaction() if key else contextlib.nullcontext():
+            run = await runs.start(
+                conn,
+                run_id,
+                conv_id,
+                principal.user_id,
+                message_id,
+                text,
+                agent,
+                trace_context,
+                (kind, encoded),
+                # The answer's id is fixed now, sorting after the question: the worker can stream
+                # under it at once, with no checkpoint write before its first delta.
+                {"reply_message_id": new_id_after("msg", message_id)},
             )
-            # The first event commits with the run itself: a client's stream has something at
-            # once, whatever the workers are doing (persist, then announce: published below).
-            encoded, _ = await event_log.append(
-                conn, run_id, [ev.run_started(conv_id)], statuses=["queued"]
-            )
-            run = await runs.get(conn, run_id)
-            assert run is not None
+            if run is None:
+                raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
             view = RunView.of(run)
             if key and not await idempotency.store(
                 conn, scope, key, rhash, {"run": view.to_json()}
             ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
-    await bus.publish(run_id, encoded)
+    await bus.publish(run_id, [encoded])
     metrics.RUNS_STARTED.inc()
     return view, False
 

@@ -27,6 +27,8 @@ from tether_runtime.store.records import RunRow
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.worker")
 
+CLAIM_BATCH = 32  # most runs one claim statement takes
+
 
 class Worker:
     def __init__(self, engine: Engine) -> None:
@@ -60,15 +62,18 @@ class Worker:
                 if self._listener is None or self._listener.is_closed():
                     await self._listen()
                 while not self._stopping and not self.slots.locked():
+                    # One statement claims as many runs as there are free slots (at most a
+                    # batch): a burst of new runs is picked up in a few round trips, not one each.
+                    free = min(self.slots_free(), CLAIM_BATCH)
                     async with self.e.pool.acquire() as conn:
-                        claimed = await runs.claim_next(conn, self.owner, ttl)
-                    if claimed is None:
+                        claimed = await runs.claim_batch(conn, self.owner, ttl, free)
+                    for run, took_over in claimed:
+                        if took_over:
+                            metrics.LEASE_TAKEOVERS.inc()
+                        await self.slots.acquire()
+                        self._spawn(run)
+                    if len(claimed) < free:
                         break
-                    run, took_over = claimed
-                    if took_over:
-                        metrics.LEASE_TAKEOVERS.inc()
-                    await self.slots.acquire()
-                    self._spawn(run)
                 if ticks % sweep_every == 0:
                     await self._expire_overdue()
                     await self._observe_queue()
@@ -78,6 +83,9 @@ class Worker:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.e.settings.poll_interval_s)
             self.wake.clear()
+
+    def slots_free(self) -> int:
+        return self.e.settings.worker_concurrency - len(self.tasks)
 
     def _spawn(self, run: RunRow) -> None:
         task = asyncio.create_task(self._execute(run), name=f"run-{run.id}")

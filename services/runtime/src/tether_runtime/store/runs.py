@@ -35,6 +35,60 @@ async def create(
     return RunRow.of(row)
 
 
+_START = """
+WITH conv AS (
+    SELECT id FROM conversation WHERE id = $2 AND user_id = $3
+), msg AS (
+    INSERT INTO message (id, conversation_id, run_id, role, content)
+    SELECT $4, conv.id, $1, 'user', $5 FROM conv
+    RETURNING id
+), r AS (
+    INSERT INTO run (id, conversation_id, user_id, user_message_id, agent, status, trace_context,
+                     last_sequence, checkpoint)
+    SELECT $1, $2, $3, msg.id, $6, 'queued', $7, 1, $11::text::jsonb FROM msg
+    RETURNING *
+), first_event AS (
+    INSERT INTO run_event (run_id, sequence, type, data) SELECT r.id, 1, $8, $9 FROM r
+    RETURNING 1
+), woken AS (
+    SELECT pg_notify($10, '') FROM r
+)
+SELECT r.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM first_event) AS written FROM r
+"""
+
+
+async def start(
+    conn: Conn,
+    run_id: str,
+    conversation_id: str,
+    user_id: str,
+    message_id: str,
+    text: str,
+    agent: str,
+    trace_context: dict[str, Any],
+    first_event: tuple[str, bytes],
+    checkpoint: dict[str, Any],
+) -> RunRow | None:
+    """In ONE statement: the user's message, the queued run (with its initial checkpoint), its
+    first event (sequence 1, type and encoded data given) and the workers' wake-up; None (and
+    nothing written) unless the conversation exists and belongs to `user_id`."""
+    row = await conn.fetchrow(
+        _START,
+        run_id,
+        conversation_id,
+        user_id,
+        message_id,
+        text,
+        agent,
+        trace_context,
+        first_event[0],
+        first_event[1],
+        WAKE_CHANNEL,
+        json.dumps(checkpoint),
+    )
+    return RunRow.of(row) if row else None
+
+
 async def wake(conn: Conn) -> None:
     """Tell idle workers there is work; delivered only if the transaction commits."""
     await conn.execute("SELECT pg_notify($1, '')", WAKE_CHANNEL)
@@ -45,17 +99,20 @@ async def get(conn: Conn, run_id: str) -> RunRow | None:
     return RunRow.of(row) if row else None
 
 
-async def claim_next(conn: Conn, owner: str, ttl_s: float) -> tuple[RunRow, bool] | None:
-    """Take one queued run, or one whose worker's lease ran out; each claim bumps the epoch.
-    Returns the run and whether this claim took it over from a worker whose lease expired."""
-    row = await conn.fetchrow(
+async def claim_batch(
+    conn: Conn, owner: str, ttl_s: float, limit: int
+) -> list[tuple[RunRow, bool]]:
+    """Take up to `limit` queued runs, or runs whose worker's lease ran out, oldest first, in one
+    statement; each claim bumps the run's epoch. Returns each run and whether this claim took it
+    over from a worker whose lease expired."""
+    rows = await conn.fetch(
         """
         WITH next AS (
             SELECT id, status AS was FROM run
             WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < now())
             ORDER BY queued_at
             FOR UPDATE SKIP LOCKED
-            LIMIT 1
+            LIMIT $3
         )
         UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch + 1,
                lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
@@ -64,8 +121,16 @@ async def claim_next(conn: Conn, owner: str, ttl_s: float) -> tuple[RunRow, bool
         """,
         owner,
         ttl_s,
+        limit,
     )
-    return (RunRow.of(row), bool(row["took_over"])) if row else None
+    rows = sorted(rows, key=lambda row: row["queued_at"])  # UPDATE ... RETURNING has no order
+    return [(RunRow.of(row), bool(row["took_over"])) for row in rows]
+
+
+async def claim_next(conn: Conn, owner: str, ttl_s: float) -> tuple[RunRow, bool] | None:
+    """Take one queued run, or one whose worker's lease ran out (see `claim_batch`)."""
+    claimed = await claim_batch(conn, owner, ttl_s, 1)
+    return claimed[0] if claimed else None
 
 
 async def claim(conn: Conn, owner: str, ttl_s: float) -> RunRow | None:
@@ -121,14 +186,20 @@ async def save_checkpoint(
     )
 
 
-async def finish(conn: Conn, run_id: str, epoch: int, status: str) -> None:
-    """Leave the worker's hands: interrupted, completed, failed or cancelled."""
+async def finish(
+    conn: Conn, run_id: str, epoch: int, status: str, checkpoint: str | None = None
+) -> None:
+    """Leave the worker's hands: interrupted, completed, failed or cancelled; with `checkpoint`
+    (encoded JSON) the final state is saved by the same statement (and step_streamed reset)."""
     await conn.execute(
         "UPDATE run SET status = $3, lease_owner = NULL, lease_expires_at = NULL, "
+        "checkpoint = coalesce($4::text::jsonb, checkpoint), "
+        "step_streamed = CASE WHEN $4::text IS NULL THEN step_streamed ELSE 0 END, "
         "updated_at = now() WHERE id = $1 AND lease_epoch = $2",
         run_id,
         epoch,
         status,
+        checkpoint,
     )
 
 
