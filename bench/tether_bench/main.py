@@ -8,7 +8,8 @@ Redis from TETHER_BENCH_REDIS_URL (default redis://127.0.0.1:6379/0).
 
 Each repetition starts its own runtime and gateway (so no repetition inherits another's memory or
 connections), then runs every scenario in its own load-generator process. `--profile DIR` adds a
-pass that records py-spy profiles of the runtime and the gateway during `single_run` and `fanout`.
+pass that records py-spy profiles of every runtime process and the gateway during `single_run`,
+`fanout` and `fanout_split_runtime`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ MODES: dict[str, dict[str, Any]] = {
             "replay": {"events": 2000, "samples": 1},
             "fanout": {"runs": 20, "deltas": 50},
             "idle_sse": {"connections": 200, "hold_s": 2.5, "open_concurrency": 50},
+            "fanout_split_runtime": {
+                "scenario": "fanout",
+                "runtime_split": True,
+                "runs": 20,
+                "deltas": 50,
+                "count_rows": False,
+            },
         },
     },
     "full": {
@@ -78,10 +86,20 @@ MODES: dict[str, dict[str, Any]] = {
                 "hold_s": 10.0,
                 "open_concurrency": 100,
             },
+            # The same fan-out with the runtime run as two processes, TETHER_RUNTIME_ROLE=api
+            # (gRPC) and =worker (agent loops): in one process every RPC waits for a turn of an
+            # event loop crowded by 200 zero-delay agent loops.
+            "fanout_split_runtime": {
+                "scenario": "fanout",
+                "runtime_split": True,
+                "runs": 200,
+                "deltas": 200,
+                "count_rows": False,
+            },
         },
     },
 }
-PROFILED = {"single_run": {"samples": 40}, "fanout": {}}
+PROFILED = {"single_run": {"samples": 40}, "fanout": {}, "fanout_split_runtime": {}}
 
 
 def log(msg: str) -> None:
@@ -163,12 +181,21 @@ class Bench:
         self.procs: list[stack.Proc] = []
 
     async def start_processes(
-        self, extra_env: dict[str, str] | None = None
+        self, extra_env: dict[str, str] | None = None, *, split: bool = False
     ) -> tuple[stack.Proc, stack.Proc]:
+        """The runtime (one process; with `split`, an API process plus a worker process) and
+        the gateway."""
         env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
         env.update(extra_env or {})
-        runtime = await stack.start_runtime(env)
-        self.procs.append(runtime)
+        if split:
+            runtime = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "api"})
+            self.procs.append(runtime)
+            worker = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "worker"})
+            worker.name = "runtime-worker"
+            self.procs.append(worker)
+        else:
+            runtime = await stack.start_runtime(env)
+            self.procs.append(runtime)
         gateway = await stack.start_gateway(env, runtime.addr)
         self.procs.append(gateway)
         return runtime, gateway
@@ -196,9 +223,13 @@ class Bench:
             "redis": self.redis_url,
             "gateway_pid": gateway.pid,
             "runtime_pid": runtime.pid,
+            # every runtime process: with a split runtime, its worker too (CPU figures add up)
+            "runtime_pids": [p.pid for p in self.procs if p.name.startswith("runtime")],
             "deadline_s": self.spec["deadline_s"],
             "params": {
-                **{k: v for k, v in params.items() if k not in ("scenario", "env")},
+                **{
+                    k: v for k, v in params.items() if k not in ("scenario", "env", "runtime_split")
+                },
                 "heartbeat_s": self.spec["heartbeat_s"],
             },
         }
@@ -210,9 +241,12 @@ class Bench:
             for name, params in self.spec["scenarios"].items():
                 if only and name not in only:
                     continue
-                if params.get("env"):  # a variant: fresh processes with these settings
+                if params.get("env") or params.get("runtime_split"):
+                    # a variant: fresh processes with these settings or this topology
                     await self.stop_processes()
-                    runtime, gateway = await self.start_processes(params["env"])
+                    runtime, gateway = await self.start_processes(
+                        params.get("env"), split=bool(params.get("runtime_split"))
+                    )
                 t0 = time.monotonic()
                 cfg = self.config(params.get("scenario", name), runtime, gateway, params)
                 results[name] = await loadgen(cfg, float(self.spec["deadline_s"]) + 30)
@@ -220,7 +254,7 @@ class Bench:
                     f"rep {rep + 1}/{self.reps} {name}: {time.monotonic() - t0:.1f}s "
                     f"{json.dumps(results[name])[:300]}"
                 )
-                for p in (runtime, gateway):
+                for p in self.procs:
                     if not p.alive():
                         raise RuntimeError(f"{p.name} died during {name}:\n{p.log_tail()}")
         finally:
@@ -234,12 +268,17 @@ class Bench:
             raise SystemExit("--profile needs py-spy on PATH (uv run --with py-spy ...) or PY_SPY")
         _mkdir(out_dir)
         summaries: dict[str, Any] = {}
+        split = False
         runtime, gateway = await self.start_processes()
         try:
             for name, extra in PROFILED.items():
                 params = {**self.spec["scenarios"][name], **extra}
+                if bool(params.get("runtime_split")) != split:
+                    split = not split
+                    await self.stop_processes()
+                    runtime, gateway = await self.start_processes(split=split)
                 spies = []
-                for p in (runtime, gateway):
+                for p in self.procs:
                     path = out_dir / f"{name}-{p.name}.txt"
                     args = [
                         py_spy,
@@ -261,11 +300,12 @@ class Bench:
                     )
                     spies.append((spy, path, p.name))
                 await asyncio.sleep(1.0)  # py-spy attaches
-                cpu0 = {p.name: p_cpu(p.pid) for p in (runtime, gateway)}
+                cpu0 = {p.name: p_cpu(p.pid) for p in self.procs}
                 t0 = time.monotonic()
-                result = await loadgen(self.config(name, runtime, gateway, params), 600)
+                cfg = self.config(params.get("scenario", name), runtime, gateway, params)
+                result = await loadgen(cfg, 600)
                 wall = time.monotonic() - t0
-                cpu1 = {p.name: p_cpu(p.pid) for p in (runtime, gateway)}
+                cpu1 = {p.name: p_cpu(p.pid) for p in self.procs}
                 for spy, path, pname in spies:
                     spy.send_signal(signal.SIGINT)
                     try:
@@ -347,6 +387,11 @@ class Bench:
             "resume_to_tool_started_ms": med("resume"),
             "single_run_events_per_s": med("single_run"),
             "fanout": med("fanout", "fanout"),
+            **(
+                {"fanout_split_runtime": med("fanout_split_runtime", "fanout")}
+                if "fanout_split_runtime" in sizes
+                else {}
+            ),
             "replay_10k_ms": med("replay"),
             "idle_sse_connection_kib": med("idle_sse"),
             **(

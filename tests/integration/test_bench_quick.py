@@ -35,6 +35,13 @@ REQUIRED: dict[str, list[str]] = {
         "commit_to_arrival_p50_ms",
         "commit_to_arrival_p99_ms",
     ],
+    "fanout_split_runtime": [
+        "runs",
+        "events",
+        "events_per_s",
+        "commit_to_arrival_p50_ms",
+        "commit_to_arrival_p99_ms",
+    ],
     "replay_10k_ms": ["ms", "events", "events_per_s"],
     "idle_sse_connection_kib": [
         "kib_per_connection",

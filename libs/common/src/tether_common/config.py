@@ -49,6 +49,10 @@ class Settings:
     poll_interval_s: float = 2.0
     interrupt_ttl_s: float = 900.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
+    # What a runtime process does: serve the gRPC API, execute runs (the worker), or both. Split,
+    # the API's event loop is not shared with agent loops (see services/runtime/README or the
+    # bench note): accepting RPCs and streaming stay prompt however busy the runs are.
+    runtime_role: Literal["all", "api", "worker"] = "all"
     model: str = "scripted"
     scripted_delay_s: float = 0.02
     # Text deltas arriving within this window become one text_delta event (0: one per delta).
@@ -74,6 +78,11 @@ class Settings:
         gate = e.get("TETHER_TOOL_GATE", "enforce")
         if gate not in ("observe", "enforce"):
             raise UnsafeSettings(f"TETHER_TOOL_GATE must be 'observe' or 'enforce', not {gate!r}")
+        role = e.get("TETHER_RUNTIME_ROLE", cls.runtime_role)
+        if role not in ("all", "api", "worker"):
+            raise UnsafeSettings(
+                f"TETHER_RUNTIME_ROLE must be 'all', 'api' or 'worker', not {role!r}"
+            )
         grpc_addr = e.get("TETHER_GRPC_ADDR", cls.grpc_addr)
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         return cls(
@@ -95,6 +104,7 @@ class Settings:
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             tool_gate_mode=gate,  # type: ignore[arg-type]
+            runtime_role=role,  # type: ignore[arg-type]
             model=e.get("TETHER_MODEL", cls.model),
             scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),
             coalesce_s=_float(e, "TETHER_COALESCE_MS", cls.coalesce_s * 1000) / 1000,

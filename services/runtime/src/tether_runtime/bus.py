@@ -152,6 +152,12 @@ class EventBus:
                     self._confirmed.pop(name, None)
                     asyncio.ensure_future(self._change("unsubscribe", name))
 
+    @property
+    def connected(self) -> bool:
+        """Whether the subscriber connection is up (it connects in the background)."""
+        ps = self._pubsub
+        return ps is not None and getattr(ps, "connection", None) is not None
+
     async def confirmed(self, sub: Subscription) -> bool:
         """Wait (briefly) until Redis confirmed the subscription. Without it, a batch published
         between a stream's read of Postgres and its SUBSCRIBE reaching Redis would pass the stream
@@ -159,8 +165,7 @@ class EventBus:
         the positioning check. Returns at once, False, while Redis is unreachable."""
         if sub.subscribed.is_set():
             return True
-        ps = self._pubsub
-        if ps is None or getattr(ps, "connection", None) is None:
+        if not self.connected:
             return False
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(sub.subscribed.wait(), SUBSCRIBE_WAIT_S)

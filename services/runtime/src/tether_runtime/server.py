@@ -66,7 +66,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await bus.start()
     engine = Engine(pool, bus, settings, ToolGate(settings.tool_gate_mode), make_model(settings))
     server = grpc.aio.server(options=server_options(settings))
-    register(server, RuntimeServicer(engine, settings.jwt_secret))
+    if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
+        register(server, RuntimeServicer(engine, settings.jwt_secret))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -79,13 +80,20 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
 
         host, _, mport = metrics_addr.rpartition(":")
         start_http_server(int(mport), addr=host or "0.0.0.0")
-    worker = Worker(engine)
+    worker = Worker(engine) if settings.runtime_role != "api" else None
     await server.start()
-    await worker.start()
+    if worker is not None:
+        await worker.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
-        "runtime serving", extra={"addr": settings.grpc_addr, "port": port, "worker": worker.owner}
+        "runtime serving",
+        extra={
+            "addr": settings.grpc_addr,
+            "port": port,
+            "role": settings.runtime_role,
+            "worker": worker.owner if worker else None,
+        },
     )
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -95,7 +103,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await stop.wait()
     log.info("runtime draining")
     await health_servicer.enter_graceful_shutdown()
-    await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
+    if worker is not None:
+        await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
     await server.stop(grace=settings.drain_s / 2)
     await bus.close()
     await pool.close()

@@ -1,0 +1,101 @@
+"""The worker's batched claim and the bus's subscription confirmation, against the real stores."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from tether_common.ids import new_id
+from tether_runtime import events as ev
+from tether_runtime.bus import EventBus
+from tether_runtime.store import conversations, event_log, runs
+from tether_runtime.store.db import create_pool
+
+
+@pytest.fixture
+async def store(private_env: dict[str, str]) -> AsyncIterator[Any]:
+    """A connection set up as the runtime's pool sets up its own (JSON codecs)."""
+    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=1)
+    async with pool.acquire() as conn:
+        yield conn
+    await pool.close()
+
+
+async def _queued_runs(conn: Any, n: int) -> list[str]:
+    conv = await conversations.create(conn, "alice", "claims")
+    ids = []
+    for i in range(n):
+        run_id = new_id("run")
+        ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
+        run = await runs.start(
+            conn, run_id, conv.id, "alice", new_id("msg"), f"hi {i}", "opspilot", {},
+            (kind, data), {},
+        )  # fmt: skip
+        assert run is not None and run.status == "queued" and run.last_sequence == 1
+        ids.append(run_id)
+    return ids
+
+
+async def test_claim_batch_takes_the_oldest_first_and_each_run_once(store: Any) -> None:
+    ids = await _queued_runs(store, 5)
+    first = await runs.claim_batch(store, "A", 30, 3)
+    assert [r.id for r, _ in first] == ids[:3]  # oldest first
+    assert all(r.status == "running" and r.lease_owner == "A" for r, _ in first)
+    assert all(r.lease_epoch == 1 and not took_over for r, took_over in first)
+    rest = await runs.claim_batch(store, "B", 30, 10)
+    assert [r.id for r, _ in rest] == ids[3:]  # only what was still queued
+    assert await runs.claim_batch(store, "C", 30, 10) == []
+    # A lease that ran out is taken over, with a new epoch, and says so.
+    await store.execute(
+        "UPDATE run SET lease_expires_at = now() - interval '1 second' WHERE id = $1", ids[0]
+    )
+    ((run, took_over),) = await runs.claim_batch(store, "C", 30, 10)
+    assert run.id == ids[0] and took_over and run.lease_epoch == 2 and run.lease_owner == "C"
+
+
+async def test_start_refuses_another_users_conversation_and_writes_nothing(
+    store: Any,
+) -> None:
+    conv = await conversations.create(store, "alice", "mine")
+    run_id = new_id("run")
+    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
+    started = await runs.start(
+        store, run_id, conv.id, "mallory", new_id("msg"), "hi", "opspilot", {},
+        (kind, data), {},
+    )  # fmt: skip
+    assert started is None
+    for table in ("run", "message", "run_event"):
+        assert await store.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+
+
+async def test_a_confirmed_subscription_misses_nothing_published_after(redis_url: str) -> None:
+    bus = EventBus(redis_url)
+    await bus.start()
+    try:
+        for _ in range(100):  # the reader connects in the background
+            if bus.connected:
+                break
+            await asyncio.sleep(0.05)
+        with bus.subscribe("run_confirm") as sub:
+            assert await bus.confirmed(sub)
+            # Published right after confirmation, with no sleep: it must arrive.
+            await bus.publish("run_confirm", [b"\x08\x01"])
+            data = await asyncio.wait_for(sub.queue.get(), 5)
+            assert data and not sub.overflowed
+    finally:
+        await bus.close()
+
+
+async def test_confirmation_does_not_wait_while_redis_is_unreachable() -> None:
+    bus = EventBus("redis://127.0.0.1:9/0")  # nothing listens on the discard port
+    await bus.start()
+    try:
+        with bus.subscribe("run_nowhere") as sub:
+            t0 = time.monotonic()
+            assert not await bus.confirmed(sub)
+            assert time.monotonic() - t0 < 0.5
+    finally:
+        await bus.close()
