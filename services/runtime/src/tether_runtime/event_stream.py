@@ -68,7 +68,9 @@ class EventStream:
     async def open(self, principal: Principal, run_id: str, after: int) -> RunView:
         async with self.pool.acquire() as conn:
             run = await load_owned_run(conn, principal, run_id)
-            pending = await interrupts.pending_for_run(conn, run_id)
+            # The pending interrupt only matters to a `reset` (a resume point past the log).
+            reset = after > run.last_sequence
+            pending = await interrupts.pending_for_run(conn, run_id) if reset else None
         return RunView.of(run, pending)
 
     async def follow(

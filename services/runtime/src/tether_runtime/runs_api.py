@@ -11,7 +11,6 @@ from tether_common.ids import new_id, new_id_after
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.agent.opspilot import AGENTS
-from tether_runtime.bus import EventBus
 from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
 from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
@@ -79,7 +78,6 @@ async def list_messages(
 
 async def start_run(
     pool: Pool,
-    bus: EventBus,
     principal: Principal,
     conv_id: str,
     text: str,
@@ -134,7 +132,8 @@ async def start_run(
             ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
-    await bus.publish(run_id, [encoded])
+    # Not published: no stream can be following a run whose id was unknown until now, and any
+    # stream opened from here on reads Postgres (after its subscription is confirmed).
     metrics.RUNS_STARTED.inc()
     return view, False
 
@@ -145,7 +144,6 @@ class _Retry(Exception):
 
 async def start_run_once(
     pool: Pool,
-    bus: EventBus,
     principal: Principal,
     conv_id: str,
     text: str,
@@ -154,9 +152,9 @@ async def start_run_once(
     trace_context: dict[str, str],
 ) -> tuple[RunView, bool]:
     try:
-        return await start_run(pool, bus, principal, conv_id, text, key, agent, trace_context)
+        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
     except _Retry:
-        return await start_run(pool, bus, principal, conv_id, text, key, agent, trace_context)
+        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:

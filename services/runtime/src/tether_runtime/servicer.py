@@ -151,7 +151,6 @@ class RuntimeServicer:
         async def run(p: Principal) -> pb.StartRunResponse:
             view, replayed = await runs_api.start_run_once(
                 self.e.pool,
-                self.e.bus,
                 p,
                 request.conversation_id,
                 request.text,
