@@ -246,3 +246,6 @@ def register(server: grpc.aio.Server, servicer: RuntimeServicer) -> None:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(desc.full_name, handlers),)
     )
+    # As the generated code does: registered methods each get their own pending accept in the
+    # grpc.aio server, instead of all calls queueing for the one generic accept.
+    server.add_registered_method_handlers(desc.full_name, handlers)
