@@ -247,5 +247,6 @@ def register(server: grpc.aio.Server, servicer: RuntimeServicer) -> None:
         (grpc.method_handlers_generic_handler(desc.full_name, handlers),)
     )
     # As the generated code does: registered methods each get their own pending accept in the
-    # grpc.aio server, instead of all calls queueing for the one generic accept.
-    server.add_registered_method_handlers(desc.full_name, handlers)
+    # grpc.aio server, instead of all calls queueing for the one generic accept. (The typing
+    # stubs do not know this grpcio >= 1.65 method yet.)
+    server.add_registered_method_handlers(desc.full_name, handlers)  # type: ignore[attr-defined]
