@@ -99,3 +99,39 @@ async def test_confirmation_does_not_wait_while_redis_is_unreachable() -> None:
             assert time.monotonic() - t0 < 0.5
     finally:
         await bus.close()
+
+
+async def test_a_started_run_carries_the_state_its_first_step_starts_from(
+    private_env: dict[str, str],
+) -> None:
+    """StartRun stores the run's context and answer id with it: every worker that executes the
+    first step (the first, or one taking over after a crash) starts from the same state, even if
+    the conversation changed in between."""
+    from tether_common.auth import Principal
+    from tether_runtime import runs_api
+
+    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            conv = await conversations.create(conn, "alice", "state")
+            await conversations.add_message(conn, conv.id, "user", "earlier question")
+            await conversations.add_message(conn, conv.id, "assistant", "earlier answer")
+        view, replayed = await runs_api.start_run_once(
+            pool, Principal("alice"), conv.id, "restart it", "", "opspilot", {}
+        )
+        assert not replayed
+        async with pool.acquire() as conn:
+            # Another answer lands in the conversation after the start.
+            await conversations.add_message(conn, conv.id, "assistant", "a later answer")
+            run = await runs.get(conn, view.id)
+        assert run is not None and run.status == "queued" and run.last_sequence == 1
+        cp = run.checkpoint
+        assert cp["started"] and cp["pending"] == [] and cp["text"] == ""
+        assert [m["content"] for m in cp["messages"]] == [
+            "earlier question",
+            "earlier answer",
+            "restart it",
+        ]
+        assert cp["message_id"] > run.user_message_id  # the answer sorts after the question
+    finally:
+        await pool.close()

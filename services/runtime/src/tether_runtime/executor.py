@@ -60,6 +60,20 @@ class Finished(Exception):
     """The run reached a terminal state."""
 
 
+def started_checkpoint(message_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state a run's first step starts from: its context and the id its answer streams
+    under. StartRun stores it with the run, so a worker (or one that takes over after a crash)
+    starts from the same state without a write of its own."""
+    return {
+        "v": 1,
+        "started": True,
+        "message_id": message_id,
+        "messages": messages,
+        "pending": [],
+        "text": "",
+    }
+
+
 class RunExecutor:
     def __init__(self, engine: Engine, run: RunRow) -> None:
         self.e = engine
@@ -113,24 +127,14 @@ class RunExecutor:
             return str(fin)
 
     async def _start(self) -> None:
+        """Only for a run queued by an older runtime, whose StartRun stored no started state:
+        build it and persist it before streaming under its message id."""
         async with self.e.pool.acquire() as conn:
             messages = await context.initial_messages(
                 conn, self.run.conversation_id, self.run.user_message_id
             )
-        reply_id = self.cp.get("reply_message_id")  # fixed by StartRun
-        self.cp = {
-            "v": 1,
-            "started": True,
-            "message_id": reply_id or new_id("msg"),
-            "messages": messages,
-            "pending": [],
-            "text": "",
-        }
-        # `run_started` was committed with the run by StartRun; the worker only sets up state.
-        # Nothing needs saving before the first step: a worker that takes over rebuilds the same
-        # state from the run's messages and skips the text already streamed (step_streamed).
-        if reply_id is None:  # a run queued by an older runtime: persist the id it streams under
-            await self.commit([], self._save())
+        self.cp = started_checkpoint(new_id("msg"), messages)
+        await self.commit([], self._save())
 
     async def _end(
         self,

@@ -10,7 +10,9 @@ from tether_common.ids import new_id, new_id_after
 
 from tether_runtime import events as ev
 from tether_runtime import metrics
+from tether_runtime.agent import context
 from tether_runtime.agent.opspilot import AGENTS
+from tether_runtime.executor import started_checkpoint
 from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
 from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
@@ -101,13 +103,18 @@ async def start_run(
     run_id = new_id("run")
     message_id = new_id("msg")
     # The first event commits with the run itself: a client's stream has something at once,
-    # whatever the workers are doing (persist, then announce: published below).
+    # whatever the workers are doing.
     ((_, _, kind, encoded),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
     async with pool.acquire() as conn:
         if key:
             replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 return replay, True
+        # The run's starting state, stored with it: its context as of now, and its answer's id
+        # (sorting after the question). Read outside the ownership check, which the insert does;
+        # on another user's conversation nothing is stored and nothing of this is returned.
+        messages = await context.initial_messages(conn, conv_id, message_id, text)
+        checkpoint = started_checkpoint(new_id_after("msg", message_id), messages)
         # Without an idempotency key the start is one statement (atomic on its own).
         async with conn.transaction() if key else contextlib.nullcontext():
             run = await runs.start(
@@ -120,9 +127,7 @@ async def start_run(
                 agent,
                 trace_context,
                 (kind, encoded),
-                # The answer's id is fixed now, sorting after the question: the worker can stream
-                # under it at once, with no checkpoint write before its first delta.
-                {"reply_message_id": new_id_after("msg", message_id)},
+                checkpoint,
             )
             if run is None:
                 raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")

@@ -24,17 +24,21 @@ def system_text(conv: ConversationRow) -> str:
 
 
 async def initial_messages(
-    conn: Conn, conversation_id: str, user_message_id: str
+    conn: Conn, conversation_id: str, user_message_id: str, text: str | None = None
 ) -> list[dict[str, Any]]:
-    """The recent turns up to the run's own message (newest last), cut to the budget."""
-    turns = await conversations.recent_turns(conn, conversation_id, RECENT_TURNS, user_message_id)
+    """The recent turns up to the run's own message (newest last), cut to the budget. `text`:
+    the run's own message when it is not stored yet (StartRun builds the context before it
+    inserts the message, in the same statement as the run)."""
+    limit = RECENT_TURNS - (text is not None)
+    stored = await conversations.recent_turns(conn, conversation_id, limit, user_message_id)
+    turns = [(m.role, m.content) for m in stored] + ([("user", text)] if text is not None else [])
     out: list[dict[str, Any]] = []
     used = 0
-    for m in reversed(turns):
-        used += len(m.content)
+    for role, content in reversed(turns):
+        used += len(content)
         if out and used > BUDGET_CHARS:
             break
-        out.append({"role": m.role, "content": m.content})
+        out.append({"role": role, "content": content})
     return list(reversed(out))
 
 

@@ -45,15 +45,15 @@ WITH conv AS (
 ), r AS (
     INSERT INTO run (id, conversation_id, user_id, user_message_id, agent, status, trace_context,
                      last_sequence, checkpoint)
-    SELECT $1, $2, $3, msg.id, $6, 'queued', $7, 1, $11::text::jsonb FROM msg
+    SELECT $1, $2, $3, msg.id, $6, 'queued', $7, 1, $11 FROM msg
     RETURNING *
 ), first_event AS (
     INSERT INTO run_event (run_id, sequence, type, data) SELECT r.id, 1, $8, $9 FROM r
-    RETURNING 1
 ), woken AS (
     SELECT pg_notify($10, '') FROM r
 )
-SELECT r.*, (SELECT count(*) FROM woken) + (SELECT count(*) FROM first_event) AS written FROM r
+-- Data-modifying CTEs always run; the SELECT-only one runs only if referenced.
+SELECT r.*, (SELECT count(*) FROM woken) AS woken FROM r
 """
 
 
@@ -84,7 +84,7 @@ async def start(
         first_event[0],
         first_event[1],
         WAKE_CHANNEL,
-        json.dumps(checkpoint),
+        checkpoint,
     )
     return RunRow.of(row) if row else None
 
