@@ -59,10 +59,14 @@ class Ctx:
     dsn: str
     redis: str
     gateway_pid: int
-    runtime_pid: int
-    runtime_pids: list[int]  # all runtime processes (an API and a worker process when split)
+    runtime_pids: list[int]  # every runtime process (an API and a worker process when split)
     params: dict[str, Any]
     session: aiohttp.ClientSession
+
+    @property
+    def runtime_pid(self) -> int:
+        """The process serving the gRPC API (the only runtime process unless split)."""
+        return self.runtime_pids[0]
 
     @property
     def auth(self) -> dict[str, str]:
@@ -734,8 +738,7 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
             dsn=config["dsn"],
             redis=config["redis"],
             gateway_pid=int(config["gateway_pid"]),
-            runtime_pid=int(config["runtime_pid"]),
-            runtime_pids=[int(x) for x in config.get("runtime_pids") or [config["runtime_pid"]]],
+            runtime_pids=[int(x) for x in config["runtime_pids"]],
             params=config.get("params", {}),
             session=session,
         )

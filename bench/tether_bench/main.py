@@ -190,9 +190,11 @@ class Bench:
         if split:
             runtime = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "api"})
             self.procs.append(runtime)
-            worker = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "worker"})
-            worker.name = "runtime-worker"
-            self.procs.append(worker)
+            self.procs.append(
+                await stack.start_runtime(
+                    {**env, "TETHER_RUNTIME_ROLE": "worker"}, name="runtime-worker"
+                )
+            )
         else:
             runtime = await stack.start_runtime(env)
             self.procs.append(runtime)
@@ -222,8 +224,8 @@ class Bench:
             "dsn": self.dsn,
             "redis": self.redis_url,
             "gateway_pid": gateway.pid,
-            "runtime_pid": runtime.pid,
-            # every runtime process: with a split runtime, its worker too (CPU figures add up)
+            # every runtime process, the API one first (it is started first); with a split
+            # runtime its worker too, so CPU figures add up
             "runtime_pids": [p.pid for p in self.procs if p.name.startswith("runtime")],
             "deadline_s": self.spec["deadline_s"],
             "params": {

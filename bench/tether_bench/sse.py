@@ -54,28 +54,31 @@ class Reader:
             return
         buf = b""
         async for chunk in self.resp.content.iter_any():
-            wall, mono = time.time(), time.perf_counter()
-            buf += chunk
-            if b"\n\n" not in buf:
-                continue
-            *frames, buf = buf.split(b"\n\n")
-            for frame in frames:
-                if self._frame(frame, wall, mono):
-                    return
+            buf, stop = self._feed(buf, chunk, time.time(), time.perf_counter())
+            if stop:
+                return
 
     async def _read_then_parse(self) -> None:
         chunks: list[tuple[bytes, float, float]] = []
         async for chunk in self.resp.content.iter_any():
             chunks.append((chunk, time.time(), time.perf_counter()))
         buf = b""
-        for chunk, wall, mono in chunks:  # each frame is stamped with the chunk that completed it
-            buf += chunk
-            if b"\n\n" not in buf:
-                continue
-            *frames, buf = buf.split(b"\n\n")
-            for frame in frames:
-                if self._frame(frame, wall, mono):
-                    return
+        for chunk, wall, mono in chunks:
+            buf, stop = self._feed(buf, chunk, wall, mono)
+            if stop:
+                return
+
+    def _feed(self, buf: bytes, chunk: bytes, wall: float, mono: float) -> tuple[bytes, bool]:
+        """Add a chunk; every frame it completes is stamped with its arrival. Returns the
+        unfinished rest and whether reading should stop."""
+        buf += chunk
+        if b"\n\n" not in buf:
+            return buf, False
+        *frames, buf = buf.split(b"\n\n")
+        for frame in frames:
+            if self._frame(frame, wall, mono):
+                return buf, True
+        return buf, False
 
     def _frame(self, frame: bytes, wall: float, mono: float) -> bool:
         ev_id = ev_type = ""

@@ -144,11 +144,9 @@ async def _wait_ready(proc: Proc, check: object, limit_s: float) -> None:
     raise TimeoutError(f"{proc.name} not ready in {limit_s}s:\n{proc.log_tail()}")
 
 
-async def start_runtime(env: dict[str, str], limit_s: float = 30) -> Proc:
+async def start_runtime(env: dict[str, str], limit_s: float = 30, *, name: str = "runtime") -> Proc:
     addr = f"127.0.0.1:{free_port()}"
-    proc = await _spawn(
-        "runtime", ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr
-    )
+    proc = await _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr)
     await _wait_ready(proc, lambda: _grpc_serving(addr), limit_s)
     return proc
 

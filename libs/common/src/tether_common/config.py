@@ -50,8 +50,8 @@ class Settings:
     interrupt_ttl_s: float = 900.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     # What a runtime process does: serve the gRPC API, execute runs (the worker), or both. Split,
-    # the API's event loop is not shared with agent loops (see services/runtime/README or the
-    # bench note): accepting RPCs and streaming stay prompt however busy the runs are.
+    # the API's event loop is not shared with agent loops (README, "Splitting the runtime"):
+    # accepting RPCs and streaming stay prompt however busy the runs are.
     runtime_role: Literal["all", "api", "worker"] = "all"
     model: str = "scripted"
     scripted_delay_s: float = 0.02

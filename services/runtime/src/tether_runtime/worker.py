@@ -34,7 +34,6 @@ class Worker:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:12]}"
-        self.slots = asyncio.Semaphore(engine.settings.worker_concurrency)
         self.wake = asyncio.Event()
         self.tasks: dict[str, tuple[asyncio.Task[None], int]] = {}
         self._stopping = False
@@ -61,7 +60,7 @@ class Worker:
             try:
                 if self._listener is None or self._listener.is_closed():
                     await self._listen()
-                while not self._stopping and not self.slots.locked():
+                while not self._stopping and self.slots_free() > 0:
                     # One statement claims as many runs as there are free slots (at most a
                     # batch): a burst of new runs is picked up in a few round trips, not one each.
                     free = min(self.slots_free(), CLAIM_BATCH)
@@ -70,7 +69,6 @@ class Worker:
                     for run, took_over in claimed:
                         if took_over:
                             metrics.LEASE_TAKEOVERS.inc()
-                        await self.slots.acquire()
                         self._spawn(run)
                     if len(claimed) < free:
                         break
@@ -85,6 +83,7 @@ class Worker:
             self.wake.clear()
 
     def slots_free(self) -> int:
+        """Runs this worker may still take: one slot per run in `tasks`."""
         return self.e.settings.worker_concurrency - len(self.tasks)
 
     def _spawn(self, run: RunRow) -> None:
@@ -126,7 +125,6 @@ class Worker:
         finally:
             beat.cancel()
             self.tasks.pop(run.id, None)
-            self.slots.release()
             self.wake.set()
 
     async def _heartbeat(self, run: RunRow, task: asyncio.Task[None], ex: RunExecutor) -> None:
