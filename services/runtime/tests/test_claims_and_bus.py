@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tether_common.ids import new_id
+from tether_common.ids import new_id, new_id_after
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
 from tether_runtime.store import conversations, event_log, runs
@@ -114,8 +114,18 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
     try:
         async with pool.acquire() as conn:
             conv = await conversations.create(conn, "alice", "state")
-            await conversations.add_message(conn, conv.id, "user", "earlier question")
-            await conversations.add_message(conn, conv.id, "assistant", "earlier answer")
+            question = new_id("msg")  # ids sort by time only to the millisecond: fix the order
+            await conversations.add_message(
+                conn, conv.id, "user", "earlier question", message_id=question
+            )
+            await conversations.add_message(
+                conn,
+                conv.id,
+                "assistant",
+                "earlier answer",
+                message_id=new_id_after("msg", question),
+            )
+        await asyncio.sleep(0.005)  # the new question's id falls in a later millisecond
         view, replayed = await runs_api.start_run_once(
             pool, Principal("alice"), conv.id, "restart it", "", "opspilot", {}
         )
