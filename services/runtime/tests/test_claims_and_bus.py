@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from tether_common.ids import new_id, new_id_after
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
@@ -85,6 +87,50 @@ async def test_a_confirmed_subscription_misses_nothing_published_after(redis_url
             await bus.publish("run_confirm", [b"\x08\x01"])
             data = await asyncio.wait_for(sub.queue.get(), 5)
             assert data and not sub.overflowed
+    finally:
+        await bus.close()
+
+
+async def test_a_burst_of_subscriptions_goes_out_together_and_ends_in_the_right_state(
+    redis_url: str,
+) -> None:
+    """Subscription changes made while one is in flight share the next SUBSCRIBE/UNSUBSCRIBE.
+    Whatever a channel went through meanwhile, Redis ends up with its current state: a stream
+    that left and came back is confirmed and hears publishes, one that left is unsubscribed."""
+    bus = EventBus(redis_url)
+    await bus.start()
+    try:
+        for _ in range(100):
+            if bus.connected:
+                break
+            await asyncio.sleep(0.05)
+        names = [f"run_burst_{i}" for i in range(60)]
+        with contextlib.ExitStack() as stack:
+            subs = [stack.enter_context(bus.subscribe(n)) for n in names]
+            with bus.subscribe("run_gone"):
+                pass  # subscribed and left before any command went out
+            with bus.subscribe("run_back") as gone:
+                pass
+            with bus.subscribe("run_back") as back:
+                assert gone is not back
+                confirmed = await asyncio.gather(*(bus.confirmed(s) for s in [*subs, back]))
+                assert all(confirmed)
+                await bus.publish("run_back", [b"\x08\x01"])
+                assert await asyncio.wait_for(back.queue.get(), 5)
+                for n, sub in zip(names, subs, strict=True):
+                    await bus.publish(n, [b"\x08\x02"])
+                    assert await asyncio.wait_for(sub.queue.get(), 5)
+        # Everything left: Redis is told, and no channel of this test stays subscribed.
+        probe = aioredis.Redis.from_url(redis_url)
+        try:
+            for _ in range(100):
+                counts = dict(await probe.pubsub_numsub(*names, "run_gone", "run_back"))
+                if not any(counts.values()):
+                    break
+                await asyncio.sleep(0.05)
+            assert not any(counts.values()), counts
+        finally:
+            await probe.aclose()
     finally:
         await bus.close()
 

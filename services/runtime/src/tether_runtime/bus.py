@@ -61,6 +61,8 @@ class EventBus:
         self._pubsub: aioredis.client.PubSub | None = None
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._dirty: set[str] = set()  # channels whose subscription Redis has yet to hear of
+        self._flusher: asyncio.Future[None] | None = None
         self.publish_failures = 0
         # Fault injection for the chaos suite, off by default: TETHER_FAULT_DROP_PUBLISH_EVERY=N
         # silently skips every Nth publish, as if Redis had lost the message. Never in production.
@@ -72,10 +74,11 @@ class EventBus:
         self._reader = asyncio.create_task(self._read_forever(), name="bus-reader")
 
     async def close(self) -> None:
-        if self._reader:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        for task in (self._reader, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -140,7 +143,7 @@ class EventBus:
         sub = Subscription(run_id, self._confirmed[name])
         self._subs[name].add(sub)
         if first:
-            asyncio.ensure_future(self._change("subscribe", name))
+            self._changed(name)
         try:
             yield sub
         finally:
@@ -150,7 +153,7 @@ class EventBus:
                 if not subs:
                     del self._subs[name]
                     self._confirmed.pop(name, None)
-                    asyncio.ensure_future(self._change("unsubscribe", name))
+                    self._changed(name)
 
     @property
     def connected(self) -> bool:
@@ -171,19 +174,31 @@ class EventBus:
             await asyncio.wait_for(sub.subscribed.wait(), SUBSCRIBE_WAIT_S)
         return sub.subscribed.is_set()
 
-    async def _change(self, verb: str, name: str) -> None:
+    def _changed(self, name: str) -> None:
+        """A channel gained its first or lost its last local stream: tell Redis soon. Changes
+        made while a round trip is in flight go out together, as ONE SUBSCRIBE (and one
+        UNSUBSCRIBE), so a burst of new streams waits for one command, not one each."""
+        self._dirty.add(name)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_changes())
+
+    async def _flush_changes(self) -> None:
         async with self._lock:
-            ps = self._pubsub
-            if ps is None or getattr(ps, "connection", None) is None:
-                return  # the reader subscribes to everything current when it (re)connects
-            try:
-                if verb == "subscribe":
-                    if name in self._subs:
-                        await ps.subscribe(name)
-                elif name not in self._subs:
-                    await ps.unsubscribe(name)
-            except (RedisError, OSError) as err:
-                log.warning("pubsub %s failed: %s", verb, err)
+            while self._dirty:
+                names, self._dirty = self._dirty, set()
+                ps = self._pubsub
+                if ps is None or getattr(ps, "connection", None) is None:
+                    return  # the reader subscribes to everything current when it (re)connects
+                # What Redis must hear is the channel's state now, whatever happened meanwhile.
+                wanted = sorted(n for n in names if n in self._subs)
+                unwanted = sorted(n for n in names if n not in self._subs)
+                try:
+                    if wanted:
+                        await ps.subscribe(*wanted)
+                    if unwanted:
+                        await ps.unsubscribe(*unwanted)
+                except (RedisError, OSError) as err:
+                    log.warning("pubsub change failed: %s", err)
 
     async def _read_forever(self) -> None:
         backoff = 0.1
