@@ -47,6 +47,23 @@ class Client:
             timeout=10,
         )
 
+    async def start_streaming(
+        self, conv: str, text: str, key: str = "", *, timeout: float = 30
+    ) -> tuple[pb.StartRunAndStreamEventsResponse, list[events_pb2.RunEvent]]:
+        """StartRunAndStreamEvents to its end: (the first message, every event streamed)."""
+        call = self.stub.StartRunAndStreamEvents(
+            pb.StartRunAndStreamEventsRequest(conversation_id=conv, text=text, idempotency_key=key),
+            metadata=self.md,
+            timeout=timeout,
+        )
+        first: pb.StartRunAndStreamEventsResponse | None = None
+        out: list[events_pb2.RunEvent] = []
+        async for resp in call:
+            first = first or resp
+            out.extend(resp.events)
+        assert first is not None, "the stream ended without a message"
+        return first, out
+
     async def resume(
         self,
         run_id: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import grpc
 import jwt
 from aiohttp import web
 from tether.runtime.v1 import events_pb2
@@ -14,6 +15,7 @@ from tether_common.errors import NotFound
 from tether_common.event_json import run_json
 
 from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
+from tether_gateway.runtime_client import OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import Field, body, page_size
@@ -110,13 +112,20 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     caller = _caller(request, gw)
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     data = await _body(request, gw, START_RUN)
-    req = rs.StartRunRequest(
-        conversation_id=request.match_info["id"],
-        text=data["text"],
-        idempotency_key=data.get("idempotencyKey", ""),
-    )
-    resp = await gw.client().call("StartRun", req, caller.token)
-    run = resp.run
+    fields = {
+        "conversation_id": request.match_info["id"],
+        "text": data["text"],
+        "idempotency_key": data.get("idempotencyKey", ""),
+    }
+    opened = None
+    if wants_stream(request):
+        # One call starts the run and streams it; a runtime older than this gateway lacks it.
+        opened = await _start_streaming(gw, rs.StartRunAndStreamEventsRequest(**fields), caller)
+    if opened is not None:
+        run, replayed = opened.first.run, opened.first.replayed
+    else:
+        resp = await gw.client().call("StartRun", rs.StartRunRequest(**fields), caller.token)
+        run, replayed = resp.run, resp.replayed
     location = f"/v1/runs/{run.id}"
     if wants_stream(request):
         return await stream_response(
@@ -128,9 +137,22 @@ async def start_run(request: web.Request) -> web.StreamResponse:
             started=started,
             status=201,
             headers={"Location": location, "X-Run-Id": run.id},
+            opened=opened,
         )
-    body_json = {"run": run_json(run), "replayed": resp.replayed}
+    body_json = {"run": run_json(run), "replayed": replayed}
     return web.json_response(body_json, status=201, headers={"Location": location})
+
+
+async def _start_streaming(
+    gw: GatewayState, req: rs.StartRunAndStreamEventsRequest, caller: Caller
+) -> OpenedRun | None:
+    """StartRunAndStreamEvents; None from a runtime that does not implement it."""
+    try:
+        return await gw.client().start_run_streaming(req, caller.token)
+    except grpc.aio.AioRpcError as err:
+        if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        return None
 
 
 async def get_run(request: web.Request) -> web.Response:

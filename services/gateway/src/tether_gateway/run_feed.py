@@ -25,7 +25,7 @@ import grpc
 from tether.runtime.v1 import resources_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
-from tether_gateway.runtime_client import follow_events
+from tether_gateway.runtime_client import OpenedRun, follow_events
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -129,9 +129,10 @@ class RunFeed:
 
     # -- the upstream --
 
-    def start(self) -> None:
+    def start(self, opened: OpenedRun | None = None) -> None:
+        """Follow the run upstream: on `opened` (the call that started it) when given."""
         self.registry.metrics_upstream(1)
-        self._task = asyncio.create_task(self._pump(), name=f"run-feed-{self.run_id}")
+        self._task = asyncio.create_task(self._pump(opened), name=f"run-feed-{self.run_id}")
         self._task.add_done_callback(self._pump_done)
 
     def _pump_done(self, task: asyncio.Task[None]) -> None:
@@ -146,8 +147,10 @@ class RunFeed:
             log.error("run feed failed", exc_info=err)
         self.close(err)
 
-    async def _pump(self) -> None:
-        stream = follow_events(self.registry.client, self.run_id, self.token, lambda: self.last)
+    async def _pump(self, opened: OpenedRun | None) -> None:
+        stream = follow_events(
+            self.registry.client, self.run_id, self.token, lambda: self.last, opened
+        )
         async with contextlib.aclosing(stream):
             async for events in stream:
                 if self._deliver(events):
@@ -236,18 +239,29 @@ class FeedRegistry:
         if self._on_upstream is not None:
             self._on_upstream(delta)
 
-    def subscribe(self, run_id: str, sub: Subscriber, after: int, token: str) -> RunFeed | None:
-        """Join the run's feed (creating it when there is none); None when the existing feed's
-        ring does not reach back to `after` (the caller then streams on its own)."""
+    def subscribe(
+        self,
+        run_id: str,
+        sub: Subscriber,
+        after: int,
+        token: str,
+        opened: OpenedRun | None = None,
+    ) -> RunFeed | None:
+        """Join the run's feed (creating it when there is none, on `opened` if given); None when
+        the existing feed's ring does not reach back to `after` (the caller then streams on its
+        own, on `opened` if given). A feed that exists already makes `opened` redundant: it is
+        closed."""
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = RunFeed(self, run_id, token, after)
             self.feeds[run_id] = feed
             feed.join(sub, after, token)
-            feed.start()
+            feed.start(opened)
             return feed
         if not feed.covers(after):
             return None
+        if opened is not None:
+            opened.close()
         feed.join(sub, after, token)
         return feed
 

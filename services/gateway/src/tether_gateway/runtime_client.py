@@ -6,11 +6,13 @@ import asyncio
 import ipaddress
 import json
 from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
 
 UNARY_DEADLINE_S = 5.0
@@ -20,6 +22,9 @@ HEALTH_DEADLINE_S = 1.0
 KEEPALIVE_TIME_MS = 30_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# What a stream's read() returns at its end (the typing stubs do not know it).
+_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
 
 _SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 
@@ -72,6 +77,23 @@ class RuntimeClient:
         # No deadline: the stream lives as long as the run; keepalive detects dead peers.
         return self.stub.StreamRunEvents(request, metadata=self.metadata(token))
 
+    async def start_run_streaming(self, request: Any, token: str) -> OpenedRun:
+        """StartRunAndStreamEvents up to its first message (the run as started), within the
+        unary deadline; the call then streams on without one, as StreamRunEvents does."""
+        call = self.stub.StartRunAndStreamEvents(request, metadata=self.metadata(token))
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                first = await call.read()
+        except TimeoutError:
+            call.cancel()
+            raise Unavailable("the runtime did not answer in time") from None
+        except BaseException:
+            call.cancel()
+            raise
+        if first is _EOF:  # a runtime never ends this call before its first message
+            raise Unavailable("the runtime ended the call before starting the run")
+        return OpenedRun(first, call)
+
     async def serving(self) -> bool:
         try:
             resp = await self._health.Check(
@@ -86,26 +108,48 @@ def open_channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(channel_target(target), options=channel_options())
 
 
+@dataclass
+class OpenedRun:
+    """A started run's event stream, its first message read (it carries the run)."""
+
+    first: runtime_service_pb2.StartRunAndStreamEventsResponse
+    call: Any
+
+    def close(self) -> None:
+        self.call.cancel()
+
+
 # A runtime pod that drains ends its streams (UNAVAILABLE / CANCELLED): reopen on another pod.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 MAX_RETRIES = 5
 
 
 async def follow_events(
-    client: Callable[[], RuntimeClient], run_id: str, token: str, position: Callable[[], int]
+    client: Callable[[], RuntimeClient],
+    run_id: str,
+    token: str,
+    position: Callable[[], int],
+    opened: OpenedRun | None = None,
 ) -> AsyncGenerator[Sequence[Any], None]:
     """The run's events as StreamRunEvents batches, surviving the end of one runtime's stream:
-    each (re)open resumes after `position()`, the last sequence the caller consumed. The caller
-    stops iterating at the terminal event; a stream that ends before it (the pod drained) is
-    reopened, at most MAX_RETRIES times in a row."""
+    each (re)open resumes after `position()`, the last sequence the caller consumed. `opened`,
+    a StartRunAndStreamEvents call, is followed first. The caller stops iterating at the
+    terminal event; a stream that ends before it (the pod drained) is reopened, at most
+    MAX_RETRIES times in a row."""
     retries = 0
     while True:
-        request = runtime_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, after_sequence=position()
-        )
-        call = client().stream_events(request, token)
+        if opened is not None:
+            call, head = opened.call, opened.first.events
+            opened = None
+        else:
+            request = runtime_service_pb2.StreamRunEventsRequest(
+                run_id=run_id, after_sequence=position()
+            )
+            call, head = client().stream_events(request, token), None
         try:
-            async for batch in call:
+            if head:
+                yield head
+            while (batch := await call.read()) is not _EOF:
                 retries = 0
                 yield batch.events
         except grpc.aio.AioRpcError as err:

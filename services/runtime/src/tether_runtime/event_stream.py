@@ -5,6 +5,7 @@ it compares its position with the run's last sequence, so even a lost *last* eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,7 +16,7 @@ from tether_common.auth import Principal
 
 from tether_runtime import events as ev
 from tether_runtime import metrics
-from tether_runtime.bus import EventBus
+from tether_runtime.bus import EventBus, Subscription
 from tether_runtime.resume import load_owned_run
 from tether_runtime.store import event_log, interrupts
 from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
@@ -73,53 +74,58 @@ class EventStream:
             pending = await interrupts.pending_for_run(conn, run_id) if reset else None
         return RunView.of(run, pending)
 
+    def listen(self, run_id: str) -> contextlib.AbstractContextManager[Subscription]:
+        """Subscribe to a run's live batches, even before the run exists (a stream that starts
+        the run itself); `follow_subscribed` then streams it."""
+        return self.bus.subscribe(run_id)
+
     async def follow(
         self, view: RunView, after: int
+    ) -> AsyncIterator[list[bytes] | bytes | RunView]:
+        with self.listen(view.id) as sub:
+            async for item in self.follow_subscribed(sub, view, after):
+                yield item
+
+    async def follow_subscribed(
+        self, sub: Subscription, view: RunView, after: int
     ) -> AsyncIterator[list[bytes] | bytes | RunView]:
         run_id = view.id
         metrics.STREAMS_ACTIVE.inc()
         try:
-            with self.bus.subscribe(run_id) as sub:
-                await self.bus.confirmed(sub)  # before reading Postgres: no batch slips between
-                last = after
-                if after > view.last_sequence:
-                    yield view  # the caller sends `reset`; then continue from the real position
-                    last = view.last_sequence
-                if (
-                    view.status in ("completed", "failed", "cancelled")
-                    and last >= view.last_sequence
-                ):
+            await self.bus.confirmed(sub)  # before reading Postgres: no batch slips between
+            last = after
+            if after > view.last_sequence:
+                yield view  # the caller sends `reset`; then continue from the real position
+                last = view.last_sequence
+            if view.status in ("completed", "failed", "cancelled") and last >= view.last_sequence:
+                return
+            done = False
+            async for batch, upto in self._from_db(run_id, last):
+                yield batch
+                last, done = upto, done or _has_terminal(batch)
+            if done:
+                return
+            self._ensure_checker()
+            while True:
+                sub.position, sub.last_heard = last, time.monotonic()
+                datas = [await sub.queue.get()]
+                while not sub.queue.empty():  # a stream that fell behind catches up in one message
+                    datas.append(sub.queue.get_nowait())
+                pieces, last, end, gap = _live(datas, last)
+                if pieces:
+                    yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                if end:
                     return
-                done = False
+                if not gap and not sub.overflowed:
+                    continue
+                # A gap (lost or dropped message, or the quiet check): Postgres has it all.
+                metrics.STREAM_GAP_FILLS.inc()
+                sub.overflowed = False
                 async for batch, upto in self._from_db(run_id, last):
                     yield batch
-                    last, done = upto, done or _has_terminal(batch)
-                if done:
-                    return
-                self._ensure_checker()
-                while True:
-                    sub.position, sub.last_heard = last, time.monotonic()
-                    data = await sub.queue.get()
-                    decoded = ev.split_batch(data) if data else []
-                    fresh = [e for e in decoded if e.sequence > last]
-                    if data and not fresh and not sub.overflowed:
-                        continue
-                    if fresh and fresh[0].sequence == last + 1 and not sub.overflowed:
-                        # A whole published batch is already a StreamRunEventsResponse: pass it on.
-                        whole = len(fresh) == len(decoded)
-                        last = fresh[-1].sequence
-                        yield data if whole else [e.SerializeToString() for e in fresh]
-                        if ev.is_terminal(fresh[-1]):
-                            return
-                        continue
-                    # A gap (lost or dropped message, or the quiet check): Postgres has it all.
-                    metrics.STREAM_GAP_FILLS.inc()
-                    sub.overflowed = False
-                    async for batch, upto in self._from_db(run_id, last):
-                        yield batch
-                        last = upto
-                        if _has_terminal(batch):
-                            return
+                    last = upto
+                    if _has_terminal(batch):
+                        return
         finally:
             metrics.STREAMS_ACTIVE.dec()
 
@@ -152,6 +158,31 @@ class EventStream:
 
 async def _page(conn: Conn, *, run_id: str, after: int) -> list[tuple[int, bytes]]:
     return await event_log.read_after(conn, run_id, after, PAGE)
+
+
+def _live(datas: list[bytes], last: int) -> tuple[list[bytes], int, bool, bool]:
+    """Published batches in arrival order -> (encoded messages for what follows `last`
+    densely, the new last sequence, whether the terminal event is among them, whether there is
+    a gap to fill from Postgres: a missing sequence, or a nudge, the empty message). Whole
+    batches pass through as published (their concatenation is one valid message)."""
+    pieces: list[bytes] = []
+    for data in datas:
+        if not data:
+            return pieces, last, False, True
+        decoded = ev.split_batch(data)
+        fresh = [e for e in decoded if e.sequence > last]
+        if not fresh:
+            continue  # already sent
+        if fresh[0].sequence != last + 1:
+            return pieces, last, False, True
+        whole = len(fresh) == len(decoded)
+        pieces.append(
+            data if whole else ev.batch_from_encoded([e.SerializeToString() for e in fresh])
+        )
+        last = fresh[-1].sequence
+        if ev.is_terminal(fresh[-1]):
+            return pieces, last, True, False
+    return pieces, last, False, False
 
 
 def _has_terminal(batch: list[bytes]) -> bool:

@@ -86,6 +86,8 @@ async def start_run(
     key: str,
     agent: str,
     trace_context: dict[str, str],
+    *,
+    run_id: str = "",
 ) -> tuple[RunView, bool]:
     _acting(principal)
     text = text.strip()
@@ -100,7 +102,7 @@ async def start_run(
         raise InvalidArgument(f"unknown agent {agent!r}")
     scope = f"start:{principal.user_id}"
     rhash = request_hash(conv_id, text, agent)
-    run_id = new_id("run")
+    run_id = run_id or new_id("run")  # a caller already listening for the run names it
     message_id = new_id("msg")
     # The first event commits with the run itself: a client's stream has something at once,
     # whatever the workers are doing.
@@ -155,11 +157,17 @@ async def start_run_once(
     key: str,
     agent: str,
     trace_context: dict[str, str],
+    *,
+    run_id: str = "",
 ) -> tuple[RunView, bool]:
     try:
-        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
+        return await start_run(
+            pool, principal, conv_id, text, key, agent, trace_context, run_id=run_id
+        )
     except _Retry:
-        return await start_run(pool, principal, conv_id, text, key, agent, trace_context)
+        return await start_run(
+            pool, principal, conv_id, text, key, agent, trace_context, run_id=run_id
+        )
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:

@@ -24,6 +24,7 @@ from tether_common.errors import (
     TetherError,
     Unavailable,
 )
+from tether_common.ids import new_id
 from tether_common.tracing import context_from, inject_carrier
 
 from tether_runtime import convert, metrics, resume, runs_api
@@ -203,25 +204,66 @@ class RuntimeServicer:
         view: RunView = await self._call(
             context, "StreamRunEvents", lambda p: self.stream.open(p, request.run_id, after)
         )
+        async for item in self._send(self.stream.follow(view, after), context):
+            yield item
+
+    async def StartRunAndStreamEvents(
+        self, request: pb.StartRunAndStreamEventsRequest, context: Any
+    ) -> AsyncIterator[bytes]:
+        """StartRun, then the run's events from its first, on a subscription made before the run
+        was queued. The first message also carries the run: a StartRunAndStreamEventsResponse
+        encodes its events exactly as a StreamRunEventsResponse does, so batches pass through."""
+        run_id = new_id("run")
+        with self.stream.listen(run_id) as sub:
+
+            async def start(p: Principal) -> tuple[RunView, bool]:
+                return await runs_api.start_run_once(
+                    self.e.pool,
+                    p,
+                    request.conversation_id,
+                    request.text,
+                    request.idempotency_key,
+                    request.agent,
+                    inject_carrier(),
+                    run_id=run_id,
+                )
+
+            view, replayed = await self._call(context, "StartRunAndStreamEvents", start)
+            head = pb.StartRunAndStreamEventsResponse(
+                run=convert.run_pb(view), replayed=replayed
+            ).SerializeToString()
+            # A replayed start answers with the earlier run: it is followed as any other.
+            items = (
+                self.stream.follow_subscribed(sub, view, 0)
+                if view.id == run_id
+                else self.stream.follow(view, 0)
+            )
+            async for item in self._send(items, context):
+                yield head + item if head else item
+                head = b""
+
+    async def _send(
+        self,
+        items: AsyncIterator[list[bytes] | bytes | RunView],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[bytes]:
+        """Each item of an event stream as one encoded message (a batch of events)."""
         try:
-            async for item in self._follow(view, after):
-                yield item
+            async for item in items:
+                if isinstance(item, bytes):
+                    yield item
+                elif isinstance(item, RunView):
+                    reset = ev.reset(convert.run_pb(item)).SerializeToString()
+                    yield ev.batch_from_encoded([reset])
+                else:
+                    yield ev.batch_from_encoded(item)
         except STORE_DOWN as err:
             # The store went away for longer than the stream's own retries: the caller resumes
             # from its last sequence (the gateway does so transparently on UNAVAILABLE).
-            log.warning("StreamRunEvents: store unavailable: %s", err)
+            log.warning("event stream: store unavailable: %s", err)
             await abort(
                 context, Unavailable("the store is unavailable; resume from the last event")
             )
-
-    async def _follow(self, view: RunView, after: int) -> AsyncIterator[bytes]:
-        async for item in self.stream.follow(view, after):
-            if isinstance(item, bytes):
-                yield item
-            elif isinstance(item, RunView):
-                yield ev.batch_from_encoded([ev.reset(convert.run_pb(item)).SerializeToString()])
-            else:
-                yield ev.batch_from_encoded(item)
 
 
 def register(server: grpc.aio.Server, servicer: RuntimeServicer) -> None:
