@@ -58,6 +58,31 @@ async def test_claim_batch_takes_the_oldest_first_and_each_run_once(store: Any) 
     assert run.id == ids[0] and took_over and run.lease_epoch == 2 and run.lease_owner == "C"
 
 
+async def test_events_are_stamped_when_the_statement_that_writes_them_is_built(
+    store: Any,
+) -> None:
+    """An event's time is when it was written: a batch queued behind another statement is not
+    stamped with the time it was queued. A fenced append stores nothing."""
+    (run_id,) = await _queued_runs(store, 1)
+    ((run, _),) = await runs.claim_batch(store, "A", 30, 1)
+    queued = time.time()
+    append = event_log.LeaseAppend(run_id, run.lease_epoch, 1, [ev.text_delta("m", "hi")], 2)
+    assert append.rows == []  # nothing is numbered or encoded before it is written
+    await asyncio.sleep(0.05)
+    before = time.time()
+    held = await event_log.append_as_lease_holders(store, [append])
+    assert held == {run_id: False}
+    ((seq, data),) = await event_log.read_after(store, run_id, 1, 10)
+    stored = ev.RunEvent.FromString(data)
+    assert seq == 2 and stored.sequence == 2 and stored.run_id == run_id
+    assert stored.time.ToNanoseconds() / 1e9 >= before > queued + 0.04
+    assert append.encoded == [data] and append.new_last == 2
+    # Another epoch's append is fenced: nothing stored, the position unchanged.
+    stale = event_log.LeaseAppend(run_id, run.lease_epoch - 1, 2, [ev.text_delta("m", "x")], 1)
+    assert await event_log.append_as_lease_holders(store, [stale]) == {}
+    assert [s for s, _ in await event_log.read_after(store, run_id, 0, 10)] == [1, 2]
+
+
 async def test_start_refuses_another_users_conversation_and_writes_nothing(
     store: Any,
 ) -> None:

@@ -104,7 +104,7 @@ class RunWriter:
 
     async def _commit(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
         """Returns the encoded events and whether they were already published."""
-        append = LeaseAppend.of(
+        append = LeaseAppend(
             self.run_id,
             self.epoch,
             self.last_sequence,
@@ -126,6 +126,6 @@ class RunWriter:
                 cancel = held[self.run_id]
                 for apply in applies:
                     await apply(conn)
-        self.last_sequence += len(append.rows)
+        self.last_sequence = append.new_last
         self.cancel_requested = self.cancel_requested or cancel
         return append.encoded, not applies

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -49,10 +49,12 @@ async def reserve(
     return int(row["last_sequence"]) - count + 1, bool(row["cancel_requested"])
 
 
-def stamp(run_id: str, first: int, events: Sequence[RunEvent]) -> list[tuple[str, int, str, bytes]]:
-    """Set run id, sequence and time on each event and encode it once: (run, seq, type, data)."""
-    now = Timestamp()
-    now.FromNanoseconds(time.time_ns())
+def stamp(
+    run_id: str, first: int, events: Sequence[RunEvent], now: Timestamp | None = None
+) -> list[tuple[str, int, str, bytes]]:
+    """Set run id, sequence and time (now, unless given) on each event and encode it once:
+    (run, seq, type, data)."""
+    now = now or _now()
     rows = []
     for i, ev in enumerate(events):
         ev.run_id = run_id
@@ -62,25 +64,36 @@ def stamp(run_id: str, first: int, events: Sequence[RunEvent]) -> list[tuple[str
     return rows
 
 
-@dataclass(frozen=True)
+def _now() -> Timestamp:
+    now = Timestamp()
+    now.FromNanoseconds(time.time_ns())
+    return now
+
+
+@dataclass
 class LeaseAppend:
     """Events of one run, numbered by the worker that holds its lease (the run's only appender
-    while it runs): it expects the log to end at `expected_last`."""
+    while it runs): it expects the log to end at `expected_last`. They are stamped and encoded
+    as the statement that writes them is built (`append_as_lease_holders`): an event's time is
+    when it was written, not when it was queued behind another statement."""
 
     run_id: str
     epoch: int
     expected_last: int
-    rows: list[tuple[str, int, str, bytes]]  # from `stamp`
+    events: Sequence[RunEvent]
     streamed: int
+    rows: list[tuple[str, int, str, bytes]] = field(default_factory=list)  # set by `stamp`
 
-    @classmethod
-    def of(
-        cls, run_id: str, epoch: int, expected_last: int, events: Sequence[RunEvent], streamed: int
-    ) -> LeaseAppend:
-        return cls(run_id, epoch, expected_last, stamp(run_id, expected_last + 1, events), streamed)
+    def stamp(self, now: Timestamp) -> None:
+        self.rows = stamp(self.run_id, self.expected_last + 1, self.events, now)
+
+    @property
+    def new_last(self) -> int:
+        return self.expected_last + len(self.events)
 
     @property
     def encoded(self) -> list[bytes]:
+        """The events as stored (once written)."""
         return [r[3] for r in self.rows]
 
 
@@ -110,12 +123,15 @@ async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) ->
     """Fence, check the position and insert for any number of runs in ONE statement (one round
     trip, atomic on its own). Returns run id -> cancel_requested for the runs whose lease and
     position held; a run missing from the result was fenced and none of its events stored."""
+    now = _now()
+    for a in appends:
+        a.stamp(now)
     rows = await conn.fetch(
         _APPEND_AS_LEASE_HOLDERS,
         [a.run_id for a in appends],
         [a.epoch for a in appends],
         [a.expected_last for a in appends],
-        [a.expected_last + len(a.rows) for a in appends],
+        [a.new_last for a in appends],
         [a.streamed for a in appends],
         [r[0] for a in appends for r in a.rows],
         [r[1] for a in appends for r in a.rows],
