@@ -10,6 +10,7 @@ import time
 
 from aiohttp import web
 from tether_common.config import Settings
+from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
@@ -36,6 +37,7 @@ async def run_server(settings: Settings) -> None:
     host, port = split_addr(settings.http_addr)
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
+    freeze_startup_objects()
     log.info("gateway listening on %s:%s", host, port)
 
     stop = asyncio.Event()

@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from tether_common.config import Settings
+from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
@@ -86,6 +87,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         await worker.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    freeze_startup_objects()
     log.info(
         "runtime serving",
         extra={
