@@ -207,9 +207,12 @@ class EventStream:
     async def _write(self, data: bytes) -> None:
         # A write blocks only while the socket is full; one that stays blocked this long means
         # the client stopped reading, so the connection goes (the client resumes from its id).
+        # asyncio.timeout, not wait_for: the write runs in this task (wait_for wraps it in a new
+        # task, one more turn of the loop per write).
         stall_s = max(1.0, 2 * self.gw.settings.sse_heartbeat_s)
         try:
-            await asyncio.wait_for(self.resp.write(data), stall_s)
+            async with asyncio.timeout(stall_s):
+                await self.resp.write(data)
         except TimeoutError:
             self._drop()
 
