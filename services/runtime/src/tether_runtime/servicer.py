@@ -150,18 +150,27 @@ class RuntimeServicer:
 
     async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
         async def run(p: Principal) -> pb.StartRunResponse:
-            view, replayed = await runs_api.start_run_once(
-                self.e.pool,
-                p,
-                request.conversation_id,
-                request.text,
-                request.idempotency_key,
-                request.agent,
-                inject_carrier(),
-            )
+            view, replayed = await self._start(p, request)
             return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
 
         return await self._call(context, "StartRun", run)
+
+    async def _start(
+        self,
+        p: Principal,
+        request: pb.StartRunRequest | pb.StartRunAndStreamEventsRequest,
+        run_id: str = "",
+    ) -> tuple[RunView, bool]:
+        return await runs_api.start_run_once(
+            self.e.pool,
+            p,
+            request.conversation_id,
+            request.text,
+            request.idempotency_key,
+            request.agent,
+            inject_carrier(),
+            run_id=run_id,
+        )
 
     async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
         async def run(p: Principal) -> pb.ResumeRunResponse:
@@ -215,20 +224,9 @@ class RuntimeServicer:
         encodes its events exactly as a StreamRunEventsResponse does, so batches pass through."""
         run_id = new_id("run")
         with self.stream.listen(run_id) as sub:
-
-            async def start(p: Principal) -> tuple[RunView, bool]:
-                return await runs_api.start_run_once(
-                    self.e.pool,
-                    p,
-                    request.conversation_id,
-                    request.text,
-                    request.idempotency_key,
-                    request.agent,
-                    inject_carrier(),
-                    run_id=run_id,
-                )
-
-            view, replayed = await self._call(context, "StartRunAndStreamEvents", start)
+            view, replayed = await self._call(
+                context, "StartRunAndStreamEvents", lambda p: self._start(p, request, run_id)
+            )
             head = pb.StartRunAndStreamEventsResponse(
                 run=convert.run_pb(view), replayed=replayed
             ).SerializeToString()
