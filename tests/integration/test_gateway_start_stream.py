@@ -15,6 +15,7 @@ import aiohttp
 import grpc
 import pytest
 from tether_common.auth import issue_token
+from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import SseReader
@@ -32,6 +33,7 @@ class CountingProxy(grpc.GenericRpcHandler):
         self.upstream = upstream
         self.refuse = refuse
         self.calls: collections.Counter[str] = collections.Counter()
+        self.streaming = 0  # streaming calls in flight
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = details.method  # type: ignore[attr-defined]
@@ -62,11 +64,15 @@ class CountingProxy(grpc.GenericRpcHandler):
     def _streaming(self, method: str) -> Any:
         async def call(request: bytes, context: Any) -> AsyncIterator[bytes]:
             upstream = self.upstream.unary_stream(method)(request, metadata=self._metadata(context))
+            self.streaming += 1
             try:
                 async for message in upstream:
                     yield message
             except grpc.aio.AioRpcError as err:
                 await context.abort(err.code(), err.details() or "", err.trailing_metadata())
+            finally:
+                upstream.cancel()
+                self.streaming -= 1
 
         return call
 
@@ -133,3 +139,38 @@ async def test_a_streaming_start_streams_the_whole_run(
         assert proxy.calls == {"StartRunAndStreamEvents": 1}
     else:
         assert proxy.calls == {"StartRunAndStreamEvents": 1, "StartRun": 1, "StreamRunEvents": 1}
+
+
+@pytest.mark.parametrize("through_proxy", ["current"], indirect=True)
+async def test_the_starting_call_ends_when_its_client_leaves_at_once(
+    through_proxy: tuple[str, CountingProxy, Proc], db: Any
+) -> None:
+    """The call that started the run is the run's shared feed on the gateway: when the client
+    that started it leaves before reading anything, the feed (nobody joined, or everybody left)
+    ends it after the linger, while the run itself waits on its approval."""
+    _, proxy, gw = through_proxy
+    service, _ = await abnormal_service(db, prefix="leave")
+    auth = {"Authorization": f"Bearer {issue_token(TEST_SECRET, 'alice')}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        async with http.post(f"{gw.addr}/v1/conversations", json={}, headers=auth) as r:
+            conv = (await r.json())["conversation"]["id"]
+        resp = await http.post(
+            f"{gw.addr}/v1/conversations/{conv}/runs",
+            json={"text": f"restart the abnormal {service} instance"},
+            headers={**auth, "Accept": "text/event-stream"},
+        )
+        assert resp.status == 201
+        run_id = resp.headers["X-Run-Id"]
+        resp.close()  # gone before the first event
+    assert proxy.streaming == 1
+    deadline = asyncio.get_running_loop().time() + 15
+    while proxy.streaming and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    assert proxy.streaming == 0, "the starting call outlived its feed"
+    # The run did not depend on the connection (invariant 6): it went on to its approval.
+    while asyncio.get_running_loop().time() < deadline + 15:
+        status = await db.fetchval("SELECT status FROM run WHERE id = $1", run_id)
+        if status == "interrupted":
+            break
+        await asyncio.sleep(0.1)
+    assert status == "interrupted"

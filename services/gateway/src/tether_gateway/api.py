@@ -127,6 +127,8 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         resp = await gw.client().call("StartRun", rs.StartRunRequest(**fields), caller.token)
         run, replayed = resp.run, resp.replayed
     location = f"/v1/runs/{run.id}"
+    if opened is not None:
+        gw.feeds.adopt(run.id, caller.token, opened)  # the connection below joins it
     if wants_stream(request):
         return await stream_response(
             request,
@@ -137,7 +139,6 @@ async def start_run(request: web.Request) -> web.StreamResponse:
             started=started,
             status=201,
             headers={"Location": location, "X-Run-Id": run.id},
-            opened=opened,
         )
     body_json = {"run": run_json(run), "replayed": replayed}
     return web.json_response(body_json, status=201, headers={"Location": location})

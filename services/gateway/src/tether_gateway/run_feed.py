@@ -102,6 +102,9 @@ class RunFeed:
 
     def leave(self, sub: Subscriber) -> None:
         self.subscribers.pop(sub, None)
+        self._linger_if_idle()
+
+    def _linger_if_idle(self) -> None:
         if not self.subscribers and not self.closed and self._linger is None:
             loop = asyncio.get_running_loop()
             self._linger = loop.call_later(self.registry.linger_s, self._idle_close)
@@ -130,10 +133,12 @@ class RunFeed:
     # -- the upstream --
 
     def start(self, opened: OpenedRun | None = None) -> None:
-        """Follow the run upstream: on `opened` (the call that started it) when given."""
+        """Follow the run upstream: on `opened` (the call that started it) when given. A feed
+        started before anyone joined it lingers as one everybody left."""
         self.registry.metrics_upstream(1)
         self._task = asyncio.create_task(self._pump(opened), name=f"run-feed-{self.run_id}")
         self._task.add_done_callback(self._pump_done)
+        self._linger_if_idle()
 
     def _pump_done(self, task: asyncio.Task[None]) -> None:
         self.registry.metrics_upstream(-1)
@@ -239,31 +244,32 @@ class FeedRegistry:
         if self._on_upstream is not None:
             self._on_upstream(delta)
 
-    def subscribe(
-        self,
-        run_id: str,
-        sub: Subscriber,
-        after: int,
-        token: str,
-        opened: OpenedRun | None = None,
-    ) -> RunFeed | None:
-        """Join the run's feed (creating it when there is none, on `opened` if given); None when
-        the existing feed's ring does not reach back to `after` (the caller then streams on its
-        own, on `opened` if given). A feed that exists already makes `opened` redundant: it is
-        closed."""
+    def subscribe(self, run_id: str, sub: Subscriber, after: int, token: str) -> RunFeed | None:
+        """Join the run's feed (creating it when there is none); None when the existing feed's
+        ring does not reach back to `after` (the caller then streams on its own)."""
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = RunFeed(self, run_id, token, after)
             self.feeds[run_id] = feed
             feed.join(sub, after, token)
-            feed.start(opened)
+            feed.start()
             return feed
         if not feed.covers(after):
             return None
-        if opened is not None:
-            opened.close()
         feed.join(sub, after, token)
         return feed
+
+    def adopt(self, run_id: str, token: str, opened: OpenedRun) -> None:
+        """Make the call that started a run (StartRunAndStreamEvents) the run's feed, for its
+        starter's connection to join from sequence 0 as any other. A feed this process already
+        has for the run (a replayed start) makes the call redundant. A feed nobody joins closes
+        after the linger, as one everybody left."""
+        if run_id in self.feeds:
+            opened.close()
+            return
+        feed = RunFeed(self, run_id, token, 0)
+        self.feeds[run_id] = feed
+        feed.start(opened)
 
     def forget(self, feed: RunFeed) -> None:
         if self.feeds.get(feed.run_id) is feed:

@@ -17,7 +17,7 @@ from tether_common.errors import InvalidArgument
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
 from tether_gateway.run_feed import TERMINAL_STATUSES, RunFeed
-from tether_gateway.runtime_client import OpenedRun, follow_events
+from tether_gateway.runtime_client import follow_events
 from tether_gateway.state import GatewayState
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,6 @@ class EventStream:
         after: int,
         started: float,
         shared: bool = True,
-        opened: OpenedRun | None = None,
     ) -> None:
         self.gw = gw
         self.request = request
@@ -90,9 +89,6 @@ class EventStream:
         self._source_done = False
         self._feed: RunFeed | None = None
         self._pump_task: asyncio.Task[None] | None = None
-        # The call that started the run (POST with `Accept: text/event-stream`), until a source
-        # takes it over.
-        self._opened = opened
 
     def stop(self) -> None:
         self._stopping = True
@@ -162,23 +158,22 @@ class EventStream:
         self._wake()
 
     def _start_source(self) -> None:
-        opened, self._opened = self._opened, None
         if self.shared:
-            feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token, opened)
+            feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
             if feed is not None:
                 self._feed = feed
                 return
         self.gw.metrics.sse_upstream.inc()
-        self._pump_task = asyncio.create_task(self._pump(opened))
+        self._pump_task = asyncio.create_task(self._pump())
         self._pump_task.add_done_callback(self._pump_finished)
 
     def _pump_finished(self, task: asyncio.Task[None]) -> None:
         self.gw.metrics.sse_upstream.dec()
         self.source_ended(None)
 
-    async def _pump(self, opened: OpenedRun | None) -> None:
+    async def _pump(self) -> None:
         after = self.after
-        stream = follow_events(self.gw.client, self.run_id, self.token, lambda: after, opened)
+        stream = follow_events(self.gw.client, self.run_id, self.token, lambda: after)
         async with contextlib.aclosing(stream):
             async for events in stream:
                 frames: list[bytes] = []
@@ -248,8 +243,6 @@ class EventStream:
             pass  # the client went away or was dropped; it reconnects with its Last-Event-ID
         finally:
             self._chunks = []
-            if self._opened is not None:  # the client left before any source took it over
-                self._opened.close()
             if self._feed is not None:
                 self._feed.leave(self)
             if self._pump_task is not None and not self._pump_task.done():
@@ -288,26 +281,12 @@ async def stream_response(
     shared: bool = True,
     status: int = 200,
     headers: dict[str, str] | None = None,
-    opened: OpenedRun | None = None,
 ) -> web.StreamResponse:
     resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
     _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
-    try:
-        await resp.prepare(request)
-    except BaseException:
-        if opened is not None:
-            opened.close()
-        raise
+    await resp.prepare(request)
     stream = EventStream(
-        gw,
-        request,
-        resp,
-        run_id=run_id,
-        token=token,
-        after=after,
-        started=started,
-        shared=shared,
-        opened=opened,
+        gw, request, resp, run_id=run_id, token=token, after=after, started=started, shared=shared
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()
