@@ -187,17 +187,11 @@ class Bench:
         the gateway."""
         env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
         env.update(extra_env or {})
+        runtime = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "api"} if split else env)
+        self.procs.append(runtime)
         if split:
-            runtime = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "api"})
-            self.procs.append(runtime)
-            self.procs.append(
-                await stack.start_runtime(
-                    {**env, "TETHER_RUNTIME_ROLE": "worker"}, name="runtime-worker"
-                )
-            )
-        else:
-            runtime = await stack.start_runtime(env)
-            self.procs.append(runtime)
+            worker_env = {**env, "TETHER_RUNTIME_ROLE": "worker"}
+            self.procs.append(await stack.start_runtime(worker_env, name="runtime-worker"))
         gateway = await stack.start_gateway(env, runtime.addr)
         self.procs.append(gateway)
         return runtime, gateway
