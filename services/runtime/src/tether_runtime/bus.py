@@ -170,8 +170,9 @@ class EventBus:
             return True
         if not self.connected:
             return False
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(sub.subscribed.wait(), SUBSCRIBE_WAIT_S)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SUBSCRIBE_WAIT_S):
+                await sub.subscribed.wait()
         return sub.subscribed.is_set()
 
     def _changed(self, name: str) -> None:

@@ -54,7 +54,7 @@ def stamp(
 ) -> list[tuple[str, int, str, bytes]]:
     """Set run id, sequence and time (now, unless given) on each event and encode it once:
     (run, seq, type, data)."""
-    now = now or _now()
+    now = _now() if now is None else now
     rows = []
     for i, ev in enumerate(events):
         ev.run_id = run_id
