@@ -3,6 +3,7 @@ and the Redis client (created in cleanup_ctx, closed on shutdown)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from opentelemetry import trace
 from tether_common.config import Settings
+from tether_common.grpc_poller import unblock_completion_poller
 from tether_common.tracing import context_from
 from tether_common.tracing import enabled as tracing_enabled
 
@@ -20,6 +22,8 @@ from tether_gateway.metrics import Metrics
 from tether_gateway.runtime_client import RuntimeClient, open_channel
 from tether_gateway.state import STATE, GatewayState
 from tether_gateway.validation import storable_params
+
+log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -83,6 +87,8 @@ def create_app(settings: Settings) -> web.Application:
 
     async def runtime_channel(app: web.Application) -> AsyncIterator[None]:
         channel = open_channel(settings.runtime_target)
+        unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a channel does
+        log.info("runtime channel open", extra={"grpc_poller_sockets_unblocked": unblocked})
         gw.runtime = RuntimeClient(channel)
         yield
         gw.runtime = None

@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
+from tether_common.grpc_poller import unblock_completion_poller
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
@@ -67,6 +68,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await bus.start()
     engine = Engine(pool, bus, settings, ToolGate(settings.tool_gate_mode), make_model(settings))
     server = grpc.aio.server(options=server_options(settings))
+    unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
         register(server, RuntimeServicer(engine, settings.jwt_secret))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
@@ -95,6 +97,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
             "port": port,
             "role": settings.runtime_role,
             "worker": worker.owner if worker else None,
+            "grpc_poller_sockets_unblocked": unblocked,
         },
     )
     stop = stop or asyncio.Event()
