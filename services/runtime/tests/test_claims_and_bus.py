@@ -11,10 +11,14 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from tether_common.ids import new_id, new_id_after
+from tether_runtime import event_sink
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
+from tether_runtime.event_sink import MAX_STATEMENT_EVENTS, EventSink
+from tether_runtime.run_writer import RunWriter
 from tether_runtime.store import conversations, event_log, runs
 from tether_runtime.store.db import create_pool
+from tether_runtime.store.records import RunRow
 
 
 @pytest.fixture
@@ -216,3 +220,90 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
         assert cp["message_id"] > run.user_message_id  # the answer sorts after the question
     finally:
         await pool.close()
+
+
+@pytest.fixture
+async def writing(private_env: dict[str, str], redis_url: str) -> AsyncIterator[Any]:
+    """A pool, a bus and the process-wide sink, as a runtime has them."""
+    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
+    bus = EventBus(redis_url)
+    await bus.start()
+    try:
+        yield pool, bus, EventSink(pool, bus)
+    finally:
+        await bus.close()
+        await pool.close()
+
+
+async def _running(pool: Any, n: int) -> list[RunRow]:
+    async with pool.acquire() as conn:
+        await _queued_runs(conn, n)
+        return [run for run, _ in await runs.claim_batch(conn, "A", 30, n)]
+
+
+def _deltas(n: int) -> list[ev.RunEvent]:
+    return [ev.text_delta("m", f"{i} ") for i in range(n)]
+
+
+async def test_a_statement_takes_whole_appends_up_to_its_event_limit(
+    writing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, bus, sink = writing
+    statements: list[list[int]] = []
+    real = event_log.append_as_lease_holders
+
+    async def counted(conn: Any, appends: Any) -> dict[str, bool]:
+        statements.append([len(a.events) for a in appends])
+        return await real(conn, appends)
+
+    monkeypatch.setattr(event_sink.event_log, "append_as_lease_holders", counted)
+    big, a, b, c = await _running(pool, 4)
+    sizes = {big.id: MAX_STATEMENT_EVENTS + 200, a.id: 300, b.id: 300, c.id: 300}
+    appends = [
+        event_log.LeaseAppend(r.id, r.lease_epoch, 1, _deltas(sizes[r.id]), 0)
+        for r in (big, a, b, c)
+    ]
+    # All four are queued before the sink's first statement is built.
+    assert await asyncio.gather(*(sink.append(x) for x in appends)) == [False] * 4
+    # Whole appends, oldest first, until the limit is reached: one larger than it goes alone.
+    assert statements == [[MAX_STATEMENT_EVENTS + 200], [300, 300], [300]]
+    async with pool.acquire() as conn:
+        for run_id, n in sizes.items():
+            stored = await event_log.read_after(conn, run_id, 0, 10_000)
+            assert [s for s, _ in stored] == list(range(1, n + 2)), run_id
+
+
+async def test_deltas_queued_ahead_of_a_state_change_go_through_the_shared_statement(
+    writing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's text deltas commit in the sink's statement, and the state change that ends the
+    step in a transaction of its own after them: in order, dense, the state change applied."""
+    pool, bus, sink = writing
+    (run,) = await _running(pool, 1)
+    sink_appends: list[int] = []
+    real = sink.append
+
+    async def spied(append: event_log.LeaseAppend) -> bool:
+        sink_appends.append(len(append.events))
+        return await real(append)
+
+    monkeypatch.setattr(sink, "append", spied)
+    writer = RunWriter(pool, bus, sink, run.id, run.lease_epoch, run.last_sequence)
+    applied: list[int] = []
+
+    async def apply(conn: Any) -> None:
+        # Inside the state change's transaction, after the deltas' own statement committed.
+        applied.append(await conn.fetchval("SELECT last_sequence FROM run WHERE id = $1", run.id))
+
+    for delta in _deltas(30):
+        await writer.emit([delta], streamed=2)
+    await writer.commit([ev.done("m")], apply)
+    assert sum(sink_appends) == 30  # every delta went through the sink, none with the done
+    assert applied == [32]  # 1 run_started + 30 deltas + done, numbered in the transaction
+    assert writer.last_sequence == 32
+    async with pool.acquire() as conn:
+        stored = await event_log.read_after(conn, run.id, 0, 100)
+        row = await conn.fetchrow("SELECT step_streamed FROM run WHERE id = $1", run.id)
+    assert [s for s, _ in stored] == list(range(1, 33))
+    assert ev.kind_of(ev.RunEvent.FromString(stored[-1][1])) == "done"
+    assert row["step_streamed"] == 60

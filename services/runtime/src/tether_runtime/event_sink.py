@@ -1,7 +1,13 @@
-"""One process-wide path for the event-only writes of every executing run: whatever all runs
-queued while the previous round trip was in flight goes to Postgres in ONE statement (each run
-fenced by its own lease epoch and position) and to Redis in ONE pipelined round trip. Per-call
-costs dominate in Python (PERFORMANCE.md), so many runs' events share each call."""
+"""One process-wide path for the event-only writes of every executing run: what all runs queued
+while the previous round trip was in flight goes to Postgres in ONE statement (each run fenced by
+its own lease epoch and position) and to Redis in ONE pipelined round trip. Per-call costs
+dominate in Python (PERFORMANCE.md), so many runs' events share each call.
+
+A statement takes whole appends, oldest first, up to MAX_STATEMENT_EVENTS events; the rest wait for
+the next. Unbounded, a burst of 200 runs made statements of 4,000-13,000 rows that took 50-110 ms,
+and each of their events reached its stream only after the whole statement: bounded at 500, the
+fan-out's commit-to-arrival p50 went from 66-77 to 11-14 ms and its p99 from 96-137 to 49-63 ms,
+at the same rate (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from tether_runtime.bus import EventBus
 from tether_runtime.store import event_log
 from tether_runtime.store.db import Pool
 from tether_runtime.store.event_log import LeaseAppend
+
+MAX_STATEMENT_EVENTS = 500
 
 
 class EventSink:
@@ -31,7 +39,8 @@ class EventSink:
 
     async def _drain(self) -> None:
         while self._queue:
-            batch, self._queue = self._queue, []
+            taken = _appends_to_take(self._queue, MAX_STATEMENT_EVENTS)
+            batch, self._queue = self._queue[:taken], self._queue[taken:]
             try:
                 async with self.pool.acquire() as conn:
                     held = await event_log.append_as_lease_holders(conn, [a for a, _ in batch])
@@ -52,3 +61,14 @@ class EventSink:
                     done.set_result(held[a.run_id])
                 else:
                     done.set_exception(event_log.Fenced(a.run_id))
+
+
+def _appends_to_take(queue: list[tuple[LeaseAppend, asyncio.Future[bool]]], limit: int) -> int:
+    """How many queued appends the next statement takes: whole ones, in order, until they hold
+    `limit` events or more (so at least one, however large)."""
+    events = 0
+    for i, (append, _) in enumerate(queue):
+        events += len(append.events)
+        if events >= limit:
+            return i + 1
+    return len(queue)

@@ -82,8 +82,8 @@ class RunWriter:
 
     async def _drain(self) -> None:
         while self._queue:
-            batch, self._queue = self._queue, []
-            self._queued_events = 0
+            batch, self._queue = _events_only_first(self._queue)
+            self._queued_events = sum(len(w.events) for w in self._queue)
             try:
                 encoded, published = await self._commit(batch)
             except BaseException as err:  # Fenced, store failure, cancellation: all writes fail
@@ -129,3 +129,14 @@ class RunWriter:
         self.last_sequence = append.new_last
         self.cancel_requested = self.cancel_requested or cancel
         return append.encoded, not applies
+
+
+def _events_only_first(queue: list[_Write]) -> tuple[list[_Write], list[_Write]]:
+    """The next batch to commit, and what stays queued. Writes without a state change that wait
+    ahead of one go first, on their own, through the shared statement: a run's text deltas are not
+    held back by (nor counted from the start of) the multi-statement transaction of the state
+    change that ends the step."""
+    first_apply = next((i for i, w in enumerate(queue) if w.apply is not None), len(queue))
+    if 0 < first_apply < len(queue):
+        return queue[:first_apply], queue[first_apply:]
+    return queue, []
