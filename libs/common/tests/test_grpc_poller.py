@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import platform
 import socket
 import threading
 import time
@@ -14,10 +15,10 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc._cython import cygrpc
-from tether_common.grpc_poller import poller_sockets, unblock_completion_poller
+from tether_common.grpc_poller import poller_sockets, pollers, unblock_completion_poller
 
-WRITE = 1  # the write(2) system call's number on x86-64 and in /proc/<tid>/syscall
+# The write(2) system call's number, as /proc/<tid>/syscall shows it, by architecture.
+WRITE = {"x86_64": 1, "aarch64": 64}[platform.machine()]
 
 
 def _echo(request: bytes, context: Any) -> bytes:
@@ -58,8 +59,7 @@ def _ends() -> tuple[socket.socket, socket.socket]:
 
 
 def _poller_thread_id() -> int:
-    pollers = [o for o in gc.get_objects() if isinstance(o, cygrpc.PollerCompletionQueue)]
-    threads = [r for p in pollers for r in gc.get_referents(p) if isinstance(r, threading.Thread)]
+    threads = [r for p in pollers() for r in gc.get_referents(p) if isinstance(r, threading.Thread)]
     assert len(threads) == 1
     native_id = threads[0].native_id
     assert native_id is not None

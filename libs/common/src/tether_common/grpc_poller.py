@@ -31,7 +31,7 @@ def unblock_completion_poller() -> int:
     before `gc.freeze()`, which hides objects from the scan. Returns how many sockets it switched;
     a poller whose socketpair it cannot find (grpc's internals changed) is logged as a warning."""
     switched = 0
-    for poller in _pollers():
+    for poller in pollers():
         sockets = _sockets_of(poller)
         if len(sockets) != 2:
             log.warning("grpc.aio poller: expected its socketpair, found %d sockets", len(sockets))
@@ -45,10 +45,11 @@ def unblock_completion_poller() -> int:
 
 def poller_sockets() -> list[socket.socket]:
     """The sockets of this process's grpc.aio completion pollers (for tests and diagnostics)."""
-    return [sock for poller in _pollers() for sock in _sockets_of(poller)]
+    return [sock for poller in pollers() for sock in _sockets_of(poller)]
 
 
-def _pollers() -> list[object]:
+def pollers() -> list[object]:
+    """This process's grpc.aio completion pollers (one while grpc.aio is in use)."""
     return [o for o in gc.get_objects() if isinstance(o, cygrpc.PollerCompletionQueue)]
 
 
