@@ -38,8 +38,7 @@ def with_database(dsn: str, name: str) -> str:
 
 async def create_database(admin_dsn: str) -> tuple[str, str]:
     """A fresh database, migrated and seeded with the demo; returns (dsn, server version)."""
-    from tether_runtime.demo.seed import seed_demo
-    from tether_runtime.store.migrations import migrate
+    from tether_runtime.provision import prepare
 
     name = "tether_bench_" + secrets.token_hex(5)
     conn = await asyncpg.connect(admin_dsn)
@@ -49,8 +48,7 @@ async def create_database(admin_dsn: str) -> tuple[str, str]:
     finally:
         await conn.close()
     dsn = with_database(admin_dsn, name)
-    await migrate(dsn)
-    await seed_demo(dsn)
+    await prepare(dsn)
     return dsn, version
 
 

@@ -77,8 +77,7 @@ def with_database(dsn: str, name: str) -> str:
 
 async def create_fresh_database(admin_dsn: str) -> str:
     """Create an empty database for this session, migrate it, seed the demo; return its DSN."""
-    from tether_runtime.demo.seed import seed_demo
-    from tether_runtime.store.migrations import migrate
+    from tether_runtime.provision import prepare
 
     name = "tether_t_" + secrets.token_hex(6)
     conn = await asyncpg.connect(admin_dsn)
@@ -87,8 +86,7 @@ async def create_fresh_database(admin_dsn: str) -> str:
     finally:
         await conn.close()
     dsn = with_database(admin_dsn, name)
-    await migrate(dsn)
-    await seed_demo(dsn)
+    await prepare(dsn)
     return dsn
 
 

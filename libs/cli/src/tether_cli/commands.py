@@ -19,16 +19,16 @@ Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
-    from tether_runtime.store.migrations import migrate as apply
+    from tether_runtime.provision import migrate_all
 
     setup_logging("tether-migrate", settings.log_level)
-    applied = asyncio.run(apply(settings.database_url))
+    applied = asyncio.run(migrate_all(settings.database_url))
     log.info("migrations applied", extra={"applied": applied})
     return 0
 
 
 def seed_demo(settings: Settings) -> int:
-    from tether_runtime.demo.seed import seed_demo as seed
+    from tether_runtime.provision import seed_demo as seed
 
     setup_logging("tether-seed", settings.log_level)
     asyncio.run(seed(settings.database_url))
@@ -44,6 +44,14 @@ def serve(service: Service, settings: Settings) -> int:
         uvloop.run(_server(service)(settings))
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        if service == "runtime":
+            from tether_runtime.agents import AgentLoadError
+
+            if isinstance(err, AgentLoadError):
+                print(f"tether runtime: {err}", file=sys.stderr)
+                return 2
+        raise
     return 0
 
 

@@ -47,10 +47,9 @@ class Stores:
 
 
 async def _prepare(dsn: str) -> None:
-    from tether_runtime.demo.seed import seed_demo
-    from tether_runtime.store.migrations import migrate
+    from tether_runtime.provision import migrate_all, seed_demo
 
-    applied = await migrate(dsn)
+    applied = await migrate_all(dsn)
     log.info("migrations applied", extra={"applied": applied})
     await seed_demo(dsn)
     log.info("demo data loaded")

@@ -49,6 +49,10 @@ class Settings:
     poll_interval_s: float = 2.0
     interrupt_ttl_s: float = 900.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
+    # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
+    tool_deny: frozenset[str] = frozenset()
+    # The agent a run gets when it names none (when only one agent is loaded: that one).
+    default_agent: str = "opspilot"
     # What a runtime process does: serve the gRPC API, execute runs (the worker), or both. Split,
     # the API's event loop is not shared with agent loops (README, "Splitting the runtime"):
     # accepting RPCs and streaming stay prompt however busy the runs are.
@@ -104,6 +108,10 @@ class Settings:
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             tool_gate_mode=gate,  # type: ignore[arg-type]
+            tool_deny=frozenset(
+                s.strip() for s in e.get("TETHER_TOOL_DENY", "").split(",") if s.strip()
+            ),
+            default_agent=e.get("TETHER_DEFAULT_AGENT", cls.default_agent),
             runtime_role=role,  # type: ignore[arg-type]
             model=e.get("TETHER_MODEL", cls.model),
             scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),

@@ -62,6 +62,12 @@ class Unavailable(TetherError):
     reason = "UNAVAILABLE"
 
 
+class AgentNotFound(TetherError):
+    """A run named an agent this deployment has not loaded (never a silent fallback)."""
+
+    reason = "AGENT_NOT_FOUND"
+
+
 class UnsafeSettings(TetherError):
     """Raised at start-up in production when a setting would break a guarantee."""
 
@@ -71,6 +77,7 @@ class UnsafeSettings(TetherError):
 # reason -> (gRPC status code name, HTTP status). The one table both boundaries use.
 STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     "INVALID_ARGUMENT": ("INVALID_ARGUMENT", 400),
+    "AGENT_NOT_FOUND": ("INVALID_ARGUMENT", 400),
     "UNAUTHENTICATED": ("UNAUTHENTICATED", 401),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", 403),
     "NOT_FOUND": ("NOT_FOUND", 404),

@@ -6,7 +6,6 @@ from prometheus_client import Counter, Gauge, Histogram
 
 RUNS_STARTED = Counter("tether_runs_started_total", "Runs queued by StartRun")
 RUNS_FINISHED = Counter("tether_runs_finished_total", "Runs that left a worker", ["status"])
-RUNS_BY_STATUS = Gauge("tether_runs", "Runs by status", ["status"])
 QUEUE_DEPTH = Gauge("tether_queue_depth", "Queued runs waiting for a worker")
 QUEUE_OLDEST_AGE = Gauge("tether_queue_oldest_age_seconds", "Age of the oldest queued run")
 LEASE_TAKEOVERS = Counter("tether_lease_takeovers_total", "Runs claimed after a lease expired")
@@ -18,6 +17,14 @@ TOOL_GATE_VIOLATIONS = Counter(
     ["mode", "agent", "tool"],
 )
 TOOL_CALLS = Counter("tether_tool_calls_total", "Tool calls executed", ["tool", "status"])
+TOOL_RECOVERIES = Counter(
+    "tether_tool_recoveries_total", "Write calls found mid-call after a crash", ["tool"]
+)
+OUTCOME_UNKNOWN = Counter(
+    "tether_tool_outcome_unknown_total",
+    "Write calls whose outcome nobody could tell, handed to a person",
+    ["tool"],
+)
 EVENTS_APPENDED = Counter("tether_events_appended_total", "Events committed to the log")
 STREAMS_ACTIVE = Gauge("tether_event_streams_active", "Open StreamRunEvents calls")
 STREAM_GAP_FILLS = Counter("tether_stream_gap_fills_total", "Gaps filled from Postgres")

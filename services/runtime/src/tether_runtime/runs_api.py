@@ -11,8 +11,8 @@ from tether_common.ids import new_id, new_id_after
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.agent import context
-from tether_runtime.agent.opspilot import AGENTS
-from tether_runtime.executor import started_checkpoint
+from tether_runtime.agents import AgentRegistry
+from tether_runtime.checkpoint import started as started_checkpoint
 from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
 from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
@@ -80,6 +80,7 @@ async def list_messages(
 
 async def start_run(
     pool: Pool,
+    agents: AgentRegistry,
     principal: Principal,
     conv_id: str,
     text: str,
@@ -97,9 +98,7 @@ async def start_run(
         raise InvalidArgument(f"text is longer than {MAX_TEXT} characters")
     if len(key) > MAX_KEY:
         raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
-    agent = agent or "opspilot"
-    if agent not in AGENTS:
-        raise InvalidArgument(f"unknown agent {agent!r}")
+    agent = agents.resolve(agent)  # AGENT_NOT_FOUND, never a fallback
     scope = f"start:{principal.user_id}"
     rhash = request_hash(conv_id, text, agent)
     run_id = run_id or new_id("run")  # a caller already listening for the run names it
@@ -151,6 +150,7 @@ class _Retry(Exception):
 
 async def start_run_once(
     pool: Pool,
+    agents: AgentRegistry,
     principal: Principal,
     conv_id: str,
     text: str,
@@ -162,11 +162,11 @@ async def start_run_once(
 ) -> tuple[RunView, bool]:
     try:
         return await start_run(
-            pool, principal, conv_id, text, key, agent, trace_context, run_id=run_id
+            pool, agents, principal, conv_id, text, key, agent, trace_context, run_id=run_id
         )
     except _Retry:
         return await start_run(
-            pool, principal, conv_id, text, key, agent, trace_context, run_id=run_id
+            pool, agents, principal, conv_id, text, key, agent, trace_context, run_id=run_id
         )
 
 

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -19,26 +20,15 @@ from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
 from tether_runtime.agent.gate import ToolGate
-from tether_runtime.agent.model import Model
-from tether_runtime.agent.scripted import ScriptedModel
+from tether_runtime.agents import AgentLoadError, AgentRegistry
 from tether_runtime.bus import EventBus
-from tether_runtime.executor import Engine
+from tether_runtime.engine import Engine
 from tether_runtime.servicer import RuntimeServicer, register
 from tether_runtime.store.db import create_pool
 from tether_runtime.worker import Worker
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "tether.runtime.v1.RuntimeService"
-
-
-def make_model(settings: Settings) -> Model:
-    if settings.model == "openai":
-        from tether_runtime.agent.openai_compat import OpenAICompatModel
-
-        return OpenAICompatModel(
-            settings.openai_base_url, settings.openai_api_key, settings.openai_model
-        )
-    return ScriptedModel(settings.scripted_delay_s)
 
 
 def server_options(settings: Settings) -> list[tuple[str, int]]:
@@ -58,6 +48,15 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     setup_logging("tether-runtime", settings.log_level)
     setup_tracing("tether-runtime")
     log.info("runtime starting", extra={"settings": settings.public_view()})
+    # Agents first: a misconfigured agent stops the pod before it touches a store.
+    agents = AgentRegistry.load(settings)
+    log.info(
+        "agents loaded",
+        extra={
+            "agents": {n: a.source for n, a in agents.agents.items()},
+            "default": agents.default,
+        },
+    )
     pool = await create_pool(
         settings.database_url,
         min_size=min(4, settings.db_pool_size),
@@ -66,7 +65,9 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     )
     bus = EventBus(settings.redis_url)
     await bus.start()
-    engine = Engine(pool, bus, settings, ToolGate(settings.tool_gate_mode), make_model(settings))
+    await agents.start(settings.database_url)
+    gate = ToolGate(settings.tool_gate_mode, settings.tool_deny)
+    engine = Engine(pool, bus, settings, gate, agents)
     server = grpc.aio.server(options=server_options(settings))
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
@@ -112,15 +113,23 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
     await server.stop(grace=settings.drain_s / 2)
     await bus.close()
+    await agents.close()
     await pool.close()
     log.info("runtime stopped")
 
 
 def main() -> None:
     settings = Settings.from_env()
+    # Only the import is guarded: an ImportError raised while serving must not start a second
+    # server under plain asyncio.
     try:
         import uvloop
-
-        uvloop.run(run_server(settings))
     except ImportError:
-        asyncio.run(run_server(settings))
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(run_server(settings))
+    except AgentLoadError as err:
+        print(f"tether runtime: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

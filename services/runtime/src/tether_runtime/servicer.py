@@ -29,8 +29,8 @@ from tether_common.tracing import context_from, inject_carrier
 
 from tether_runtime import convert, metrics, resume, runs_api
 from tether_runtime import events as ev
+from tether_runtime.engine import Engine
 from tether_runtime.event_stream import EventStream
-from tether_runtime.executor import Engine
 from tether_runtime.store.db import STORE_DOWN
 from tether_runtime.views import RunView
 
@@ -163,6 +163,7 @@ class RuntimeServicer:
     ) -> tuple[RunView, bool]:
         return await runs_api.start_run_once(
             self.e.pool,
+            self.e.agents,
             p,
             request.conversation_id,
             request.text,

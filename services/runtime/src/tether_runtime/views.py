@@ -4,7 +4,6 @@ returns exactly the first answer."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any
 
 from tether_runtime.store.records import InterruptRow, RunRow
@@ -76,5 +75,17 @@ class RunView:
         return cls(**{**v, "pending_interrupt": InterruptView(**p) if p else None})
 
 
-def parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value)
+@dataclass(frozen=True)
+class AgentToolView:
+    name: str
+    description: str
+    effect: str
+    action: str
+    risk: str
+
+
+@dataclass(frozen=True)
+class AgentView:
+    name: str
+    description: str
+    tools: tuple[AgentToolView, ...]

@@ -17,8 +17,9 @@ from tether_common.logging import conversation_id_var, run_id_var
 from tether_common.tracing import context_from, span_context_from
 
 from tether_runtime import metrics
-from tether_runtime.executor import Engine, RunExecutor
+from tether_runtime.engine import Engine
 from tether_runtime.resume import expire_interrupt
+from tether_runtime.run_loop import RunExecutor
 from tether_runtime.store import interrupts, runs
 from tether_runtime.store.db import STORE_ERRORS
 from tether_runtime.store.event_log import Fenced

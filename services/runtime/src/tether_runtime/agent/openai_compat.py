@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+from tether_sdk import ModelRequest, ToolCall
+from tether_sdk._model import Chunk
 
-from tether_runtime.agent.model import Chunk, ModelInput, ToolCallRequest
 
-
-def to_openai_messages(request: ModelInput) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"role": "system", "content": request.system}]
+def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    system = "\n\n".join(p for p in (request.instructions, request.context) if p)
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in request.messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
             out.append(
@@ -48,7 +49,7 @@ class OpenAICompatModel:
         self.model = model
         self.timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=60)
 
-    async def stream(self, request: ModelInput) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         body = {
             "model": self.model,
             "stream": True,
@@ -95,4 +96,4 @@ class OpenAICompatModel:
         for index in sorted(calls):
             c = calls[index]
             args = json.loads(c["arguments"] or "{}")
-            yield ToolCallRequest(c["id"] or f"call_{index}", c["name"], args)
+            yield ToolCall(c["name"], args, c["id"] or f"call_{index}")

@@ -169,6 +169,18 @@ async def claim_call(
     return str(result).endswith(" 1")
 
 
+async def mark_unknown(conn: Conn, run_id: str, call_id: str, epoch: int) -> bool:
+    """A call this epoch claimed whose outcome nobody can tell: it waits for a person."""
+    result = await conn.execute(
+        "UPDATE tool_call SET status = 'unknown', updated_at = now() "
+        "WHERE run_id = $1 AND call_id = $2 AND status = 'executing' AND claimed_epoch = $3",
+        run_id,
+        call_id,
+        epoch,
+    )
+    return str(result).endswith(" 1")
+
+
 async def finish_call(
     conn: Conn,
     run_id: str,

@@ -210,3 +210,7 @@ async def queue_depth(conn: Conn) -> tuple[int, float]:
     )
     assert row is not None
     return int(row["n"]), float(row["age"])
+
+
+async def cancel_reason(conn: Conn, run_id: str) -> str:
+    return str(await conn.fetchval("SELECT cancel_reason FROM run WHERE id = $1", run_id) or "")

@@ -1,10 +1,10 @@
-"""`tether seed-demo`: the OpsPilot inventory and grants. Idempotent: run it as often as you like."""
+"""The demo inventory (`tether seed-demo` runs it through the agent's `seed`). Idempotent: run
+it as often as you like. The demo users' grants are Tether's, not the agent's: `tether seed-demo`
+adds them with `tether grants`."""
 
 from __future__ import annotations
 
 import asyncpg
-
-from tether_runtime.store.db import _init
 
 SERVICES = [
     # name, env, replicas, instance statuses
@@ -13,14 +13,6 @@ SERVICES = [
     ("checkout-web", "prod", 2, ["healthy", "healthy"]),
     ("search-api", "prod", 2, ["healthy", "healthy"]),
     ("notification-worker", "prod", 2, ["healthy", "healthy"]),
-]
-
-# alice and bob may restart and scale anything; everyone else only reads.
-GRANTS = [
-    ("alice", "instance.restart", "*"),
-    ("alice", "service.scale", "*"),
-    ("bob", "instance.restart", "*"),
-    ("bob", "service.scale", "*"),
 ]
 
 ERRORS = [
@@ -34,10 +26,8 @@ def instance_id(service: str, env: str, n: int) -> str:
     return f"{service}-{n}" if env == "prod" else f"{service}-{env}-{n}"
 
 
-async def seed_demo(dsn: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    await _init(conn)
-    try:
+async def seed_inventory(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(7417)")
             for name, env, replicas, statuses in SERVICES:
@@ -57,14 +47,6 @@ async def seed_demo(dsn: str) -> None:
                         env,
                         status,
                     )
-            for user, action, scope in GRANTS:
-                await conn.execute(
-                    'INSERT INTO "grant" (user_id, action, scope) VALUES ($1, $2, $3) '
-                    "ON CONFLICT DO NOTHING",
-                    user,
-                    action,
-                    scope,
-                )
             have = await conn.fetchval("SELECT count(*) FROM inv_error")
             if not have:
                 bad = instance_id("payment-api", "prod", 2)
@@ -95,5 +77,3 @@ async def seed_demo(dsn: str) -> None:
                         line,
                         i,
                     )
-    finally:
-        await conn.close()

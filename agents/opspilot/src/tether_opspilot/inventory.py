@@ -1,4 +1,4 @@
-"""The demo ops API. It behaves like a real external API: mutations take an idempotency key and
+"""OpsPilot's demo ops API, in its own tables (migrations/). It behaves like a real external API: mutations take an idempotency key and
 the same key never acts twice, so a worker can reconcile a call it lost track of."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import asyncio
 import os
 from typing import Any
 
-from tether_runtime.store.db import Conn, Pool
+from asyncpg import Connection as Conn
+from asyncpg import Pool
 
 
 def _tool_delay() -> float:
@@ -71,7 +72,9 @@ async def operation(conn: Conn, key: str) -> dict[str, Any] | None:
     return dict(row["result"]) if row else None
 
 
-async def restart_instance(pool: Pool, instance_id: str, key: str) -> dict[str, Any]:
+async def restart_instance(
+    pool: Pool, service: str, env: str, instance_id: str, key: str
+) -> dict[str, Any]:
     delay = _tool_delay()
     if delay:
         await asyncio.sleep(delay / 2)
@@ -82,11 +85,17 @@ async def restart_instance(pool: Pool, instance_id: str, key: str) -> dict[str, 
             return done
         row = await conn.fetchrow(
             "UPDATE inv_instance SET status = 'healthy', restart_count = restart_count + 1, "
-            "last_restart = now() WHERE id = $1 RETURNING id, status, restart_count",
+            "last_restart = now() WHERE id = $1 AND service = $2 AND env = $3 "
+            "RETURNING id, status, restart_count",
             instance_id,
+            service,
+            env,
         )
         if row is None:
-            result: dict[str, Any] = {"ok": False, "error": f"no instance {instance_id}"}
+            result: dict[str, Any] = {
+                "ok": False,
+                "error": f"no instance {instance_id} in {service}/{env}",
+            }
         else:
             result = {"ok": True, **dict(row)}
         await conn.execute(
@@ -124,6 +133,36 @@ async def scale_service(
             "VALUES ($1, 'scale', $2, $3)",
             key,
             f"{service}/{env}",
+            result,
+        )
+    return result
+
+
+async def delete_instance(
+    pool: Pool, service: str, env: str, instance_id: str, key: str
+) -> dict[str, Any]:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
+        done = await operation(conn, key)
+        if done is not None:
+            return done
+        row = await conn.fetchrow(
+            "UPDATE inv_instance SET status = 'stopped' WHERE id = $1 AND service = $2 "
+            "AND env = $3 RETURNING id, status",
+            instance_id,
+            service,
+            env,
+        )
+        result: dict[str, Any] = (
+            {"ok": True, **dict(row)}
+            if row
+            else {"ok": False, "error": f"no instance {instance_id} in {service}/{env}"}
+        )
+        await conn.execute(
+            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
+            "VALUES ($1, 'delete', $2, $3)",
+            key,
+            instance_id,
             result,
         )
     return result

@@ -1,0 +1,56 @@
+"""OpsPilot, defined on the public SDK: its instructions, model, tools, limits, tables and demo
+data. Tether finds it through the `tether.agents` entry point (or TETHER_AGENTS)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+from tether_sdk import Agent, Host, Limits, ScriptedModel
+
+from tether_opspilot import policy, tools
+from tether_opspilot.seed import seed_inventory
+
+
+async def _json_codecs(conn: asyncpg.Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+@asynccontextmanager
+async def inventory_pool(host: Host) -> AsyncIterator[asyncpg.Pool]:
+    """The inventory API's own connections: its tables live in OPSPILOT_DATABASE_URL, by default
+    Tether's database, where `tether migrate` created them from this agent's migrations."""
+    dsn = os.environ.get("OPSPILOT_DATABASE_URL") or host.database_url
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, init=_json_codecs)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+agent = Agent(
+    name="opspilot",
+    description="An ops assistant: finds instances, errors and logs; restarts and scales with approval.",
+    instructions=(
+        "You are OpsPilot, an operations assistant. Look things up before acting. Restarting an "
+        "instance or scaling a service changes production: propose it with the tool, and a "
+        "person approves it. Use the recent turns to understand what 'it' refers to."
+    ),
+    model=ScriptedModel(policy.decide),
+    tools=[
+        tools.find_instances,
+        tools.recent_errors,
+        tools.get_logs,
+        tools.restart_instance,
+        tools.scale_service,
+        tools.delete_instance,
+    ],
+    limits=Limits(max_steps=12, run_deadline_s=600, tool_timeout_s=30),
+    migrations="tether_opspilot:migrations",
+    lifespan=inventory_pool,
+    seed=seed_inventory,
+)

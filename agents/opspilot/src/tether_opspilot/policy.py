@@ -1,0 +1,183 @@
+"""OpsPilot's scripted brain: no network. It understands the demo's requests, follows "it" /
+"the one just now" through confirmed facts and recent turns, and answers in plain words. Given the
+same transcript it always decides the same step, so a step retried after a crash repeats itself
+exactly (the engine then skips what was already streamed)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tether_sdk import ModelRequest, ToolCall
+
+_INSTANCE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)+-\d+)\b")
+_SERVICE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)+)\b")
+_REFERS = re.compile(r"\b(it|its|the one just now|that one|this one|that instance|this instance)\b")
+_STREAM = re.compile(r"^\s*(?:stream|bench)\s+(\d+)\s+deltas?\b")
+
+
+def decide(req: ModelRequest) -> str | list[str] | ToolCall:
+    """One step of OpsPilot's scripted brain."""
+    msgs = req.messages
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    text = str(msgs[last_user]["content"]).strip()
+    lower = text.lower()
+    results: list[dict[str, Any]] = [
+        {"tool": r.tool, "ok": r.ok, "summary": r.summary, "data": r.data, "outcome": r.outcome}
+        for r in req.results()
+    ]
+
+    bench = _STREAM.match(lower)
+    if bench:
+        return [f"t{i} " for i in range(int(bench.group(1)))]
+
+    facts = dict(req.facts)
+    service, env, instance = _targets(lower, facts, msgs[:last_user])
+
+    if "restart" in lower or "reboot" in lower:
+        return _restart(results, service, env, instance, lower)
+    if "scale" in lower:
+        m = re.search(r"\bto\s+(\d+)\b", lower) or re.search(r"\b(\d+)\s+replicas?\b", lower)
+        if not service or not m:
+            return "Which service should I scale, and to how many replicas?"
+        if not results:
+            return ToolCall(
+                "scale_service",
+                {"service": service, "env": env, "replicas": int(m.group(1))},
+            )
+        return _after_mutation(results[-1], f"service {service}")
+    if "log" in lower:
+        if not instance and service and not results:
+            return ToolCall(
+                "find_instances",
+                {"service": service, "env": env, "status": "abnormal"},
+            )
+        if not instance and results:
+            found = results[-1]["data"].get("instances", [])
+            instance = found[0]["id"] if found else ""
+        if not instance:
+            return "Which instance's logs do you want? Name a service or instance."
+        if not any(r["tool"] == "get_logs" for r in results):
+            return ToolCall("get_logs", {"instance_id": instance})
+        lines = results[-1]["data"].get("lines", [])
+        body = "; ".join(f"{ln['level']} {ln['line']}" for ln in lines[:4]) or "no lines"
+        return f"The latest logs of {instance}: {body}."
+    if "error" in lower or "investigat" in lower:
+        if not service:
+            return "Which service should I look at? For example: payment-api in prod."
+        if not results:
+            return ToolCall("recent_errors", {"service": service, "env": env})
+        d = results[-1]["data"]
+        worst = d.get("worst_instance")
+        tail = f", most of them on {worst}" if worst else ""
+        return (
+            f"{service} in {env} had {d.get('count', 0)} recent errors "
+            f"({d.get('count_5xx', 0)} of them 5xx){tail}."
+        )
+    if service and ("instance" in lower or "status" in lower or "health" in lower):
+        if not results:
+            args: dict[str, Any] = {"service": service, "env": env}
+            if "abnormal" in lower:
+                args["status"] = "abnormal"
+            return ToolCall("find_instances", args)
+        return f"{service} in {env}: {results[-1]['summary']}."
+    return (
+        "I can look up instances, recent errors and logs, and restart an instance or "
+        "scale a service once you approve. Try: restart the abnormal payment-api instance."
+    )
+
+
+def _restart(
+    results: list[dict[str, Any]],
+    service: str,
+    env: str,
+    instance: str,
+    lower: str,
+) -> str | ToolCall:
+    # Whatever was attempted after the lookup (a restart, or a call the gate blocked) ends it.
+    restarts = [r for r in results if r["tool"] != "find_instances"]
+    if restarts:
+        return _after_mutation(restarts[-1], f"instance {instance or 'it'}")
+    if "abnormal" in lower or not instance:
+        if not service:
+            return "Which service's instance should I restart?"
+        finds = [r for r in results if r["tool"] == "find_instances"]
+        if not finds:
+            return ToolCall(
+                "find_instances",
+                {"service": service, "env": env, "status": "abnormal"},
+            )
+        found = finds[-1]["data"].get("instances", [])
+        if not found:
+            return f"I found no abnormal instance of {service} in {env}, so there is nothing to restart."
+        if len(found) > 1:
+            names = ", ".join(i["id"] for i in found)
+            return f"{service} has {len(found)} abnormal instances ({names}). Which one should I restart?"
+        instance = found[0]["id"]
+    return ToolCall(
+        "restart_instance",
+        {
+            "service": service or instance.rsplit("-", 1)[0],
+            "env": env,
+            "instance_id": instance,
+            "reason": "abnormal status and recent 5xx",
+        },
+    )
+
+
+def _after_mutation(result: dict[str, Any], what: str) -> str:
+    outcome = result.get("outcome", "")
+    if outcome == "rejected":
+        return f"Understood: I did not touch {what}. Nothing was changed."
+    if outcome == "expired":
+        return f"The approval request for {what} expired before anyone answered, so I did nothing."
+    if outcome == "denied":
+        return f"You are not allowed to do that to {what}, so I did not."
+    if outcome == "skipped":
+        return f"I did not act: {result['summary']}. Nothing needed doing."
+    if outcome == "abandoned":
+        return f"Understood: we don't know whether {what} was changed, and I will not try again."
+    if outcome == "marked_done":
+        return f"Noted: {what} was handled, as you confirmed."
+    if outcome == "invalid":
+        return f"I could not act on {what}: {result['summary']}."
+    if outcome == "blocked":
+        return f"That action is blocked by policy, so {what} was not touched."
+    if not result.get("ok"):
+        return f"The action on {what} failed: {result['summary']}."
+    return f"Done: {result['summary']}."
+
+
+def _targets(
+    lower: str, facts: dict[str, Any], earlier: list[dict[str, Any]]
+) -> tuple[str, str, str]:
+    """Explicit names win; "it" resolves through confirmed facts, then the recent turns."""
+    env = "staging" if "staging" in lower else str(facts.get("env") or "prod")
+    inst = _INSTANCE.search(lower)
+    instance = inst.group(1) if inst else ""
+    svc = next((s for s in _SERVICE.findall(lower) if not _INSTANCE.fullmatch(s)), "")
+    service = svc or (instance.rsplit("-", 1)[0] if instance else "")
+    if _REFERS.search(lower) or not service:
+        if not instance and "abnormal" not in lower:
+            instance = str(facts.get("instance_id") or "")
+            if not instance:
+                for m in reversed(earlier):
+                    found = _INSTANCE.search(str(m.get("content", "")).lower())
+                    if found:
+                        instance = found.group(1)
+                        break
+        if not service:
+            service = str(facts.get("service") or "")
+            if not service:
+                for m in reversed(earlier):
+                    found_s = [
+                        s
+                        for s in _SERVICE.findall(str(m.get("content", "")).lower())
+                        if not _INSTANCE.fullmatch(s)
+                    ]
+                    if found_s:
+                        service = found_s[0]
+                        break
+    if instance and not service:
+        service = instance.rsplit("-", 1)[0]
+    return service, env, instance

@@ -1,0 +1,52 @@
+"""Tether's agent SDK: write an agent, its tools and their effects; Tether runs it durably.
+
+    from tether_sdk import Agent, ScriptedModel, ToolContext, tool
+
+    @tool(effect="read")
+    async def lookup(ctx: ToolContext, order_id: str) -> str:
+        "Find an order."
+        ...
+
+The public names are exactly those in `__all__` (a test pins them); everything in a module
+whose name starts with an underscore may change without notice."""
+
+from tether_sdk._agent import Agent, AgentDefinitionError, Host, Limits
+from tether_sdk._context import ToolContext
+from tether_sdk._model import (
+    Model,
+    ModelRequest,
+    OpenAICompatible,
+    ScriptedModel,
+    ToolCall,
+    ToolOutcome,
+    ToolSchema,
+)
+from tether_sdk._results import Reconciled, ToolError, ToolResult, TransientError
+from tether_sdk._tools import Confirmation, Effect, InvalidArguments, Risk, Tool, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentDefinitionError",
+    "Confirmation",
+    "Effect",
+    "Host",
+    "InvalidArguments",
+    "Limits",
+    "Model",
+    "ModelRequest",
+    "OpenAICompatible",
+    "Reconciled",
+    "Risk",
+    "ScriptedModel",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolOutcome",
+    "ToolResult",
+    "ToolSchema",
+    "TransientError",
+    "tool",
+]

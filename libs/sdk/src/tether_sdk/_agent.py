@@ -1,0 +1,116 @@
+"""An agent: a name, a description, instructions, a model, tools and limits; optionally its own
+tables (migrations), its own resources (lifespan) and demo data (seed)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from tether_sdk._model import Model, OpenAICompatible
+from tether_sdk._tools import Tool
+
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_MIGRATIONS = re.compile(r"^[A-Za-z_][\w.]*:[\w./-]+$")
+
+
+class AgentDefinitionError(Exception):
+    """An agent that Tether refuses to load; the message lists every reason."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int = 25
+    """Model steps per run; past it the run fails with STEP_LIMIT_EXCEEDED."""
+    run_deadline_s: float = 3600.0
+    """Execution time per run, not counting time waiting for a person; past it the run fails
+    with DEADLINE_EXCEEDED."""
+    tool_timeout_s: float = 60.0
+    """Per tool call, unless the tool sets its own `timeout_s`."""
+    tool_retries: int = 2
+    """Extra calls after a TransientError (or a timeout of a read tool)."""
+    retry_backoff_s: float = 0.5
+    """First wait before a retry; it doubles each time."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.max_steps < 1:
+            out.append("limits.max_steps must be at least 1")
+        for label, v in (
+            ("run_deadline_s", self.run_deadline_s),
+            ("tool_timeout_s", self.tool_timeout_s),
+        ):
+            if v <= 0:
+                out.append(f"limits.{label} must be positive")
+        if self.tool_retries < 0 or self.retry_backoff_s < 0:
+            out.append("limits.tool_retries and limits.retry_backoff_s cannot be negative")
+        return out
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the runtime tells an agent's `lifespan` and `seed` about where it runs."""
+
+    database_url: str
+    """Tether's database, where `tether migrate` created the agent's own tables."""
+
+
+Lifespan = Callable[[Host], AbstractAsyncContextManager[Any]]
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    description: str
+    instructions: str
+    model: Model | OpenAICompatible
+    tools: Sequence[Tool] = ()
+    limits: Limits = field(default_factory=Limits)
+    migrations: str | None = None
+    """"package:folder" holding NNNN_name.sql files; `tether migrate` applies them after
+    Tether's own, once each, in order."""
+    lifespan: Lifespan | None = None
+    """`lifespan(host)`: an async context manager run once per process; what it yields is
+    `ctx.state` in every tool call (a connection pool, an API client), closed at shutdown."""
+    seed: Callable[[Any], Awaitable[None]] | None = None
+    """Loads demo data (given `ctx.state`); `tether seed-demo` runs it. Must be idempotent."""
+
+    def tool(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def problems(self) -> list[str]:
+        out: list[str] = []
+        if not _AGENT_NAME.match(self.name or ""):
+            out.append(
+                f"agent name {self.name!r}: 1-64 lowercase letters, digits, '_' or '-', "
+                "starting with a letter"
+            )
+        if not isinstance(self.model, OpenAICompatible) and not hasattr(self.model, "stream"):
+            out.append(f"agent {self.name!r}: model must have stream(request) or be a provider")
+        seen: set[str] = set()
+        for item in self.tools:
+            t = cast(object, item)  # callers may pass anything; say what is wrong
+            if not isinstance(t, Tool):
+                out.append(f"agent {self.name!r}: {t!r} is not a tool; decorate it with @tool")
+                continue
+            if t.name in seen:
+                out.append(f"agent {self.name!r}: two tools are named {t.name!r}")
+            seen.add(t.name)
+            out.extend(t.problems())
+        out.extend(self.limits.problems())
+        if self.migrations is not None and not _MIGRATIONS.match(self.migrations):
+            out.append(
+                f"agent {self.name!r}: migrations must be 'package:folder', not {self.migrations!r}"
+            )
+        return out
+
+    def check(self) -> Agent:
+        """The agent itself, or AgentDefinitionError listing every problem."""
+        problems = self.problems()
+        if problems:
+            raise AgentDefinitionError(
+                f"agent {self.name!r} cannot be loaded:\n" + "".join(f"  - {p}\n" for p in problems)
+            )
+        return self

@@ -1,0 +1,167 @@
+"""The agents this process runs, loaded from configuration (DESIGN section 10): TETHER_AGENTS
+(`module:attribute`, comma-separated) and the `tether.agents` entry-point group. The engine knows
+an agent only through the public SDK; it imports none by name."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from tether_common.config import Settings
+from tether_common.errors import AgentNotFound
+from tether_sdk import Agent, AgentDefinitionError, Host, Model, OpenAICompatible
+
+from tether_runtime.views import AgentToolView, AgentView
+
+log = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "tether.agents"
+
+
+class AgentLoadError(Exception):
+    """Configuration names an agent that cannot be loaded; the message says which and why."""
+
+
+@dataclass
+class LoadedAgent:
+    agent: Agent
+    source: str
+    """Where it came from: "TETHER_AGENTS=mod:attr" or "entry point name = mod:attr"."""
+    model: Model
+    state: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+
+def _import(spec: str) -> object:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AgentLoadError(f"{spec!r} is not 'module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure is reported with its cause
+        raise AgentLoadError(f"cannot import {module_name!r}: {err}") from err
+    obj: object = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AgentLoadError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def discover(env: Mapping[str, str] | None = None) -> list[tuple[Agent, str]]:
+    """Every configured agent, checked; AgentLoadError on the first that is wrong."""
+    e = os.environ if env is None else env
+    found: list[tuple[object, str]] = []
+    for spec in filter(None, (s.strip() for s in e.get("TETHER_AGENTS", "").split(","))):
+        found.append((_import(spec), f"TETHER_AGENTS={spec}"))
+    if e.get("TETHER_AGENT_ENTRY_POINTS", "1") not in ("0", "false"):
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+            except Exception as err:  # noqa: BLE001
+                raise AgentLoadError(f"entry point {ep.name} = {ep.value}: {err}") from err
+            found.append((obj, f"entry point {ep.name} = {ep.value}"))
+    out: list[tuple[Agent, str]] = []
+    names: dict[str, str] = {}
+    for obj, source in found:
+        if not isinstance(obj, Agent):
+            raise AgentLoadError(f"{source} is a {type(obj).__name__}, not a tether_sdk.Agent")
+        try:
+            obj.check()
+        except AgentDefinitionError as err:
+            raise AgentLoadError(f"{source}: {err}") from err
+        if obj.name in names:
+            if any(a is obj for a, _ in out):
+                continue  # the same agent named twice (TETHER_AGENTS and its entry point)
+            raise AgentLoadError(
+                f"two agents are named {obj.name!r}: {names[obj.name]} and {source}"
+            )
+        names[obj.name] = source
+        out.append((obj, source))
+    return out
+
+
+def make_model(agent: Agent, settings: Settings) -> Model:
+    """The agent's model; TETHER_MODEL=openai points every agent at the configured server."""
+    from tether_runtime.agent.openai_compat import OpenAICompatModel
+
+    if settings.model == "openai":
+        return OpenAICompatModel(
+            settings.openai_base_url, settings.openai_api_key, settings.openai_model
+        )
+    if isinstance(agent.model, OpenAICompatible):
+        p = agent.model
+        return OpenAICompatModel(
+            p.base_url or settings.openai_base_url,
+            os.environ.get(p.api_key_env, ""),
+            p.model,
+        )
+    return agent.model
+
+
+class AgentRegistry:
+    def __init__(self, loaded: list[LoadedAgent], default: str) -> None:
+        self.agents = {a.name: a for a in loaded}
+        self.default = default
+        self._stack = AsyncExitStack()
+
+    @classmethod
+    def load(cls, settings: Settings, env: Mapping[str, str] | None = None) -> AgentRegistry:
+        found = discover(env)
+        loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
+        names = sorted(a.name for a in loaded)
+        default = settings.default_agent if settings.default_agent in names else ""
+        if not default and len(names) == 1:
+            default = names[0]
+        return cls(loaded, default)
+
+    async def start(self, database_url: str) -> None:
+        """Open each agent's resources (its lifespan) once for this process."""
+        host = Host(database_url=database_url)
+        for a in self.agents.values():
+            if a.agent.lifespan is not None:
+                a.state = await self._stack.enter_async_context(a.agent.lifespan(host))
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    def resolve(self, name: str) -> str:
+        """The agent a run asks for ('' is the default), or AGENT_NOT_FOUND."""
+        name = name or self.default
+        if name not in self.agents:
+            known = ", ".join(sorted(self.agents)) or "none"
+            if not name:
+                raise AgentNotFound(f"name an agent: no default is configured (loaded: {known})")
+            raise AgentNotFound(f"no agent named {name!r} is loaded (loaded: {known})")
+        return name
+
+    def get(self, name: str) -> LoadedAgent:
+        return self.agents[self.resolve(name)]
+
+    def views(self) -> list[AgentView]:
+        return [view_of(a.agent) for _, a in sorted(self.agents.items())]
+
+
+def view_of(agent: Agent) -> AgentView:
+    return AgentView(
+        name=agent.name,
+        description=agent.description,
+        tools=tuple(
+            AgentToolView(
+                name=t.name,
+                description=t.description,
+                effect=str(t.effect),
+                action=t.action,
+                risk=t.risk if t.effect == "write" else "",
+            )
+            for t in agent.tools
+        ),
+    )

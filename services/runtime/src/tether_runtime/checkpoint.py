@@ -1,0 +1,68 @@
+"""A run's saved state between steps: the transcript the model sees, the tool calls still to
+process, the text streamed so far, and the run's spent budget (steps, execution time). Stored as
+JSON in `run.checkpoint`; a worker that takes a run over continues from exactly this."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERSION = 2
+
+
+@dataclass
+class PendingCall:
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    interrupt_id: str = ""
+
+
+@dataclass
+class Checkpoint:
+    message_id: str
+    """The id the run's answer streams under and is stored as."""
+    messages: list[dict[str, Any]]
+    pending: list[PendingCall] = field(default_factory=list)
+    text: str = ""
+    steps: int = 0
+    """Model steps taken (Limits.max_steps)."""
+    active_s: float = 0.0
+    """Execution time spent by earlier workers, not counting waits for a person."""
+    started: bool = True
+
+    def to_json(self) -> str:
+        return json.dumps({"v": VERSION, **asdict(self)})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"v": VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Checkpoint | None:
+        """None for a run queued by an older runtime that stored no started state."""
+        if not raw.get("started"):
+            return None
+        return cls(
+            message_id=str(raw["message_id"]),
+            messages=list(raw.get("messages") or []),
+            pending=[
+                PendingCall(
+                    str(p["call_id"]),
+                    str(p["tool"]),
+                    dict(p.get("args") or {}),
+                    str(p.get("interrupt_id") or ""),
+                )
+                for p in raw.get("pending") or []
+            ],
+            text=str(raw.get("text") or ""),
+            steps=int(raw.get("steps") or 0),
+            active_s=float(raw.get("active_s") or 0.0),
+        )
+
+
+def started(message_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state a run's first step starts from: its context and the id its answer streams
+    under. StartRun stores it with the run, so a worker (or one that takes over after a crash)
+    starts from the same state without a write of its own."""
+    return Checkpoint(message_id, messages).as_dict()

@@ -1,1 +1,0 @@
-"""The OpsPilot demo inventory: services, instances, errors and logs, kept in Postgres."""

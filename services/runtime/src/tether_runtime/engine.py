@@ -1,0 +1,27 @@
+"""What an executing run needs from its process: the stores, the settings, the tool gate and the
+loaded agents. Built once per process by `server.run_server`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tether_common.config import Settings
+
+from tether_runtime.agent.gate import ToolGate
+from tether_runtime.agents import AgentRegistry
+from tether_runtime.bus import EventBus
+from tether_runtime.event_sink import EventSink
+from tether_runtime.store.db import Pool
+
+
+@dataclass
+class Engine:
+    pool: Pool
+    bus: EventBus
+    settings: Settings
+    gate: ToolGate
+    agents: AgentRegistry
+    sink: EventSink = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sink = EventSink(self.pool, self.bus)

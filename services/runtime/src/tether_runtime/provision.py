@@ -1,0 +1,66 @@
+"""Preparing a database for Tether: migrations (Tether's, then every configured agent's) and the
+demo data (`tether seed-demo`: each agent's `seed`, and the demo users' grants)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import asyncpg
+from tether_sdk import Agent, Host
+
+from tether_runtime.agents import discover
+from tether_runtime.store.migrations import migrate
+
+# alice and bob may restart and scale anything; everyone else only reads.
+DEMO_GRANTS = [
+    ("alice", "instance.restart", "*"),
+    ("alice", "service.scale", "*"),
+    ("bob", "instance.restart", "*"),
+    ("bob", "service.scale", "*"),
+]
+
+
+def configured_agents(env: Mapping[str, str] | None = None) -> list[Agent]:
+    return [agent for agent, _ in discover(env)]
+
+
+async def migrate_all(dsn: str, env: Mapping[str, str] | None = None) -> list[str]:
+    agents = configured_agents(env)
+    return await migrate(dsn, [(a.name, a.migrations) for a in agents if a.migrations])
+
+
+async def seed_demo(dsn: str, env: Mapping[str, str] | None = None) -> None:
+    """Idempotent: run it as often as you like."""
+    host = Host(database_url=dsn)
+    for agent in configured_agents(env):
+        if agent.seed is None:
+            continue
+        if agent.lifespan is None:
+            await agent.seed(None)
+            continue
+        async with agent.lifespan(host) as state:
+            await agent.seed(state)
+    conn = await asyncpg.connect(dsn)
+    try:
+        for user, action, scope in DEMO_GRANTS:
+            await conn.execute(
+                'INSERT INTO "grant" (user_id, action, scope) VALUES ($1, $2, $3) '
+                "ON CONFLICT DO NOTHING",
+                user,
+                action,
+                scope,
+            )
+    finally:
+        await conn.close()
+
+
+async def prepare(dsn: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """Migrate and seed the demo: what `tether dev` and every test database start from."""
+    applied = await migrate_all(dsn, env)
+    await seed_demo(dsn, env)
+    return applied
+
+
+def prepare_sync(dsn: str) -> list[str]:
+    return asyncio.run(prepare(dsn))

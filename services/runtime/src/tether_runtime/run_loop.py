@@ -1,0 +1,292 @@
+"""Executes one claimed run from its checkpoint until it pauses, ends, or loses its lease: model
+steps, then the tool calls they ask for (tool_calls.py), within the agent's limits.
+
+Every write goes through `commit`: the events, the state they announce and the fence check share
+one transaction; Redis hears of them only after commit."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from opentelemetry import trace
+from tether_common.ids import new_id
+from tether_sdk import ModelRequest, ToolCall
+
+from tether_runtime import events as ev
+from tether_runtime import metrics
+from tether_runtime.agent import context
+from tether_runtime.agents import LoadedAgent
+from tether_runtime.checkpoint import Checkpoint, PendingCall
+from tether_runtime.engine import Engine
+from tether_runtime.run_writer import RunWriter
+from tether_runtime.store import conversations, runs
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import RunRow
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("tether.runtime.run_loop")
+
+Apply = Callable[[Conn], Awaitable[None]]
+
+
+class Paused(Exception):
+    """The run is waiting for a person; the worker lets it go."""
+
+
+class Finished(Exception):
+    """The run reached a terminal state."""
+
+
+class RunFailure(Exception):
+    """The run cannot go on: it fails with `code` and a message for a person."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RunExecutor:
+    def __init__(self, engine: Engine, run: RunRow) -> None:
+        from tether_runtime.tool_calls import ToolCalls
+
+        self.e = engine
+        self.run = run
+        self.epoch = run.lease_epoch
+        self.cp = Checkpoint.from_json(run.checkpoint)
+        self.cancel_requested = run.cancel_requested
+        self.resume_skip = run.step_streamed
+        self.agent: LoadedAgent | None = engine.agents.agents.get(run.agent)
+        self.writer = RunWriter(
+            engine.pool, engine.bus, engine.sink, run.id, run.lease_epoch, run.last_sequence
+        )
+        self.calls = ToolCalls(self)
+        self._claimed_at = time.monotonic()
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        assert self.cp is not None
+        return self.cp
+
+    @property
+    def loaded(self) -> LoadedAgent:
+        assert self.agent is not None
+        return self.agent
+
+    # -- the one write path --------------------------------------------------------------
+
+    async def commit(
+        self, events: list[ev.RunEvent], apply: Apply | None = None, *, streamed: int = 0
+    ) -> None:
+        """Events and the state they announce, durable on return (after all queued before)."""
+        await self.writer.commit(events, apply, streamed=streamed)
+        self.cancel_requested = self.cancel_requested or self.writer.cancel_requested
+
+    def active_s(self) -> float:
+        """Execution time spent on this run so far, by this worker and the ones before it."""
+        return self.checkpoint.active_s + (time.monotonic() - self._claimed_at)
+
+    def save(self, *, reset_streamed: bool = False) -> Apply:
+        cp = self._snapshot()
+
+        async def apply(conn: Conn) -> None:
+            await runs.save_checkpoint(
+                conn, self.run.id, self.epoch, cp, reset_streamed=reset_streamed
+            )
+
+        return apply
+
+    def _snapshot(self) -> str:
+        """The checkpoint as of now, encoded once, with the time spent so far."""
+        cp = self.checkpoint
+        spent = cp.active_s
+        cp.active_s = self.active_s()
+        try:
+            return cp.to_json()
+        finally:
+            cp.active_s = spent
+
+    def record(self, call: PendingCall, body: dict[str, Any]) -> None:
+        """Give the model a call's result and drop the call from the pending list."""
+        self.checkpoint.messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call.call_id,
+                "name": call.tool,
+                "content": json.dumps(body),
+            }
+        )
+        self.checkpoint.pending = self.checkpoint.pending[1:]
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def execute(self) -> str:
+        """Returns the status the run left this worker in."""
+        try:
+            if self.agent is None:
+                raise RunFailure(
+                    "AGENT_NOT_FOUND",
+                    f"This runtime has no agent named {self.run.agent!r} loaded.",
+                )
+            if self.cp is None:
+                await self._start()
+            while True:
+                if self.cancel_requested:
+                    await self._end_cancelled()
+                self._check_deadline()
+                if self.checkpoint.pending:
+                    await self.calls.process(self.checkpoint.pending[0])
+                else:
+                    await self._model_step()
+        except Paused:
+            return "interrupted"
+        except RunFailure as failure:
+            await self.fail(failure.code, failure.message)
+            return "failed"
+        except Finished as fin:
+            return str(fin)
+
+    def _check_deadline(self) -> None:
+        limit = self.loaded.agent.limits.run_deadline_s
+        if self.active_s() > limit:
+            raise RunFailure(
+                "DEADLINE_EXCEEDED",
+                f"The run worked for longer than its {limit:g} s limit and was stopped.",
+            )
+
+    def time_left(self) -> float:
+        return max(0.0, self.loaded.agent.limits.run_deadline_s - self.active_s())
+
+    async def _start(self) -> None:
+        """Only for a run queued by an older runtime, whose StartRun stored no started state:
+        build it and persist it before streaming under its message id."""
+        async with self.e.pool.acquire() as conn:
+            messages = await context.initial_messages(
+                conn, self.run.conversation_id, self.run.user_message_id
+            )
+        self.cp = Checkpoint(new_id("msg"), messages)
+        await self.commit([], self.save())
+
+    async def end(
+        self,
+        status: str,
+        events: list[ev.RunEvent],
+        extra: Apply | None = None,
+        *,
+        save: bool = False,
+    ) -> None:
+        """`save`: the final checkpoint is written by the same statement that ends the run."""
+        cp = self._snapshot() if save and self.cp is not None else None
+
+        async def apply(conn: Conn) -> None:
+            if extra is not None:
+                await extra(conn)
+            await runs.finish(conn, self.run.id, self.epoch, status, cp)
+
+        await self.commit(events, apply)
+        metrics.RUNS_FINISHED.labels(status=status).inc()
+        raise Finished(status)
+
+    async def _end_cancelled(self) -> None:
+        async with self.e.pool.acquire() as conn:
+            reason = await runs.cancel_reason(conn, self.run.id)
+        await self.end("cancelled", [ev.cancelled(reason or "cancelled by the user")])
+
+    async def fail(self, code: str, message: str) -> None:
+        """The run fails with a message for a person (also called by the worker when execution
+        raised)."""
+        try:
+            await self.end("failed", [ev.error(code, message)])
+        except Finished:
+            pass
+
+    # -- model steps -----------------------------------------------------------------------
+
+    async def _model_step(self) -> None:
+        limit = self.loaded.agent.limits.max_steps
+        if self.checkpoint.steps >= limit:
+            raise RunFailure(
+                "STEP_LIMIT_EXCEEDED",
+                f"The agent took {limit} steps without finishing, its limit; the run was stopped.",
+            )
+        with tracer.start_as_current_span("model.step"):
+            await self._model_step_inner()
+
+    def _request(self, conv_system: str, facts: dict[str, Any]) -> ModelRequest:
+        agent = self.loaded.agent
+        offered = [t.schema() for t in agent.tools if not self.e.gate.denied(agent.name, t.name)]
+        return ModelRequest(
+            instructions=agent.instructions,
+            context=conv_system,
+            messages=self.checkpoint.messages,
+            tools=offered,
+            facts=facts,
+        )
+
+    async def _model_step_inner(self) -> None:
+        cp = self.checkpoint
+        async with self.e.pool.acquire() as conn:
+            conv = await conversations.get(conn, self.run.conversation_id)
+        assert conv is not None
+        request = self._request(context.system_text(conv), conv.facts)
+        # Text of this step that an earlier, crashed attempt already streamed (first step only).
+        skip, self.resume_skip = self.resume_skip, 0
+        msg_id = cp.message_id
+        step_text = ""
+        sent = 0
+        calls: list[ToolCall] = []
+        last_flush = time.monotonic()
+
+        async def flush() -> None:
+            nonlocal sent, last_flush
+            start = max(sent, skip)
+            if len(step_text) > start:
+                piece = step_text[start:]
+                await self.writer.emit([ev.text_delta(msg_id, piece)], streamed=len(piece))
+                if self.writer.cancel_requested:
+                    self.cancel_requested = True
+                    await self._end_cancelled()
+            sent = max(sent, len(step_text))
+            last_flush = time.monotonic()
+
+        async for chunk in self.loaded.model.stream(request):
+            if isinstance(chunk, ToolCall):
+                calls.append(chunk)
+                continue
+            step_text += chunk
+            if time.monotonic() - last_flush >= self.e.settings.coalesce_s:
+                await flush()
+        await flush()
+        cp.text += step_text
+        cp.steps += 1
+        if calls:
+            ids = [c.call_id or f"call_{cp.steps}_{i}" for i, c in enumerate(calls)]
+            cp.messages.append(
+                {
+                    "role": "assistant",
+                    "content": step_text,
+                    "tool_calls": [
+                        {"id": i, "name": c.name, "args": c.args}
+                        for i, c in zip(ids, calls, strict=True)
+                    ],
+                }
+            )
+            cp.pending = [
+                PendingCall(i, c.name, dict(c.args)) for i, c in zip(ids, calls, strict=True)
+            ]
+            await self.commit([], self.save(reset_streamed=True))
+            return
+        text = cp.text
+        conv_id = self.run.conversation_id
+
+        async def store_answer(conn: Conn) -> None:
+            await conversations.add_message(
+                conn, conv_id, "assistant", text, run_id=self.run.id, message_id=msg_id
+            )
+            await context.update_summary(conn, conv_id)
+
+        await self.end("completed", [ev.done(msg_id)], store_answer, save=True)

@@ -1,0 +1,496 @@
+"""The tool-call state machine: one pending call of a run, from the model's request to its result.
+
+    validate arguments -> gate -> read: claim, call (timeout, retries), finish
+                               -> write: grant -> card (interrupt) -> approved -> re-authorize,
+                                  recheck -> claim -> call -> finish
+                                  after a crash inside the call: call again with the same key
+                                  (idempotent_by_key), or reconcile, or ask a person
+                                  (outcome_unknown: retry / mark done / abandon)
+
+A call's status lives in `tool_call` (proposed, approved, executing, unknown, succeeded, failed,
+rejected); every move is a conditional update fenced by the run's lease epoch (invariant 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from tether_common.ids import new_id
+from tether_common.redaction import redact
+from tether_sdk import (
+    InvalidArguments,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    TransientError,
+)
+
+from tether_runtime import events as ev
+from tether_runtime import metrics
+from tether_runtime.checkpoint import PendingCall
+from tether_runtime.run_loop import Paused
+from tether_runtime.store import conversations, event_log, interrupts, runs
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import ToolCallRow
+
+if TYPE_CHECKING:
+    from tether_runtime.run_loop import Apply, RunExecutor
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("tether.runtime.tool_calls")
+
+# What the model is told when a write call did not run, by the decision that stopped it.
+_NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandoned"}
+
+
+def result_body(result: ToolResult, outcome: str = "") -> dict[str, Any]:
+    """A result as stored, shown to the model and summarized in events; masked first (tool
+    output can carry secrets: a log line with a token)."""
+    data = json.loads(redact(json.dumps(result.data, default=str)))
+    return {
+        "ok": result.ok,
+        "summary": redact(result.summary),
+        "data": data,
+        "facts": result.facts if result.ok else {},
+        "outcome": outcome or ("ok" if result.ok else "error"),
+    }
+
+
+def failure(summary: str, outcome: str = "error") -> dict[str, Any]:
+    return {"ok": False, "summary": summary, "data": {}, "facts": {}, "outcome": outcome}
+
+
+class _Uncertain(Exception):
+    """The call may or may not have acted: it timed out or raised something unforeseen."""
+
+
+class ToolCalls:
+    def __init__(self, ex: RunExecutor) -> None:
+        self.x = ex
+
+    @property
+    def _run_id(self) -> str:
+        return self.x.run.id
+
+    async def process(self, call: PendingCall) -> None:
+        agent = self.x.loaded.agent
+        tool = agent.tool(call.tool)
+        declared = [t.name for t in agent.tools]
+        if not self.x.e.gate.allows(agent.name, declared, call.tool, self.x.run.user_id):
+            await self._skip(call, failure(f"{call.tool}: blocked by the tool policy", "blocked"))
+            return
+        if tool is None:
+            await self._skip(call, failure(f"{call.tool}: no such tool", "blocked"))
+            return
+        try:
+            args = tool.validate(call.args)
+        except InvalidArguments as err:
+            # Back to the model, which may correct itself; the arguments reach neither the tool
+            # nor a person's card.
+            metrics.TOOL_CALLS.labels(tool=tool.name, status="invalid").inc()
+            body = failure(f"invalid arguments for {tool.name}: {err.message}", "invalid")
+            await self._skip(call, body)
+            return
+        if tool.effect == "read":
+            await self._read(call, tool, args)
+        else:
+            await self._write(call, tool, args)
+
+    async def _skip(self, call: PendingCall, body: dict[str, Any]) -> None:
+        self.x.record(call, body)
+        await self.x.commit([], self.x.save())
+
+    # -- read tools ------------------------------------------------------------------------
+
+    async def _read(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
+        async with self.x.e.pool.acquire() as conn:
+            row = await interrupts.get_call(conn, self._run_id, call.call_id)
+        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+            await self._skip(call, row.result)
+            return
+        key = f"{self._run_id}:{call.call_id}"
+        started = (
+            []
+            if row is not None
+            else [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))]
+        )
+        epoch = self.x.epoch
+
+        async def claim(conn: Conn) -> None:
+            await interrupts.claim_call(
+                conn, self._run_id, call.call_id, tool.name, args, key, epoch, "new"
+            )
+
+        await self.x.commit(started, claim)
+        limits = self.x.loaded.agent.limits
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = await self._call(call, tool, args, key, None, attempt)
+                body = result_body(result)
+            except TransientError as err:
+                if attempt <= limits.tool_retries:
+                    await self._backoff(attempt)
+                    continue
+                body = failure(f"{tool.name} failed: {err.message}")
+            except ToolError as err:
+                body = failure(f"{tool.name} failed: {err.message}")
+            except _Uncertain as err:
+                # A read changes nothing: calling it again is always safe.
+                if attempt <= limits.tool_retries:
+                    await self._backoff(attempt)
+                    continue
+                body = failure(str(err))
+            await self._finish(call, tool, body)
+            return
+
+    # -- write tools -----------------------------------------------------------------------
+
+    async def _write(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
+        async with self.x.e.pool.acquire() as conn:
+            row = await interrupts.get_call(conn, self._run_id, call.call_id)
+        scope = tool.scope(args)
+        if row is None:
+            await self._propose(call, tool, args, scope)  # pauses, unless no grant allows it
+            return
+        if row.status in ("proposed", "unknown"):
+            raise Paused()  # still waiting for a person (not claimable; be safe)
+        if row.status == "rejected":
+            decision = await self._decision(call)
+            outcome = _NOT_RUN.get(decision, "rejected")
+            await self._skip(call, failure(f"not executed: {decision}", outcome))
+            return
+        if row.status in ("succeeded", "failed"):
+            assert row.result is not None
+            await self._skip(call, row.result)
+            return
+        if row.status == "approved":
+            await self._approved(call, tool, args, scope, row)
+            return
+        # `executing`: a worker died inside the call. Never repeat blindly; the client already
+        # saw its `tool_started`.
+        await self.x.commit([], self._claim(call, tool, args, row.idempotency_key, "executing"))
+        await self._recover(call, tool, args, scope, row)
+
+    async def _propose(
+        self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str
+    ) -> None:
+        user = self.x.run.user_id
+        async with self.x.e.pool.acquire() as conn:
+            allowed = await interrupts.has_grant(conn, user, tool.action, scope)
+        if not allowed:
+            await self._skip(call, failure(f"{user} may not {tool.action} on {scope}", "denied"))
+            return
+        key = f"{self._run_id}:{call.call_id}"
+        ctx = self._context(call, tool, key, None, 1)
+        card = await tool.confirmation_for(ctx, args)
+        payload = {
+            "title": redact(card.title)[:200],
+            "risk": card.risk,
+            "target": redact(card.target)[:300],
+            "tool": tool.name,
+            "parameter_summary": redact(card.summary)[:500],
+            "reason": redact(str(args.get("reason", "")))[:200],
+            "details": redact(card.details)[:2000],
+            "preview": redact(card.preview)[:4000],
+        }
+
+        async def propose(conn: Conn) -> None:
+            await interrupts.propose_call(conn, self._run_id, call.call_id, tool.name, args, key)
+
+        await self._raise_interrupt(call, tool, scope, "confirm_action", payload, propose)
+
+    async def _approved(
+        self,
+        call: PendingCall,
+        tool: Tool,
+        args: dict[str, Any],
+        scope: str,
+        row: ToolCallRow,
+    ) -> None:
+        # Re-authorize with current grants and reload the resource: the world may have changed
+        # while the run waited (invariant 5).
+        approver = row.approved_by or self.x.run.user_id
+        key = row.idempotency_key
+        async with self.x.e.pool.acquire() as conn:
+            still = all(
+                [
+                    await interrupts.has_grant(conn, u, tool.action, scope)
+                    for u in sorted({approver, self.x.run.user_id})
+                ]
+            )
+        reason = None if still else f"permission to {tool.action} on {scope} was revoked"
+        outcome = "denied"
+        if reason is None:
+            outcome = "skipped"
+            try:
+                reason = await tool.recheck_for(self._context(call, tool, key, approver, 1), args)
+            except Exception as err:  # noqa: BLE001 - a recheck that fails must not let it act
+                log.warning("recheck of %s failed: %s", tool.name, err)
+                reason = f"could not recheck {tool.name} before acting"
+        if reason is not None:
+            body = failure(reason, outcome)
+            self.x.record(call, body)
+            save = self.x.save()
+
+            async def skip(conn: Conn) -> None:
+                await interrupts.skip_call(conn, self._run_id, call.call_id, reason, body)
+                await save(conn)
+
+            await self.x.commit([], skip)
+            return
+        await self.x.commit(
+            [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))],
+            self._claim(call, tool, args, key, "approved"),
+        )
+        await self._execute_write(call, tool, args, scope, key, approver)
+
+    async def _execute_write(
+        self,
+        call: PendingCall,
+        tool: Tool,
+        args: dict[str, Any],
+        scope: str,
+        key: str,
+        approver: str | None,
+    ) -> None:
+        limits = self.x.loaded.agent.limits
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = await self._call(call, tool, args, key, approver, attempt)
+                await self._finish(call, tool, result_body(result))
+                return
+            except TransientError as err:
+                # The tool says nothing happened: calling again with the same key is safe.
+                if attempt <= limits.tool_retries:
+                    await self._backoff(attempt)
+                    continue
+                await self._finish(call, tool, failure(f"{tool.name} failed: {err.message}"))
+                return
+            except ToolError as err:
+                await self._finish(call, tool, failure(f"{tool.name} failed: {err.message}"))
+                return
+            except _Uncertain as err:
+                why = str(err)
+            if tool.idempotent_by_key and attempt <= limits.tool_retries:
+                await self._backoff(attempt)
+                continue
+            if tool.can_reconcile:
+                found = await self._reconcile(call, tool, args, key, approver)
+                if found is not None and found.status == "done" and found.result is not None:
+                    await self._finish(call, tool, result_body(found.result))
+                    return
+                if found is not None and found.status == "not_done":
+                    if attempt <= limits.tool_retries:
+                        await self._backoff(attempt)
+                        continue
+                    await self._finish(call, tool, failure(f"{why}; it did not happen"))
+                    return
+            await self._outcome_unknown(call, tool, args, scope, why)
+
+    async def _recover(
+        self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str, row: ToolCallRow
+    ) -> None:
+        key = row.idempotency_key
+        approver = row.approved_by
+        metrics.TOOL_RECOVERIES.labels(tool=tool.name).inc()
+        if tool.idempotent_by_key:
+            await self._execute_write(call, tool, args, scope, key, approver)
+            return
+        why = f"the worker running {tool.name} stopped during the call"
+        if tool.can_reconcile:
+            found = await self._reconcile(call, tool, args, key, approver)
+            if found is not None and found.status == "done" and found.result is not None:
+                await self._finish(call, tool, result_body(found.result))
+                return
+            if found is not None and found.status == "not_done":
+                await self._execute_write(call, tool, args, scope, key, approver)
+                return
+            if found is not None and found.reason:
+                why = f"{why}, and {found.reason}"
+        else:
+            why = f"{why}, and {tool.name} cannot tell whether it happened"
+        await self._outcome_unknown(call, tool, args, scope, why)
+
+    async def _reconcile(
+        self, call: PendingCall, tool: Tool, args: dict[str, Any], key: str, approver: str | None
+    ) -> Any:
+        try:
+            return await tool.reconcile_for(self._context(call, tool, key, approver, 1), args)
+        except Exception as err:  # noqa: BLE001 - a failed reconcile knows nothing
+            log.warning("reconcile of %s failed: %s", tool.name, err)
+            return None
+
+    async def _outcome_unknown(
+        self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str, why: str
+    ) -> None:
+        """Nobody can tell whether the call acted: a person decides (retry / mark done /
+        abandon). The engine never guesses."""
+        metrics.OUTCOME_UNKNOWN.labels(tool=tool.name).inc()
+        payload = {
+            "title": f"Did {tool.name} happen?",
+            "risk": tool.risk,
+            "target": redact(scope),
+            "tool": tool.name,
+            "parameter_summary": self._summary(tool, args),
+            "reason": redact(why)[:200],
+            "details": redact(why)[:2000],
+            "preview": "",
+        }
+        epoch = self.x.epoch
+
+        async def mark(conn: Conn) -> None:
+            if not await interrupts.mark_unknown(conn, self._run_id, call.call_id, epoch):
+                raise event_log.Fenced(self._run_id)
+
+        await self._raise_interrupt(call, tool, scope, "outcome_unknown", payload, mark)
+
+    async def _raise_interrupt(
+        self,
+        call: PendingCall,
+        tool: Tool,
+        scope: str,
+        kind: str,
+        payload: dict[str, str],
+        before: Apply,
+    ) -> None:
+        interrupt_id = new_id("int")
+        expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
+        call.interrupt_id = interrupt_id
+        save = self.x.save()
+        run_id, epoch = self._run_id, self.x.epoch
+
+        async def apply(conn: Conn) -> None:
+            await before(conn)
+            await interrupts.create_interrupt(
+                conn,
+                interrupt_id,
+                run_id,
+                call.call_id,
+                kind,
+                tool.action,
+                scope,
+                payload,
+                expires,
+            )
+            await save(conn)
+            await runs.finish(conn, run_id, epoch, "interrupted")
+
+        await self.x.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
+        raise Paused()
+
+    async def _decision(self, call: PendingCall) -> str:
+        if not call.interrupt_id:
+            return "rejected"
+        async with self.x.e.pool.acquire() as conn:
+            intr = await interrupts.get_interrupt(conn, call.interrupt_id)
+        return (intr.decision if intr is not None else None) or "rejected"
+
+    def _claim(
+        self, call: PendingCall, tool: Tool, args: dict[str, Any], key: str, from_status: str
+    ) -> Apply:
+        """The conditional claim of a write call for this epoch (invariant 4): another worker
+        that claimed it first makes this one a zombie."""
+        run_id, epoch = self._run_id, self.x.epoch
+
+        async def claim(conn: Conn) -> None:
+            if not await interrupts.claim_call(
+                conn, run_id, call.call_id, tool.name, args, key, epoch, from_status
+            ):
+                raise event_log.Fenced(run_id)
+
+        return claim
+
+    # -- calling a tool ----------------------------------------------------------------------
+
+    def _summary(self, tool: Tool, args: dict[str, Any]) -> str:
+        return redact(tool.summarize(args))[:500]
+
+    def _timeout(self, tool: Tool) -> float:
+        own = tool.timeout_s or self.x.loaded.agent.limits.tool_timeout_s
+        return max(0.001, min(own, self.x.time_left()))
+
+    def _context(
+        self, call: PendingCall, tool: Tool, key: str, approver: str | None, attempt: int
+    ) -> ToolContext:
+        writer = self.x.writer
+
+        async def progress(fraction: float, text: str) -> None:
+            await writer.emit([ev.tool_progress(call.call_id, tool.name, fraction, redact(text))])
+
+        agent = self.x.loaded
+        return ToolContext(
+            run_id=self._run_id,
+            conversation_id=self.x.run.conversation_id,
+            requester=self.x.run.user_id,
+            approver=approver,
+            idempotency_key=key,
+            deadline=time.time() + self._timeout(tool),
+            logger=logging.LoggerAdapter(
+                logging.getLogger(f"tether.agent.{agent.name}"),
+                {"tool": tool.name, "call_id": call.call_id, "run_id": self._run_id},
+            ),
+            state=agent.state,
+            attempt=attempt,
+            _progress=progress,
+        )
+
+    async def _call(
+        self,
+        call: PendingCall,
+        tool: Tool,
+        args: dict[str, Any],
+        key: str,
+        approver: str | None,
+        attempt: int,
+    ) -> ToolResult:
+        """One call of the tool within its timeout. ToolError (and TransientError) pass
+        through; a timeout or anything unforeseen is _Uncertain: it may have acted."""
+        timeout = self._timeout(tool)
+        ctx = self._context(call, tool, key, approver, attempt)
+        try:
+            with tracer.start_as_current_span(
+                f"tool.{tool.name}",
+                attributes={"tether.call_id": call.call_id, "tether.attempt": attempt},
+            ):
+                async with asyncio.timeout(timeout):
+                    return await tool.invoke(ctx, args)
+        except ToolError:
+            raise
+        except TimeoutError as err:
+            metrics.TOOL_CALLS.labels(tool=tool.name, status="timeout").inc()
+            raise _Uncertain(f"{tool.name} timed out after {timeout:g} s") from err
+        except Exception as err:  # a tool's failure is the model's to explain, not a crash
+            log.warning("tool %s failed: %s", tool.name, err)
+            raise _Uncertain(f"{tool.name} failed") from err
+
+    async def _backoff(self, attempt: int) -> None:
+        base = self.x.loaded.agent.limits.retry_backoff_s
+        await asyncio.sleep(min(base * 2 ** (attempt - 1), max(0.0, self.x.time_left())))
+
+    async def _finish(self, call: PendingCall, tool: Tool, body: dict[str, Any]) -> None:
+        metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if body["ok"] else "error").inc()
+        self.x.record(call, body)
+        save = self.x.save()
+        run_id, epoch, conv_id = self._run_id, self.x.epoch, self.x.run.conversation_id
+
+        async def apply(conn: Conn) -> None:
+            await interrupts.finish_call(
+                conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body
+            )
+            if body["ok"] and body["facts"]:
+                await conversations.merge_facts(conn, conv_id, body["facts"])
+            await save(conn)
+
+        await self.x.commit(
+            [ev.tool_finished(call.call_id, tool.name, body["ok"], body["summary"])], apply
+        )
