@@ -22,6 +22,12 @@ class InvalidArgument(TetherError):
     reason = "INVALID_ARGUMENT"
 
 
+class AgentNotFound(TetherError):
+    """A run names an agent the runtime has not loaded (never a silent fallback to another)."""
+
+    reason = "AGENT_NOT_FOUND"
+
+
 class Unauthenticated(TetherError):
     reason = "UNAUTHENTICATED"
 
@@ -71,6 +77,8 @@ class UnsafeSettings(TetherError):
 # reason -> (gRPC status code name, HTTP status). The one table both boundaries use.
 STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     "INVALID_ARGUMENT": ("INVALID_ARGUMENT", 400),
+    # A request naming an unknown agent is bad input, not a missing resource of the caller's.
+    "AGENT_NOT_FOUND": ("INVALID_ARGUMENT", 400),
     "UNAUTHENTICATED": ("UNAUTHENTICATED", 401),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", 403),
     "NOT_FOUND": ("NOT_FOUND", 404),

@@ -1,26 +1,32 @@
-"""StartRun, GetRun and the conversation calls: ownership checks, then the store."""
+"""StartRun, GetRun, ListAgents and the conversation calls: ownership checks, then the store."""
 
 from __future__ import annotations
 
 import contextlib
 
 from tether_common.auth import Principal
-from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
+from tether_common.errors import AgentNotFound, InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id, new_id_after
 
 from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.agent import context
-from tether_runtime.agent.opspilot import AGENTS
-from tether_runtime.executor import started_checkpoint
+from tether_runtime.agent.opspilot import AGENTS, REGISTRY
+from tether_runtime.executor import Engine, started_checkpoint
 from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
 from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import ConversationRow, MessageRow
-from tether_runtime.views import RunView
+from tether_runtime.views import AgentToolView, AgentView, RunView
 
 MAX_TEXT = 8000
 MAX_TITLE = 200
+DEFAULT_AGENT = "opspilot"
+# Until agents carry their own description (the SDK's Agent does), the one shipped agent's.
+_DESCRIPTIONS = {
+    "opspilot": "The demo ops assistant: investigates with read-only tools and asks before it "
+    "changes anything."
+}
 
 
 def _acting(principal: Principal) -> None:
@@ -97,9 +103,9 @@ async def start_run(
         raise InvalidArgument(f"text is longer than {MAX_TEXT} characters")
     if len(key) > MAX_KEY:
         raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
-    agent = agent or "opspilot"
+    agent = agent or DEFAULT_AGENT
     if agent not in AGENTS:
-        raise InvalidArgument(f"unknown agent {agent!r}")
+        raise AgentNotFound(f"unknown agent {agent!r}")
     scope = f"start:{principal.user_id}"
     rhash = request_hash(conv_id, text, agent)
     run_id = run_id or new_id("run")  # a caller already listening for the run names it
@@ -175,3 +181,25 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
         run = await load_owned_run(conn, principal, run_id)
         pending = await interrupts.pending_for_run(conn, run_id)
     return RunView.of(run, pending)
+
+
+def list_agents(engine: Engine) -> tuple[list[AgentView], str]:
+    """The loaded agents, sorted by name, and the default one. (Read from OpsPilot's registry
+    until the engine holds an agent registry of its own.)"""
+    out = []
+    for name in sorted(AGENTS):
+        tools = []
+        for tool_name in sorted(AGENTS[name].allowlist):
+            t = REGISTRY[tool_name]
+            write = t.mutating
+            tools.append(
+                AgentToolView(
+                    t.name,
+                    t.spec.description,
+                    "write" if write else "read",
+                    t.action if write else "",
+                    t.risk if write else "",
+                )
+            )
+        out.append(AgentView(name, _DESCRIPTIONS.get(name, ""), tuple(tools)))
+    return out, DEFAULT_AGENT

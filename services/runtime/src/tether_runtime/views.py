@@ -1,5 +1,5 @@
 """RunView: the answer shape of run-returning calls, JSON-serializable so an idempotent replay
-returns exactly the first answer."""
+returns exactly the first answer. AgentView: a loaded agent as ListAgents shows it."""
 
 from __future__ import annotations
 
@@ -74,6 +74,22 @@ class RunView:
     def from_json(cls, v: dict[str, Any]) -> RunView:
         p = v.get("pending_interrupt")
         return cls(**{**v, "pending_interrupt": InterruptView(**p) if p else None})
+
+
+@dataclass(frozen=True)
+class AgentToolView:
+    name: str
+    description: str
+    effect: str  # "read" or "write"
+    action: str  # the grant a write tool needs; "" for a read tool
+    risk: str  # "low", "medium" or "high" for a write tool; "" for a read tool
+
+
+@dataclass(frozen=True)
+class AgentView:
+    name: str
+    description: str
+    tools: tuple[AgentToolView, ...]
 
 
 def parse_time(value: str) -> datetime:
