@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from tether.runtime.v1 import events_pb2
-from tether_common.event_json import sse_frame, timestamp_json
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_common.event_json import (
+    decision_name,
+    interrupt_json,
+    run_json,
+    sse_frame,
+    timestamp_json,
+)
 
 MAX_SECONDS = 253402300799  # 9999-12-31T23:59:59Z, protobuf's upper bound
 MIN_SECONDS = -62135596800  # 0001-01-01T00:00:00Z
@@ -57,3 +65,116 @@ def test_frame_data_is_one_line_and_round_trips(text: str) -> None:
     assert b"\r" not in data
     body = json.loads(data)
     assert body["delta"] == text and body["time"] == ev.time.ToJsonString()
+
+
+def _data(ev: events_pb2.RunEvent) -> dict[str, object]:
+    frame = sse_frame(ev)
+    head, _, rest = frame.partition(b"data: ")
+    assert head == b"id: %d\nevent: %s\n" % (ev.sequence, ev.WhichOneof("event").encode())
+    body: dict[str, object] = json.loads(rest)
+    return body
+
+
+def test_tool_progress_is_flat_camel_case() -> None:
+    ev = events_pb2.RunEvent(
+        run_id="run_1",
+        sequence=4,
+        tool_progress=events_pb2.ToolProgress(
+            call_id="call_1", tool="restart_instance", fraction=0.25, text="draining"
+        ),
+    )
+    ev.time.FromNanoseconds(1_764_500_000_000_000_000)
+    assert _data(ev) == {
+        "type": "tool_progress",
+        "runId": "run_1",
+        "sequence": 4,
+        "time": "2025-11-30T10:53:20Z",
+        "callId": "call_1",
+        "tool": "restart_instance",
+        "fraction": 0.25,
+        "text": "draining",
+    }
+
+
+def test_the_card_fields_and_outcome_unknown() -> None:
+    payload = resources_pb2.InterruptPayload(
+        risk="high",
+        target="instance payment-api-2",
+        tool="restart_instance",
+        parameter_summary="instance_id=payment-api-2",
+        reason="it is abnormal",
+        title="Restart payment-api-2?",
+        details="Drops its connections.",
+        preview="systemctl restart payment-api",
+    )
+    ev = events_pb2.RunEvent(
+        run_id="run_1",
+        sequence=5,
+        interrupt=events_pb2.InterruptRaised(
+            interrupt_id="int_1",
+            kind=resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN,
+            payload=payload,
+        ),
+    )
+    body = _data(ev)
+    assert body["kind"] == "outcome_unknown"
+    assert body["payload"] == {
+        "risk": "high",
+        "target": "instance payment-api-2",
+        "tool": "restart_instance",
+        "parameterSummary": "instance_id=payment-api-2",
+        "reason": "it is abnormal",
+        "title": "Restart payment-api-2?",
+        "details": "Drops its connections.",
+        "preview": "systemctl restart payment-api",
+    }
+    run = resources_pb2.Run(
+        id="run_1",
+        pending_interrupt=resources_pb2.Interrupt(
+            id="int_1", kind=resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN, payload=payload
+        ),
+    )
+    pending = run_json(run)["pendingInterrupt"]
+    assert pending["kind"] == "outcome_unknown" and pending["payload"] == body["payload"]
+
+
+@pytest.mark.parametrize(
+    ("enum", "prefix", "render"),
+    [
+        (events_pb2.Decision, "DECISION_", decision_name),
+        (
+            resources_pb2.InterruptKind,
+            "INTERRUPT_KIND_",
+            lambda v: interrupt_json(resources_pb2.Interrupt(kind=v))["kind"],
+        ),
+    ],
+    ids=["decision", "interrupt-kind"],
+)
+def test_every_enum_value_renders_as_its_lower_snake_name(
+    enum: Any, prefix: str, render: Callable[[int], str]
+) -> None:
+    """One convention for every value, the new ones included: DECISION_MARK_DONE is "mark_done"."""
+    names = {}
+    for name, value in enum.items():
+        if value:
+            names[render(value)] = name
+            assert render(value) == name.removeprefix(prefix).lower(), name
+    assert render(0) == "unspecified"
+    if prefix == "DECISION_":
+        assert {"retry", "mark_done", "abandon"} <= set(names)
+    else:
+        assert "outcome_unknown" in names
+
+
+def test_interrupt_resolved_with_the_new_decisions() -> None:
+    for value, name in (
+        (events_pb2.DECISION_RETRY, "retry"),
+        (events_pb2.DECISION_MARK_DONE, "mark_done"),
+        (events_pb2.DECISION_ABANDON, "abandon"),
+    ):
+        ev = events_pb2.RunEvent(
+            run_id="run_1",
+            sequence=6,
+            interrupt_resolved=events_pb2.InterruptResolved(interrupt_id="int_1", decision=value),
+        )
+        assert _data(ev)["decision"] == name

@@ -38,6 +38,28 @@ def done(run_id: str, seq: int) -> events_pb2.RunEvent:
     return event(run_id, seq, done=events_pb2.Done(message_id="msg_1"))
 
 
+AGENTS = [
+    resources_pb2.Agent(
+        name="billing",
+        description="Refunds and invoices.",
+        tools=[
+            resources_pb2.AgentTool(
+                name="refund",
+                description="Refund a payment.",
+                effect="write",
+                action="payment.refund",
+                risk="high",
+            )
+        ],
+    ),
+    resources_pb2.Agent(
+        name="opspilot",
+        description="The demo ops assistant.",
+        tools=[resources_pb2.AgentTool(name="get_logs", description="Read logs.", effect="read")],
+    ),
+]
+
+
 class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
     def __init__(self) -> None:
         self.runs: dict[str, resources_pb2.Run] = {}
@@ -46,6 +68,9 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self.stream_calls: list[tuple[str, int]] = []
         self.tokens: list[str] = []
         self.fail_next_stream_after: int | None = None
+        # What StartRun / StartRunAndStreamEvents / ResumeRun received, in order.
+        self.starts: list[tuple[str, str]] = []  # (method, agent)
+        self.resumes: list[rs.ResumeRunRequest] = []
 
     def add_run(self, run_id: str, status: int = resources_pb2.RUN_STATUS_RUNNING) -> None:
         self.runs[run_id] = resources_pb2.Run(id=run_id, status=status, conversation_id="conv_1")
@@ -78,6 +103,46 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
         await context.abort_with_status(
             status_error(code_pb2.PERMISSION_DENIED, "PERMISSION_DENIED", "not for you")
         )
+
+    async def ListAgents(self, request: rs.ListAgentsRequest, context: Any) -> Any:
+        self._auth(context)
+        return rs.ListAgentsResponse(agents=AGENTS, default_agent="opspilot")
+
+    async def _known_agent(self, agent: str, context: Any) -> None:
+        if agent and agent not in {a.name for a in AGENTS}:
+            await context.abort_with_status(
+                status_error(
+                    code_pb2.INVALID_ARGUMENT, "AGENT_NOT_FOUND", f"unknown agent {agent!r}"
+                )
+            )
+
+    def _new_run(self, agent: str) -> resources_pb2.Run:
+        run_id = f"run_s{len(self.runs) + 1}"
+        self.add_run(run_id)
+        self.runs[run_id].agent = agent or "opspilot"
+        return self.runs[run_id]
+
+    async def StartRun(self, request: rs.StartRunRequest, context: Any) -> rs.StartRunResponse:
+        self._auth(context)
+        self.starts.append(("StartRun", request.agent))
+        await self._known_agent(request.agent, context)
+        return rs.StartRunResponse(run=self._new_run(request.agent))
+
+    async def StartRunAndStreamEvents(
+        self, request: rs.StartRunAndStreamEventsRequest, context: Any
+    ) -> Any:
+        self._auth(context)
+        self.starts.append(("StartRunAndStreamEvents", request.agent))
+        await self._known_agent(request.agent, context)
+        run = self._new_run(request.agent)
+        self.append(done(run.id, 1))
+        yield rs.StartRunAndStreamEventsResponse(run=run, events=self.log[run.id])
+
+    async def ResumeRun(self, request: rs.ResumeRunRequest, context: Any) -> Any:
+        self._auth(context)
+        self.resumes.append(request)
+        run = self.runs.get(request.run_id) or resources_pb2.Run(id=request.run_id)
+        return rs.ResumeRunResponse(run=run)
 
     async def StreamRunEvents(self, request: rs.StreamRunEventsRequest, context: Any) -> Any:
         self._auth(context)

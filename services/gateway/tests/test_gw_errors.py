@@ -35,6 +35,7 @@ def rpc_error(code: grpc.StatusCode, details: str, reason: str | None = None) ->
         (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", 403),
         (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED", 429),
         (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", 400),
+        (grpc.StatusCode.INVALID_ARGUMENT, "AGENT_NOT_FOUND", 400),
         (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", 401),
     ],
 )

@@ -22,6 +22,12 @@ class InvalidArgument(TetherError):
     reason = "INVALID_ARGUMENT"
 
 
+class AgentNotFound(TetherError):
+    """A run names an agent the runtime has not loaded (never a silent fallback to another)."""
+
+    reason = "AGENT_NOT_FOUND"
+
+
 class Unauthenticated(TetherError):
     reason = "UNAUTHENTICATED"
 
@@ -62,12 +68,6 @@ class Unavailable(TetherError):
     reason = "UNAVAILABLE"
 
 
-class AgentNotFound(TetherError):
-    """A run named an agent this deployment has not loaded (never a silent fallback)."""
-
-    reason = "AGENT_NOT_FOUND"
-
-
 class UnsafeSettings(TetherError):
     """Raised at start-up in production when a setting would break a guarantee."""
 
@@ -77,6 +77,7 @@ class UnsafeSettings(TetherError):
 # reason -> (gRPC status code name, HTTP status). The one table both boundaries use.
 STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     "INVALID_ARGUMENT": ("INVALID_ARGUMENT", 400),
+    # A request naming an unknown agent is bad input, not a missing resource of the caller's.
     "AGENT_NOT_FOUND": ("INVALID_ARGUMENT", 400),
     "UNAUTHENTICATED": ("UNAUTHENTICATED", 401),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", 403),

@@ -1,5 +1,7 @@
 """The RunEvent <-> browser JSON mapping: the seed's flat shape (`type`, `runId`, `sequence`, fields in
-camelCase), written by hand because json_format.MessageToDict is slow and nests the oneof."""
+camelCase), written by hand because json_format.MessageToDict is slow and nests the oneof. Field
+names are camelCase; enum values are their proto names without the prefix, in lower snake_case
+(DECISION_MARK_DONE -> "mark_done", INTERRUPT_KIND_OUTCOME_UNKNOWN -> "outcome_unknown")."""
 
 from __future__ import annotations
 
@@ -17,11 +19,15 @@ _DECISIONS = {
     events_pb2.DECISION_EXPIRED: "expired",
     events_pb2.DECISION_CANCELLED: "cancelled",
     events_pb2.DECISION_RESPONDED: "responded",
+    events_pb2.DECISION_RETRY: "retry",
+    events_pb2.DECISION_MARK_DONE: "mark_done",
+    events_pb2.DECISION_ABANDON: "abandon",
 }
 _KINDS = {
     resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION: "confirm_action",
     resources_pb2.INTERRUPT_KIND_SELECT_OPTION: "select_option",
     resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT: "provide_input",
+    resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN: "outcome_unknown",
 }
 _RUN_STATUS = {
     resources_pb2.RUN_STATUS_QUEUED: "queued",
@@ -85,6 +91,9 @@ def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:
         "tool": p.tool,
         "parameterSummary": p.parameter_summary,
         "reason": p.reason,
+        "title": p.title,
+        "details": p.details,
+        "preview": p.preview,
     }
 
 
@@ -142,6 +151,9 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
         f = ev.tool_finished
         status = "success" if f.status == events_pb2.TOOL_STATUS_SUCCESS else "error"
         out.update(callId=f.call_id, tool=f.tool, status=status, summary=f.summary)
+    elif kind == "tool_progress":
+        g = ev.tool_progress
+        out.update(callId=g.call_id, tool=g.tool, fraction=g.fraction, text=g.text)
     elif kind == "run_started":
         out["conversationId"] = ev.run_started.conversation_id
     elif kind == "interrupt":

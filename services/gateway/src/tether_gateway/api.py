@@ -19,15 +19,25 @@ from tether_gateway.runtime_client import OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import Field, body, page_size
-from tether_gateway.views import conversation_json, message_json
+from tether_gateway.views import agent_json, conversation_json, message_json
 
 DEV_TOKEN_TTL_S = 12 * 3600.0
 
 CREATE_CONVERSATION = {"title": Field(max_len=200)}
-START_RUN = {"text": Field(required=True, max_len=8000), "idempotencyKey": Field(max_len=128)}
+AGENT_NAME = r"[a-z0-9_-]{1,64}"
+START_RUN = {
+    "text": Field(required=True, max_len=8000),
+    "idempotencyKey": Field(max_len=128),
+    # Optional: the runtime's default agent when left out; an unknown one is AGENT_NOT_FOUND.
+    "agent": Field(max_len=64, pattern=AGENT_NAME),
+}
 RESUME_RUN = {
     "interruptId": Field(required=True, max_len=64),
-    "decision": Field(required=True, choices=("approve", "reject", "respond")),
+    "decision": Field(
+        required=True,
+        # retry / mark_done / abandon answer an outcome_unknown interrupt.
+        choices=("approve", "reject", "respond", "retry", "mark_done", "abandon"),
+    ),
     "input": Field(max_len=8000),
     "idempotencyKey": Field(required=True, max_len=128),
 }
@@ -38,6 +48,9 @@ _DECISIONS = {
     "approve": events_pb2.DECISION_APPROVED,
     "reject": events_pb2.DECISION_REJECTED,
     "respond": events_pb2.DECISION_RESPONDED,
+    "retry": events_pb2.DECISION_RETRY,
+    "mark_done": events_pb2.DECISION_MARK_DONE,
+    "abandon": events_pb2.DECISION_ABANDON,
 }
 
 
@@ -106,6 +119,15 @@ async def list_messages(request: web.Request) -> web.Response:
     )
 
 
+async def list_agents(request: web.Request) -> web.Response:
+    gw = state(request)
+    caller = _caller(request, gw, cookie=True)
+    resp = await gw.client().list_agents(caller.token)
+    return _json(
+        {"agents": [agent_json(a) for a in resp.agents], "defaultAgent": resp.default_agent}
+    )
+
+
 async def start_run(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
@@ -116,6 +138,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         "conversation_id": request.match_info["id"],
         "text": data["text"],
         "idempotency_key": data.get("idempotencyKey", ""),
+        "agent": data.get("agent", ""),
     }
     opened = None
     if wants_stream(request):
@@ -276,6 +299,7 @@ def _remaining_s(gw: GatewayState, token: str) -> int:
 
 
 def add_routes(app: web.Application, *, dev: bool) -> None:
+    app.router.add_get("/v1/agents", list_agents)
     app.router.add_post("/v1/conversations", create_conversation)
     app.router.add_get("/v1/conversations", list_conversations)
     app.router.add_get("/v1/conversations/{id}", get_conversation)

@@ -73,6 +73,12 @@ class RuntimeClient:
         rpc = getattr(self.stub, method)
         return await rpc(request, metadata=self.metadata(token), timeout=self.deadline_s)
 
+    async def list_agents(self, token: str) -> runtime_service_pb2.ListAgentsResponse:
+        resp: runtime_service_pb2.ListAgentsResponse = await self.call(
+            "ListAgents", runtime_service_pb2.ListAgentsRequest(), token
+        )
+        return resp
+
     def stream_events(self, request: Any, token: str) -> Any:
         # No deadline: the stream lives as long as the run; keepalive detects dead peers.
         return self.stub.StreamRunEvents(request, metadata=self.metadata(token))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ class Field:
     required: bool = False
     max_len: int = 256
     choices: tuple[str, ...] = ()
+    # A regular expression the whole value must match (e.g. a name's alphabet), when set.
+    pattern: str = ""
 
 
 Schema = dict[str, Field]
@@ -90,6 +93,8 @@ def validate(body: object, schema: Schema) -> dict[str, str]:
             raise InvalidArgument(f"field {name!r} is longer than {spec.max_len} characters")
         if spec.choices and value not in spec.choices:
             raise InvalidArgument(f"field {name!r} must be one of {', '.join(spec.choices)}")
+        if spec.pattern and re.fullmatch(spec.pattern, value) is None:
+            raise InvalidArgument(f"field {name!r} must match {spec.pattern}")
         out[name] = value
     return out
 

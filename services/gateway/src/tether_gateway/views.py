@@ -35,6 +35,23 @@ def conversation_json(c: resources_pb2.Conversation) -> dict[str, Any]:
     }
 
 
+def agent_json(a: resources_pb2.Agent) -> dict[str, Any]:
+    return {
+        "name": a.name,
+        "description": a.description,
+        "tools": [
+            {
+                "name": t.name,
+                "description": t.description,
+                "effect": t.effect,
+                "action": t.action,
+                "risk": t.risk,
+            }
+            for t in a.tools
+        ],
+    }
+
+
 def message_json(m: resources_pb2.Message) -> dict[str, Any]:
     return {
         "id": m.id,

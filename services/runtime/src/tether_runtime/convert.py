@@ -10,7 +10,7 @@ from tether.runtime.v1 import resources_pb2
 
 from tether_runtime import events as ev
 from tether_runtime.store.records import ConversationRow, MessageRow
-from tether_runtime.views import InterruptView, RunView
+from tether_runtime.views import AgentView, InterruptView, RunView
 
 RUN_STATUS = {
     "queued": resources_pb2.RUN_STATUS_QUEUED,
@@ -94,4 +94,21 @@ def message_pb(m: MessageRow) -> resources_pb2.Message:
         content=m.content,
         tool_call_id=m.tool_call_id or "",
         create_time=_ts(m.created_at),
+    )
+
+
+def agent_pb(a: AgentView) -> resources_pb2.Agent:
+    return resources_pb2.Agent(
+        name=a.name,
+        description=a.description,
+        tools=[
+            resources_pb2.AgentTool(
+                name=t.name,
+                description=t.description,
+                effect=t.effect,
+                action=t.action,
+                risk=t.risk,
+            )
+            for t in a.tools
+        ],
     )

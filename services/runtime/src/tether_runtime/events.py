@@ -18,11 +18,15 @@ DECISIONS = {
     "expired": events_pb2.DECISION_EXPIRED,
     "cancelled": events_pb2.DECISION_CANCELLED,
     "responded": events_pb2.DECISION_RESPONDED,
+    "retry": events_pb2.DECISION_RETRY,
+    "mark_done": events_pb2.DECISION_MARK_DONE,
+    "abandon": events_pb2.DECISION_ABANDON,
 }
 KINDS = {
     "confirm_action": resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION,
     "select_option": resources_pb2.INTERRUPT_KIND_SELECT_OPTION,
     "provide_input": resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
+    "outcome_unknown": resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN,
 }
 
 
@@ -55,6 +59,16 @@ def tool_finished(call_id: str, tool: str, ok: bool, summary: str) -> RunEvent:
     )
 
 
+def tool_progress(call_id: str, tool: str, fraction: float, text: str) -> RunEvent:
+    # Clamped here, once, so no stream or browser has to guard against a tool's odd number.
+    fraction = min(max(fraction, 0.0), 1.0) if fraction == fraction else 0.0  # NaN -> 0
+    return RunEvent(
+        tool_progress=events_pb2.ToolProgress(
+            call_id=call_id, tool=tool, fraction=fraction, text=text
+        )
+    )
+
+
 def payload_message(payload: dict[str, str]) -> resources_pb2.InterruptPayload:
     return resources_pb2.InterruptPayload(
         risk=payload.get("risk", ""),
@@ -62,6 +76,9 @@ def payload_message(payload: dict[str, str]) -> resources_pb2.InterruptPayload:
         tool=payload.get("tool", ""),
         parameter_summary=payload.get("parameter_summary", ""),
         reason=payload.get("reason", ""),
+        title=payload.get("title", ""),
+        details=payload.get("details", ""),
+        preview=payload.get("preview", ""),
     )
 
 

@@ -1,4 +1,4 @@
-"""StartRun, GetRun and the conversation calls: ownership checks, then the store."""
+"""StartRun, GetRun, ListAgents and the conversation calls: ownership checks, then the store."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_
 from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import ConversationRow, MessageRow
-from tether_runtime.views import RunView
+from tether_runtime.views import AgentView, RunView
 
 MAX_TEXT = 8000
 MAX_TITLE = 200
+# Until agents carry their own description (the SDK's Agent does), the one shipped agent's.
 
 
 def _acting(principal: Principal) -> None:
@@ -175,3 +176,8 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
         run = await load_owned_run(conn, principal, run_id)
         pending = await interrupts.pending_for_run(conn, run_id)
     return RunView.of(run, pending)
+
+
+def list_agents(agents: AgentRegistry) -> tuple[list[AgentView], str]:
+    """The loaded agents, sorted by name, and the default one."""
+    return agents.views(), agents.default

@@ -42,6 +42,9 @@ DECISION_IN = {
     events_pb2.DECISION_APPROVED: "approved",
     events_pb2.DECISION_REJECTED: "rejected",
     events_pb2.DECISION_RESPONDED: "responded",
+    events_pb2.DECISION_RETRY: "retry",
+    events_pb2.DECISION_MARK_DONE: "mark_done",
+    events_pb2.DECISION_ABANDON: "abandon",
 }
 
 
@@ -205,6 +208,17 @@ class RuntimeServicer:
             return pb.CancelRunResponse(run=convert.run_pb(view))
 
         return await self._call(context, "CancelRun", run)
+
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: Any
+    ) -> pb.ListAgentsResponse:
+        async def run(p: Principal) -> pb.ListAgentsResponse:
+            agents, default = runs_api.list_agents(self.e.agents)
+            return pb.ListAgentsResponse(
+                agents=[convert.agent_pb(a) for a in agents], default_agent=default
+            )
+
+        return await self._call(context, "ListAgents", run)
 
     async def StreamRunEvents(
         self, request: pb.StreamRunEventsRequest, context: Any

@@ -1,5 +1,5 @@
 """RunView: the answer shape of run-returning calls, JSON-serializable so an idempotent replay
-returns exactly the first answer."""
+returns exactly the first answer. AgentView: a loaded agent as ListAgents shows it."""
 
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ class RunView:
 class AgentToolView:
     name: str
     description: str
-    effect: str
-    action: str
-    risk: str
+    effect: str  # "read" or "write"
+    action: str  # the grant a write tool needs; "" for a read tool
+    risk: str  # "low", "medium" or "high" for a write tool; "" for a read tool
 
 
 @dataclass(frozen=True)

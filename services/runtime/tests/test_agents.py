@@ -1,0 +1,82 @@
+"""ListAgents and the agent a run names: an unknown one is AGENT_NOT_FOUND, never a fallback."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether_testkit.client import Client, reason, token
+from tether_testkit.secrets import TEST_SECRET
+
+
+@pytest.fixture
+async def alice(runtime):
+    c = Client(runtime.addr, token(TEST_SECRET, "alice"))
+    yield c
+    await c.close()
+
+
+async def test_list_agents_names_opspilot_with_its_tools_and_effects(alice) -> None:
+    resp = await alice.stub.ListAgents(pb.ListAgentsRequest(), metadata=alice.md, timeout=10)
+    assert resp.default_agent == "opspilot"
+    assert [a.name for a in resp.agents] == ["opspilot"]
+    (agent,) = resp.agents
+    assert agent.description
+    tools = {t.name: t for t in agent.tools}
+    assert [t.name for t in agent.tools] == sorted(tools)
+    # The admin tool outside every allowlist is not offered.
+    assert set(tools) == {
+        "find_instances",
+        "get_logs",
+        "recent_errors",
+        "restart_instance",
+        "scale_service",
+    }
+    restart = tools["restart_instance"]
+    assert (restart.effect, restart.action, restart.risk) == ("write", "instance.restart", "high")
+    assert (tools["scale_service"].effect, tools["scale_service"].action) == (
+        "write",
+        "service.scale",
+    )
+    logs = tools["get_logs"]
+    assert (logs.effect, logs.action, logs.risk) == ("read", "", "")
+    assert all(t.description for t in agent.tools)
+
+
+async def test_list_agents_needs_a_token(runtime) -> None:
+    c = Client(runtime.addr, "not-a-token")
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await c.stub.ListAgents(pb.ListAgentsRequest(), metadata=c.md, timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await c.close()
+
+
+async def test_an_unknown_agent_is_agent_not_found_and_stores_nothing(alice, db) -> None:
+    conv = await alice.conversation()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await alice.stub.StartRun(
+            pb.StartRunRequest(conversation_id=conv, text="hello", agent="nope"),
+            metadata=alice.md,
+            timeout=10,
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason(info.value) == "AGENT_NOT_FOUND"
+    call = alice.stub.StartRunAndStreamEvents(
+        pb.StartRunAndStreamEventsRequest(conversation_id=conv, text="hello", agent="nope"),
+        metadata=alice.md,
+        timeout=10,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call.read()
+    assert reason(info.value) == "AGENT_NOT_FOUND"
+    assert await db.fetchval("SELECT count(*) FROM run WHERE conversation_id = $1", conv) == 0
+    # The same conversation takes a run naming the agent, or none.
+    named = await alice.stub.StartRun(
+        pb.StartRunRequest(conversation_id=conv, text="hello", agent="opspilot"),
+        metadata=alice.md,
+        timeout=10,
+    )
+    assert named.run.agent == "opspilot"
+    assert (await alice.start(conv, "hello again")).run.agent == "opspilot"
