@@ -23,21 +23,23 @@ async def test_list_agents_names_opspilot_with_its_tools_and_effects(alice) -> N
     (agent,) = resp.agents
     assert agent.description
     tools = {t.name: t for t in agent.tools}
-    assert [t.name for t in agent.tools] == sorted(tools)
-    # The admin tool outside every allowlist is not offered.
-    assert set(tools) == {
+    # In the order the agent declares them.
+    assert [t.name for t in agent.tools] == [
         "find_instances",
-        "get_logs",
         "recent_errors",
+        "get_logs",
         "restart_instance",
         "scale_service",
-    }
+        "delete_instance",
+    ]
     restart = tools["restart_instance"]
     assert (restart.effect, restart.action, restart.risk) == ("write", "instance.restart", "high")
     assert (tools["scale_service"].effect, tools["scale_service"].action) == (
         "write",
         "service.scale",
     )
+    delete = tools["delete_instance"]
+    assert (delete.effect, delete.action, delete.risk) == ("write", "instance.delete", "high")
     logs = tools["get_logs"]
     assert (logs.effect, logs.action, logs.risk) == ("read", "", "")
     assert all(t.description for t in agent.tools)

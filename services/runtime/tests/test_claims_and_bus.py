@@ -183,7 +183,9 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
     first step (the first, or one taking over after a crash) starts from the same state, even if
     the conversation changed in between."""
     from tether_common.auth import Principal
+    from tether_common.config import Settings
     from tether_runtime import runs_api
+    from tether_runtime.agents import AgentRegistry
 
     pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
     try:
@@ -201,8 +203,9 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
                 message_id=new_id_after("msg", question),
             )
         await asyncio.sleep(0.005)  # the new question's id falls in a later millisecond
+        agents = AgentRegistry.load(Settings())
         view, replayed = await runs_api.start_run_once(
-            pool, Principal("alice"), conv.id, "restart it", "", "opspilot", {}
+            pool, agents, Principal("alice"), conv.id, "restart it", "", "opspilot", {}
         )
         assert not replayed
         async with pool.acquire() as conn:

@@ -14,7 +14,8 @@ async def test_restart_the_abnormal_payment_api_instance(runtime, db):
     first = await c.events(run.id, until="interrupt")
     assert types(first) == ["run_started", "tool_started", "tool_finished", "interrupt"]
     intr = first[-1].interrupt
-    assert intr.payload.target == "instance payment-api-2"
+    assert intr.payload.target == "instance payment-api-2 (payment-api/prod)"
+    assert intr.payload.title == "Restart instance"
     assert intr.payload.risk == "high"
     await c.resume(run.id, intr.interrupt_id)
     rest = await c.events(run.id, after=first[-1].sequence)

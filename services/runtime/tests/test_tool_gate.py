@@ -1,5 +1,6 @@
-"""The side door (seed 001): a tool outside the agent's allowlist, reached through the resume
-path from a saved checkpoint, is blocked in enforce mode and counted (and allowed) in observe mode."""
+"""The side door (seed 001): a tool the operator switched off (TETHER_TOOL_DENY), reached through
+the resume path from a saved checkpoint, is blocked in enforce mode and counted (then left to the
+grant check) in observe mode; the model is never offered it."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ async def test_side_door_through_resume(private_env, private_db, mode):
     db = private_db
     port = free_port()
     proc = start_runtime(
-        {**private_env, "TETHER_TOOL_GATE": mode, "TETHER_METRICS_ADDR": f"127.0.0.1:{port}"},
+        {
+            **private_env,
+            "TETHER_TOOL_GATE": mode,
+            "TETHER_TOOL_DENY": "opspilot:delete_instance",
+            "TETHER_METRICS_ADDR": f"127.0.0.1:{port}",
+        },
         name=f"runtime-gate-{mode}",
     )
     metrics_url = f"http://127.0.0.1:{port}/metrics"
@@ -41,7 +47,7 @@ async def test_side_door_through_resume(private_env, private_db, mode):
         # The saved state is rebuilt on resume: tamper with it the way a bug or an attacker would.
         cp = json.loads(await db.fetchval("SELECT checkpoint::text FROM run WHERE id = $1", run.id))
         cp["pending"][0]["tool"] = "delete_instance"
-        cp["pending"][0]["args"] = {"instance_id": victim}
+        cp["pending"][0]["args"] = {"service": victim.rsplit("-", 1)[0], "instance_id": victim}
         await db.execute(
             "UPDATE run SET checkpoint = $2::jsonb WHERE id = $1", run.id, json.dumps(cp)
         )
@@ -51,11 +57,15 @@ async def test_side_door_through_resume(private_env, private_db, mode):
         assert types(rest)[-1] == "done"
         assert violations(metrics_url, mode) == before + 1
         status = await db.fetchval("SELECT status FROM inv_instance WHERE id = $1", victim)
-        if mode == "enforce":
-            assert status == "abnormal", "enforce mode let the side door through"
-            assert "tool_started" not in types(rest)
-        else:
-            assert status == "stopped", "observe mode counts but allows"
+        assert status == "abnormal", "the side door reached the inventory"
+        assert "tool_started" not in types(rest)
+        told = json.loads(
+            await db.fetchval("SELECT checkpoint::text FROM run WHERE id = $1", run.id)
+        )["messages"]
+        outcome = next(json.loads(m["content"]) for m in told if m.get("name") == "delete_instance")
+        # enforce: the gate stops it; observe: the gate counts it and the grant check (alice has
+        # no instance.delete) stops it.
+        assert outcome["outcome"] == ("blocked" if mode == "enforce" else "denied")
         await c.close()
     finally:
         proc.terminate()
