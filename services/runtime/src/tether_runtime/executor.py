@@ -18,7 +18,7 @@ from tether_common.config import Settings
 from tether_common.ids import new_id
 
 from tether_runtime import events as ev
-from tether_runtime import metrics
+from tether_runtime import metrics, policy
 from tether_runtime.agent import context
 from tether_runtime.agent.gate import ToolGate
 from tether_runtime.agent.model import Model, ModelInput, ToolCallRequest
@@ -339,7 +339,7 @@ class RunExecutor:
         scope = tool.scope(call["args"])
         if row is None:
             async with self.e.pool.acquire() as conn:
-                granted = await interrupts.has_grant(conn, self.run.user_id, tool.action, scope)
+                granted = await policy.granted(conn, self.run.user_id, tool.action, scope)
             if not granted:
                 self._record(
                     call,
@@ -384,7 +384,7 @@ class RunExecutor:
         async with self.e.pool.acquire() as conn:
             still = all(
                 [
-                    await interrupts.has_grant(conn, u, tool.action, scope)
+                    await policy.granted(conn, u, tool.action, scope)
                     for u in {approver, self.run.user_id}
                 ]
             )
