@@ -72,3 +72,61 @@ def token(settings: Settings, user: str, ttl_s: float, scope: Scope) -> int:
         return 2
     print(issue_token(settings.jwt_secret, user, ttl_s=ttl_s, scope=scope))
     return 0
+
+
+def grants(
+    settings: Settings,
+    op: Literal["add", "revoke", "list"],
+    user: str | None,
+    action: str | None = None,
+    scope: str | None = None,
+) -> int:
+    """`tether grants add|revoke|list`: 0 done, 1 nothing to revoke, 2 bad input."""
+    from tether_runtime.store import grants as store
+
+    if op != "list":
+        try:
+            store.check(user or "", action or "", scope or "")
+        except store.InvalidGrant as err:
+            print(f"tether grants {op}: {err}", file=sys.stderr)
+            return 2
+    return asyncio.run(_grants(settings.database_url, op, user, action or "", scope or ""))
+
+
+async def _grants(dsn: str, op: str, user: str | None, action: str, scope: str) -> int:
+    import asyncpg
+    from tether_runtime.store import grants as store
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        if op == "list":
+            rows = await store.list(conn, user)
+            print(
+                _table(["USER", "ACTION", "SCOPE"], [[g.user_id, g.action, g.scope] for g in rows])
+            )
+            return 0
+        assert user is not None
+        if op == "add":
+            new = await store.add(conn, user, action, scope)
+            print(f"{'granted' if new else 'already granted'}: {user} may {action} on {scope}")
+            return 0
+        if await store.revoke(conn, user, action, scope):
+            print(f"revoked: {user} may no longer {action} on {scope}")
+            return 0
+        # A typo here would leave the real grant in place: say so, and fail.
+        print(
+            f"tether grants revoke: {user} has no grant {action} on {scope} (nothing revoked; "
+            "`tether grants list` shows what exists)",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        await conn.close()
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    )

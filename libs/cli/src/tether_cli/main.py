@@ -25,6 +25,21 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--user", required=True, help="the user (or service) id, e.g. alice")
     tok.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (3600)")
     tok.add_argument("--scope", choices=["user", "service"], default="user")
+    grants = verbs.add_parser(
+        "grants",
+        help="add, revoke or list who may do which action where (read at every check)",
+        description="Grants are read at every check and never cached: a change applies to runs "
+        "already waiting for approval. A scope is exact (payment-api/prod), '*' (everything), "
+        "or a pattern whose '/'-separated segments may each be '*' (payment-api/*, */prod).",
+    )
+    ops = grants.add_subparsers(dest="op", required=True, metavar="OP")
+    for op, what in (("add", "allow a user an action on a scope"), ("revoke", "remove a grant")):
+        g = ops.add_parser(op, help=what)
+        g.add_argument("--user", required=True, help="the user id, e.g. alice")
+        g.add_argument("--action", required=True, help="the action, e.g. instance.restart")
+        g.add_argument("--scope", required=True, help="e.g. payment-api/prod, payment-api/*, *")
+    ls = ops.add_parser("list", help="print the grants as a table")
+    ls.add_argument("--user", help="only this user's grants")
     return parser
 
 
@@ -47,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         return commands.seed_demo(settings)
     if args.verb in ("runtime", "gateway"):
         return commands.serve(args.verb, settings)
+    if args.verb == "grants":
+        return commands.grants(
+            settings,
+            args.op,
+            args.user,
+            getattr(args, "action", None),
+            getattr(args, "scope", None),
+        )
     return commands.token(settings, args.user, args.ttl, args.scope)
 
 

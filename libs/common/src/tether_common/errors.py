@@ -79,6 +79,8 @@ STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     "INVALID_ARGUMENT": ("INVALID_ARGUMENT", 400),
     # A request naming an unknown agent is bad input, not a missing resource of the caller's.
     "AGENT_NOT_FOUND": ("INVALID_ARGUMENT", 400),
+    # An answer of the wrong kind for its interrupt (DESIGN section 10): refused, nothing changed.
+    "INVALID_ANSWER": ("INVALID_ARGUMENT", 422),
     "UNAUTHENTICATED": ("UNAUTHENTICATED", 401),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", 403),
     "NOT_FOUND": ("NOT_FOUND", 404),

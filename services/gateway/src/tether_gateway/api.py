@@ -209,7 +209,10 @@ async def cancel_run(request: web.Request) -> web.Response:
     data = await _body(request, gw, CANCEL_RUN)
     req = rs.CancelRunRequest(run_id=request.match_info["id"], reason=data.get("reason", ""))
     resp = await gw.client().call("CancelRun", req, caller.token)
-    return _json({"run": run_json(resp.run)}, 202)
+    run = run_json(resp.run)
+    # 200: the run is cancelled now. 202: a worker holds it (e.g. an approval won the race and
+    # the run is running again); the cancel is recorded and ends it at the worker's next step.
+    return _json({"run": run}, 200 if run["status"] == "cancelled" else 202)
 
 
 async def stream_token(request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ import asyncpg
 from tether_sdk import Agent, Host
 
 from tether_runtime.agents import discover
+from tether_runtime.store import grants
 from tether_runtime.store.migrations import migrate
 
 # alice and bob may restart and scale anything; everyone else only reads.
@@ -44,13 +45,7 @@ async def seed_demo(dsn: str, env: Mapping[str, str] | None = None) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         for user, action, scope in DEMO_GRANTS:
-            await conn.execute(
-                'INSERT INTO "grant" (user_id, action, scope) VALUES ($1, $2, $3) '
-                "ON CONFLICT DO NOTHING",
-                user,
-                action,
-                scope,
-            )
+            await grants.add(conn, user, action, scope)
     finally:
         await conn.close()
 

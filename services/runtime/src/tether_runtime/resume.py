@@ -1,11 +1,19 @@
 """ResumeRun, CancelRun and interrupt expiry: the paths by which a person's decision (or the
-clock) moves a paused run. Resume follows invariant 5 step by step, in this order."""
+clock) moves a paused run. Resume follows invariant 5 step by step, in this order.
+
+All three lock the run, then its interrupt (`interrupts.lock_with_run`), in one transaction run
+by `db.retrying`: two decisions fired at once on two pods serialize on the run row instead of
+deadlocking, and the loser reads what the winner did and answers with its canonical status
+(409 INTERRUPT_ALREADY_RESOLVED, 410 INTERRUPT_EXPIRED; a cancel after an approval is recorded
+on the run). Events are published only after the commit."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from tether_common.auth import Principal
 from tether_common.errors import (
@@ -19,17 +27,50 @@ from tether_common.errors import (
 )
 
 from tether_runtime import events as ev
-from tether_runtime import metrics
+from tether_runtime import metrics, policy
 from tether_runtime.bus import EventBus
-from tether_runtime.store import event_log, idempotency, interrupts, runs
+from tether_runtime.store import db, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import InterruptRow, RunRow
 from tether_runtime.views import RunView
 
 log = logging.getLogger(__name__)
 
-DECISIONS = {"approved": "approved", "rejected": "rejected", "responded": "responded"}
 MAX_KEY = 200
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What a decision does to the interrupt's tool call: from which status to which, and
+    whether it acts for the caller (and so needs the caller's grant)."""
+
+    call_from: str
+    call_to: str
+    acts: bool
+
+
+# The answers each kind of interrupt takes (DESIGN section 10); anything else is refused and
+# changes nothing.
+ANSWERS: dict[str, dict[str, _Answer]] = {
+    "confirm_action": {
+        "approved": _Answer("proposed", "approved", acts=True),
+        "rejected": _Answer("proposed", "rejected", acts=False),
+    },
+    # A write call whose outcome nobody could tell: call it again (same key), record it as done
+    # (a person checked), or give it up. Retry and mark-done act on the resource: they need the
+    # grant, as an approval does.
+    "outcome_unknown": {
+        "retry": _Answer("unknown", "approved", acts=True),
+        "mark_done": _Answer("unknown", "succeeded", acts=True),
+        "abandon": _Answer("unknown", "rejected", acts=False),
+    },
+}
+DECISIONS = frozenset(d for answers in ANSWERS.values() for d in answers) | {"responded"}
+
+
+def call_from(intr: InterruptRow) -> str:
+    """The status an interrupt's tool call waits in."""
+    return "unknown" if intr.kind == "outcome_unknown" else "proposed"
 
 
 def request_hash(*parts: str) -> str:
@@ -39,17 +80,34 @@ def request_hash(*parts: str) -> str:
 async def load_owned_run(conn: Conn, principal: Principal, run_id: str) -> RunRow:
     """Another user's run is indistinguishable from a missing one."""
     run = await runs.get(conn, run_id)
+    _check_owned(principal, run, run_id)
+    assert run is not None
+    return run
+
+
+def _check_owned(principal: Principal, run: RunRow | None, run_id: str) -> None:
     if run is None or run.user_id != principal.user_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")
     if principal.scope == "stream" and principal.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")
-    return run
 
 
 def _not_pending(intr: InterruptRow) -> Exception:
     if intr.status == "expired":
         return Expired("the interrupt expired")
     return AlreadyResolved(f"the interrupt was already {intr.status} ({intr.decision})")
+
+
+@dataclass
+class _Decided:
+    """What a decision's transaction did: the answer (or the error to answer once the recorded
+    expiry is committed), the events to publish after the commit, the outcome for the metric."""
+
+    outcome: str
+    view: RunView | None = None
+    replayed: bool = False
+    encoded: list[bytes] = field(default_factory=list)
+    error: Exception | None = None
 
 
 async def resume_run(
@@ -67,7 +125,9 @@ async def resume_run(
     if not principal.may_act():
         raise PermissionDenied("this token may only read a stream")
     if decision not in DECISIONS:
-        raise InvalidArgument("decision must be approve, reject or respond")
+        raise InvalidArgument(
+            "decision must be approve, reject, respond, retry, mark_done or abandon"
+        )
     if not key or len(key) > MAX_KEY:
         raise InvalidArgument(f"idempotency_key is required (1-{MAX_KEY} characters)")
     scope = f"resume:{principal.user_id}"
@@ -78,74 +138,90 @@ async def resume_run(
         if replay is not None:
             metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
             return replay, True
-        # 3. the pending interrupt of this run.
-        run = await load_owned_run(conn, principal, run_id)
-        intr = await interrupts.get_interrupt(conn, interrupt_id)
-        if intr is None or intr.run_id != run.id:
+        await load_owned_run(conn, principal, run_id)
+
+    async def decide(conn: Conn) -> _Decided:
+        # 3. the pending interrupt of this run, locked in the one order (run, then interrupt):
+        # a cancel, an expiry or another decision either finished before this or waits for it.
+        run, intr = await interrupts.lock_with_run(conn, run_id, interrupt_id)
+        assert run is not None  # runs are never deleted
+        if intr is None:
             raise NotFound("interrupt not found", reason="INTERRUPT_NOT_FOUND")
         if intr.status != "pending":
-            # A twin with this key may have won between step 2 and now: it is a replay then.
+            # The loser of a race: a twin with this key is a replay; else the canonical status.
             replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
-                metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
-                return replay, True
-            metrics.RESUME_OUTCOMES.labels(outcome=intr.status).inc()
-            raise _not_pending(intr)
+                return _Decided("replayed", replay, replayed=True)
+            return _Decided(intr.status, error=_not_pending(intr))
+        answer = ANSWERS.get(intr.kind, {}).get(decision)
+        if answer is None:
+            fits = ", ".join(sorted(ANSWERS.get(intr.kind, {}))) or "none"
+            return _Decided(
+                "invalid_answer",
+                error=InvalidArgument(
+                    f"a {intr.kind} interrupt takes {fits}, not {decision}",
+                    reason="INVALID_ANSWER",
+                ),
+            )
         # 4. authorize with the caller's current grants (approving acts; rejecting never does).
-        if decision == "approved" and not await interrupts.has_grant(
+        if answer.acts and not await policy.granted(
             conn, principal.user_id, intr.action, intr.scope
         ):
-            metrics.RESUME_OUTCOMES.labels(outcome="permission_denied").inc()
-            raise PermissionDenied(f"you may not {intr.action} on {intr.scope}")
-    # 5. reject if expired (and record the expiry so the run can finish).
-    from datetime import UTC, datetime
-
-    if intr.expires_at <= datetime.now(UTC):
-        await expire_interrupt(pool, bus, intr)
-        metrics.RESUME_OUTCOMES.labels(outcome="expired").inc()
-        raise Expired("the interrupt expired")
-    # 6. the conditional claim, storing the key and the answer in the same transaction;
-    # 7. on reject only status changes; 8. queue the continuation.
-    status_for_call = "approved" if decision == "approved" else "rejected"
-    async with pool.acquire() as conn, conn.transaction():
-        claimed = await interrupts.claim_interrupt(
+            return _Decided(
+                "permission_denied",
+                error=PermissionDenied(f"you may not {intr.action} on {intr.scope}"),
+            )
+        # 5. reject if expired, and record the expiry so the run can finish.
+        if intr.expires_at <= datetime.now(UTC):
+            return _Decided(
+                "expired", encoded=await _expire(conn, intr), error=Expired("the interrupt expired")
+            )
+        # 6. the conditional claim, storing the key and the answer in the same transaction;
+        # 7. on reject only status changes; 8. queue the continuation.
+        claimed = await interrupts.resolve(
             conn,
-            intr.id,
-            "resolved",
-            decision,
-            principal.user_id,
-            input_text or None,
-            key,
+            intr,
+            status="resolved",
+            decision=decision,
+            user_id=principal.user_id,
+            call_status=answer.call_to,
+            call_from=answer.call_from,
+            input_text=input_text or None,
+            idempotency_key=key,
             require_unexpired=True,
         )
-        if claimed is None:
-            lost: Exception | None = None
-        else:
-            await interrupts.decide_call(
-                conn, run.id, intr.call_id, status_for_call, principal.user_id
+        if claimed is None:  # still pending under our lock: expired by the store's clock
+            return _Decided(
+                "expired", encoded=await _expire(conn, intr), error=Expired("the interrupt expired")
             )
-            encoded = await _requeue(
-                conn, run.id, [ev.interrupt_resolved(intr.id, decision)], trace_context
+        if decision == "mark_done":
+            summary = f"marked done by {principal.user_id}"
+            await interrupts.settle_call(
+                conn,
+                run_id,
+                intr.call_id,
+                summary,
+                {"ok": True, "summary": summary, "data": {}, "facts": {}, "outcome": "marked_done"},
             )
-            fresh = await runs.get(conn, run.id)
-            assert fresh is not None
-            view = RunView.of(fresh)
-            if not await idempotency.store(conn, scope, key, rhash, {"run": view.to_json()}):
-                raise AlreadyResolved("the interrupt was already resolved")
-    if claimed is None:
-        async with pool.acquire() as conn:
-            replay = await stored_answer(conn, scope, key, rhash)
-            if replay is not None:
-                metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
-                return replay, True
-            now = await interrupts.get_interrupt(conn, intr.id)
-        assert now is not None
-        lost = _not_pending(now) if now.status != "pending" else Expired("the interrupt expired")
-        metrics.RESUME_OUTCOMES.labels(outcome="lost_race").inc()
-        raise lost
-    await bus.publish(run.id, encoded)
-    metrics.RESUME_OUTCOMES.labels(outcome=decision).inc()
-    return view, False
+        encoded = await _requeue(
+            conn, run_id, [ev.interrupt_resolved(intr.id, decision)], trace_context
+        )
+        fresh = await runs.get(conn, run_id)
+        assert fresh is not None
+        view = RunView.of(fresh)
+        if not await idempotency.store(conn, scope, key, rhash, {"run": view.to_json()}):
+            # This caller's key is already stored for another request: nothing of this commits.
+            raise IdempotencyKeyReused("this idempotency key was used for a different request")
+        return _Decided(decision, view, encoded=encoded)
+
+    done = await db.retrying(pool, decide)
+    if done.encoded:
+        await bus.publish(run_id, done.encoded)
+    metrics.RESUME_OUTCOMES.labels(outcome=done.outcome).inc()
+    if done.error is not None:
+        raise done.error
+    assert done.view is not None
+    return done.view, done.replayed
 
 
 async def stored_answer(conn: Conn, scope: str, key: str, rhash: str) -> RunView | None:
@@ -169,30 +245,43 @@ async def _requeue(
     """Announce the decision and queue the continuation; only an interrupted run moves. The
     continuation carries the approval's trace context through the queue."""
     encoded, _ = await event_log.append(conn, run_id, events, statuses=["interrupted"])
-    await conn.execute(
-        "UPDATE run SET status = 'queued', queued_at = now(), lease_owner = NULL, "
-        "lease_expires_at = NULL, trace_context = coalesce($2, trace_context) WHERE id = $1",
-        run_id,
-        trace_context or None,
-    )
-    await runs.wake(conn)
+    await runs.requeue(conn, run_id, trace_context)
     return encoded
+
+
+async def _expire(conn: Conn, intr: InterruptRow) -> list[bytes]:
+    """Under the run's and the interrupt's locks: mark the pending interrupt expired and let the
+    run finish by saying nothing was done. Returns the events to publish after the commit."""
+    claimed = await interrupts.resolve(
+        conn,
+        intr,
+        status="expired",
+        decision="expired",
+        user_id=None,
+        call_status="rejected",
+        call_from=call_from(intr),
+    )
+    if claimed is None:
+        return []
+    return await _requeue(conn, intr.run_id, [ev.interrupt_resolved(intr.id, "expired")])
 
 
 async def expire_interrupt(pool: Pool, bus: EventBus, intr: InterruptRow) -> bool:
     """Mark an overdue interrupt expired (once, whoever gets there first) and let the run finish
     by saying nothing was done."""
-    async with pool.acquire() as conn, conn.transaction():
-        claimed = await interrupts.claim_interrupt(
-            conn, intr.id, "expired", "expired", None, None, None, require_unexpired=False
-        )
-        if claimed is None:
-            return False
-        await interrupts.decide_call(conn, intr.run_id, intr.call_id, "rejected", None)
-        try:
-            encoded = await _requeue(conn, intr.run_id, [ev.interrupt_resolved(intr.id, "expired")])
-        except event_log.Fenced:
-            return False
+
+    async def expire(conn: Conn) -> list[bytes]:
+        _, locked = await interrupts.lock_with_run(conn, intr.run_id, intr.id)
+        if locked is None or locked.status != "pending":
+            return []  # decided, cancelled or expired already
+        return await _expire(conn, locked)
+
+    try:
+        encoded = await db.retrying(pool, expire)
+    except event_log.Fenced:
+        return False  # the run left `interrupted` without its interrupt: nothing was written
+    if not encoded:
+        return False
     await bus.publish(intr.run_id, encoded)
     return True
 
@@ -200,13 +289,17 @@ async def expire_interrupt(pool: Pool, bus: EventBus, intr: InterruptRow) -> boo
 async def cancel_run(
     pool: Pool, bus: EventBus, principal: Principal, run_id: str, reason: str
 ) -> RunView:
+    """A queued or interrupted run is cancelled at once (its pending interrupt with it); a running
+    one gets `cancel_requested` and its worker ends it at its next step (the answer's run is then
+    still running: the gateway answers 202 for that, 200 for a run already cancelled)."""
     if not principal.may_act():
         raise PermissionDenied("this token may only read a stream")
     reason = (reason or "cancelled by the user")[:500]
-    async with pool.acquire() as conn, conn.transaction():
-        run = await load_owned_run(conn, principal, run_id)
-        await conn.execute("SELECT 1 FROM run WHERE id = $1 FOR UPDATE", run_id)
-        run = await load_owned_run(conn, principal, run_id)
+
+    async def cancel(conn: Conn) -> tuple[RunView, list[bytes]]:
+        run, pending = await interrupts.lock_with_run(conn, run_id)
+        _check_owned(principal, run, run_id)
+        assert run is not None
         encoded: list[bytes] = []
         if run.status == "cancelled":
             pass  # cancelling twice is the same as once
@@ -215,39 +308,30 @@ async def cancel_run(
                 f"the run is already {run.status}", reason="RUN_NOT_CANCELLABLE"
             )
         elif run.status == "running":
-            # Its worker sees the flag at its next write or heartbeat and ends the run itself.
-            await conn.execute(
-                "UPDATE run SET cancel_requested = true, cancel_reason = $2 WHERE id = $1",
-                run_id,
-                reason,
-            )
+            await runs.request_cancel(conn, run_id, reason)
         else:
             events: list[ev.RunEvent] = []
-            pending = await interrupts.pending_for_run(conn, run_id)
             if pending is not None:
-                await interrupts.claim_interrupt(
+                await interrupts.resolve(
                     conn,
-                    pending.id,
-                    "cancelled",
-                    "cancelled",
-                    principal.user_id,
-                    None,
-                    None,
-                    require_unexpired=False,
+                    pending,
+                    status="cancelled",
+                    decision="cancelled",
+                    user_id=principal.user_id,
+                    call_status="rejected",
+                    call_from=call_from(pending),
                 )
-                await interrupts.decide_call(conn, run_id, pending.call_id, "rejected", None)
                 events.append(ev.interrupt_resolved(pending.id, "cancelled"))
             events.append(ev.cancelled(reason))
             encoded, _ = await event_log.append(
                 conn, run_id, events, statuses=["queued", "interrupted"]
             )
-            await conn.execute(
-                "UPDATE run SET status = 'cancelled', cancel_requested = true, cancel_reason = $2,"
-                " lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
-                run_id,
-                reason,
-            )
+            await runs.mark_cancelled(conn, run_id, reason)
         fresh = await runs.get(conn, run_id)
         assert fresh is not None
-    await bus.publish(run_id, encoded)
-    return RunView.of(fresh)
+        return RunView.of(fresh), encoded
+
+    view, encoded = await db.retrying(pool, cancel)
+    if encoded:
+        await bus.publish(run_id, encoded)
+    return view

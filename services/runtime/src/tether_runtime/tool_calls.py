@@ -32,7 +32,7 @@ from tether_sdk import (
 )
 
 from tether_runtime import events as ev
-from tether_runtime import metrics
+from tether_runtime import metrics, policy
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_loop import Paused
 from tether_runtime.store import conversations, event_log, interrupts, runs
@@ -184,7 +184,7 @@ class ToolCalls:
     ) -> None:
         user = self.x.run.user_id
         async with self.x.e.pool.acquire() as conn:
-            allowed = await interrupts.has_grant(conn, user, tool.action, scope)
+            allowed = await policy.granted(conn, user, tool.action, scope)
         if not allowed:
             await self._skip(call, failure(f"{user} may not {tool.action} on {scope}", "denied"))
             return
@@ -222,7 +222,7 @@ class ToolCalls:
         async with self.x.e.pool.acquire() as conn:
             still = all(
                 [
-                    await interrupts.has_grant(conn, u, tool.action, scope)
+                    await policy.granted(conn, u, tool.action, scope)
                     for u in sorted({approver, self.x.run.user_id})
                 ]
             )

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import asyncpg
+
+T = TypeVar("T")
 
 # The failures that mean "the store is unreachable right now" (restart, failover, network): the
 # caller may retry, so the API answers UNAVAILABLE rather than INTERNAL.
@@ -29,6 +35,31 @@ STORE_ERRORS: tuple[type[BaseException], ...] = (
 
 Pool = asyncpg.Pool
 Conn = asyncpg.Connection
+
+# A transaction Postgres aborted only because of what ran beside it: running it again from the
+# start is correct and, after a short wait, almost always succeeds.
+RETRYABLE: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.SerializationError,
+)
+
+
+async def retrying(
+    pool: asyncpg.Pool, fn: Callable[[asyncpg.Connection], Awaitable[T]], attempts: int = 5
+) -> T:
+    """`fn(conn)` in a transaction of its own, run again from the start when Postgres aborts it
+    for a deadlock or a serialization failure, after a short jittered wait (so two requests that
+    collided do not collide again in step). `fn` must have no effect outside the transaction
+    (publish after it returns). The last attempt's error propagates."""
+    for attempt in range(1, attempts + 1):
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                return await fn(conn)
+        except RETRYABLE:
+            if attempt >= attempts:
+                raise
+            await asyncio.sleep(random.uniform(0.002, 0.01) * 2**attempt)
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 async def _init(conn: asyncpg.Connection) -> None:

@@ -1,12 +1,18 @@
-"""Interrupts, tool calls and grants: the records behind "a dangerous tool runs at most once"."""
+"""Interrupts and tool calls: the records behind "a dangerous tool runs at most once".
+
+Every path that moves a run and its interrupt locks them in ONE order, in one transaction: the
+run row first (`runs.lock`), then the interrupt, then the tool call. `lock_with_run`,
+`raise_interrupt` and `resolve` keep that order; resume, cancel, expiry and the worker go through
+them. Grants live in `grants.py`."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+from tether_runtime.store import runs
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import InterruptRow, ToolCallRow
+from tether_runtime.store.records import InterruptRow, RunRow, ToolCallRow
 
 
 async def create_interrupt(
@@ -46,6 +52,90 @@ async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:
     return InterruptRow.of(row) if row else None
 
 
+async def lock_with_run(
+    conn: Conn, run_id: str, interrupt_id: str | None = None
+) -> tuple[RunRow | None, InterruptRow | None]:
+    """In a transaction: lock the run, then its interrupt (`interrupt_id`, or the run's pending
+    one). Under these locks nobody else can decide the interrupt or move the run; an interrupt
+    of another run is returned as None (and not locked)."""
+    run = await runs.lock(conn, run_id)
+    if run is None:
+        return None, None
+    if interrupt_id is None:
+        row = await conn.fetchrow(
+            "SELECT * FROM interrupt WHERE run_id = $1 AND status = 'pending' FOR UPDATE", run_id
+        )
+    else:
+        row = await conn.fetchrow(
+            "SELECT * FROM interrupt WHERE id = $1 AND run_id = $2 FOR UPDATE",
+            interrupt_id,
+            run_id,
+        )
+    return run, InterruptRow.of(row) if row else None
+
+
+async def resolve(
+    conn: Conn,
+    intr: InterruptRow,
+    *,
+    status: str,
+    decision: str,
+    user_id: str | None,
+    call_status: str,
+    call_from: str = "proposed",
+    input_text: str | None = None,
+    idempotency_key: str | None = None,
+    require_unexpired: bool = False,
+) -> InterruptRow | None:
+    """Decide a pending interrupt and move its tool call from `call_from` to `call_status`, under
+    the locks of `lock_with_run` (same transaction). None, and nothing changed, when the interrupt
+    is no longer pending (or, with `require_unexpired`, is past its expiry by the store's clock)."""
+    claimed = await claim_interrupt(
+        conn,
+        intr.id,
+        status,
+        decision,
+        user_id,
+        input_text,
+        idempotency_key,
+        require_unexpired=require_unexpired,
+    )
+    if claimed is not None:
+        await decide_call(conn, intr.run_id, intr.call_id, call_status, user_id, call_from)
+    return claimed
+
+
+async def raise_interrupt(
+    conn: Conn,
+    *,
+    interrupt_id: str,
+    run_id: str,
+    call_id: str,
+    tool: str,
+    args: dict[str, Any],
+    key: str,
+    kind: str,
+    action: str,
+    scope: str,
+    payload: dict[str, str],
+    expires_at: datetime,
+    call_status: str = "proposed",
+    call_from: str | None = None,
+) -> None:
+    """The worker raising an interrupt on a tool call, in the one lock order: the run (a lease
+    holder's transaction holds it already), then the call and the interrupt. The call is inserted
+    in `call_status`, or, with `call_from`, an existing call is moved from that status (e.g. an
+    `executing` call whose outcome is unknown)."""
+    await runs.lock(conn, run_id)
+    if call_from is None:
+        await propose_call(conn, run_id, call_id, tool, args, key, call_status)
+    else:
+        await decide_call(conn, run_id, call_id, call_status, None, call_from)
+    await create_interrupt(
+        conn, interrupt_id, run_id, call_id, kind, action, scope, payload, expires_at
+    )
+
+
 async def claim_interrupt(
     conn: Conn,
     interrupt_id: str,
@@ -83,30 +173,46 @@ async def overdue(conn: Conn, limit: int = 50) -> list[InterruptRow]:
 
 
 async def propose_call(
-    conn: Conn, run_id: str, call_id: str, tool: str, args: dict[str, Any], key: str
+    conn: Conn,
+    run_id: str,
+    call_id: str,
+    tool: str,
+    args: dict[str, Any],
+    key: str,
+    status: str = "proposed",
 ) -> None:
     await conn.execute(
         "INSERT INTO tool_call (run_id, call_id, tool, args, status, idempotency_key) "
-        "VALUES ($1, $2, $3, $4, 'proposed', $5) ON CONFLICT DO NOTHING",
+        "VALUES ($1, $2, $3, $4, $6, $5) ON CONFLICT DO NOTHING",
         run_id,
         call_id,
         tool,
         args,
         key,
+        status,
     )
 
 
 async def decide_call(
-    conn: Conn, run_id: str, call_id: str, status: str, user_id: str | None
-) -> None:
-    await conn.execute(
+    conn: Conn,
+    run_id: str,
+    call_id: str,
+    status: str,
+    user_id: str | None,
+    from_status: str = "proposed",
+) -> bool:
+    """Move the call from `from_status` (a proposal, or e.g. a call whose outcome is unknown) to
+    `status`; False when it was not in `from_status`."""
+    result = await conn.execute(
         "UPDATE tool_call SET status = $3, approved_by = $4, updated_at = now() "
-        "WHERE run_id = $1 AND call_id = $2 AND status = 'proposed'",
+        "WHERE run_id = $1 AND call_id = $2 AND status = $5",
         run_id,
         call_id,
         status,
         user_id,
+        from_status,
     )
+    return str(result).endswith(" 1")
 
 
 async def skip_call(
@@ -117,6 +223,20 @@ async def skip_call(
     await conn.execute(
         "UPDATE tool_call SET status = 'failed', result_summary = $3, result = $4, "
         "updated_at = now() WHERE run_id = $1 AND call_id = $2 AND status = 'approved'",
+        run_id,
+        call_id,
+        summary,
+        result,
+    )
+
+
+async def settle_call(
+    conn: Conn, run_id: str, call_id: str, summary: str, result: dict[str, Any]
+) -> None:
+    """The result a person gave a call (marked done), stored as if the call had returned it."""
+    await conn.execute(
+        "UPDATE tool_call SET result_summary = $3, result = $4, updated_at = now() "
+        "WHERE run_id = $1 AND call_id = $2",
         run_id,
         call_id,
         summary,
@@ -200,15 +320,3 @@ async def finish_call(
         summary,
         result,
     )
-
-
-async def has_grant(conn: Conn, user_id: str, action: str, scope: str) -> bool:
-    """Read at every check, never cached: revoking a grant affects runs already waiting."""
-    row = await conn.fetchval(
-        'SELECT 1 FROM "grant" WHERE user_id = $1 AND action = $2 AND (scope = $3 OR scope = $4)',
-        user_id,
-        action,
-        scope,
-        "*",
-    )
-    return row is not None

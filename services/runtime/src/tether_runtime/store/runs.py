@@ -99,6 +99,50 @@ async def get(conn: Conn, run_id: str) -> RunRow | None:
     return RunRow.of(row) if row else None
 
 
+async def lock(conn: Conn, run_id: str) -> RunRow | None:
+    """The first lock of every path that moves a run and its interrupt (resume, cancel, expiry,
+    raising or resolving an interrupt): the run row, then the interrupt, in one transaction. One
+    order for all of them, so no two can deadlock. FOR NO KEY UPDATE is the lock `UPDATE run`
+    takes anyway (no key column changes): taken first, it adds no conflict the path did not
+    already have, and lets readers and key-share lockers through. A lease holder's transaction
+    already holds it (its fenced append updated the row first); taking it again is free."""
+    row = await conn.fetchrow("SELECT * FROM run WHERE id = $1 FOR NO KEY UPDATE", run_id)
+    return RunRow.of(row) if row else None
+
+
+async def requeue(conn: Conn, run_id: str, trace_context: dict[str, str] | None = None) -> None:
+    """A decided interrupt's continuation: back in the queue for any worker, carrying the
+    decision's trace context (when given) through the queue."""
+    await conn.execute(
+        "UPDATE run SET status = 'queued', queued_at = now(), lease_owner = NULL, "
+        "lease_expires_at = NULL, trace_context = coalesce($2, trace_context), updated_at = now() "
+        "WHERE id = $1",
+        run_id,
+        trace_context or None,
+    )
+    await wake(conn)
+
+
+async def request_cancel(conn: Conn, run_id: str, reason: str) -> None:
+    """A running run's worker sees the flag at its next write or heartbeat and ends the run."""
+    await conn.execute(
+        "UPDATE run SET cancel_requested = true, cancel_reason = $2, updated_at = now() "
+        "WHERE id = $1",
+        run_id,
+        reason,
+    )
+
+
+async def mark_cancelled(conn: Conn, run_id: str, reason: str) -> None:
+    """A run no worker holds (queued or interrupted) ends here and now."""
+    await conn.execute(
+        "UPDATE run SET status = 'cancelled', cancel_requested = true, cancel_reason = $2, "
+        "lease_owner = NULL, lease_expires_at = NULL, updated_at = now() WHERE id = $1",
+        run_id,
+        reason,
+    )
+
+
 async def claim_batch(
     conn: Conn, owner: str, ttl_s: float, limit: int
 ) -> list[tuple[RunRow, bool]]:
