@@ -40,9 +40,11 @@ class Client:
         )
         return str(r.conversation.id)
 
-    async def start(self, conv: str, text: str, key: str = "") -> pb.StartRunResponse:
+    async def start(
+        self, conv: str, text: str, key: str = "", *, agent: str = ""
+    ) -> pb.StartRunResponse:
         return await self.stub.StartRun(
-            pb.StartRunRequest(conversation_id=conv, text=text, idempotency_key=key),
+            pb.StartRunRequest(conversation_id=conv, text=text, idempotency_key=key, agent=agent),
             metadata=self.md,
             timeout=10,
         )
