@@ -179,3 +179,38 @@ async def test_unkeyed_tool_after_a_kill_asks_a_person_and_each_answer_holds(env
     finally:
         await c.close()
         await db.close()
+
+
+async def test_limits_step_limit_deadline_and_transient_retries(env, procs):
+    env = {
+        **env,
+        "TETHER_AGENTS": "tether_testkit.ledger_agent:agent,tether_testkit.ledger_agent:slowpoke",
+        "PEEK_S": "0.3",
+    }
+    proc = start_runtime(env, name="runtime-limits")
+    procs.append(proc)
+    c = Client(proc.addr, token(TEST_SECRET, "alice"))
+    db = await asyncpg.connect(env["DATABASE_URL"])
+    try:
+        conv = await c.conversation()
+        looping = (await c.start(conv, "loop", agent="ledger")).run
+        late = (await c.start(conv, "loop", agent="slowpoke")).run
+        flaky = (await c.start(conv, "flaky 2", agent="ledger")).run
+        evs = await c.events(looping.id)
+        assert types(evs)[-1] == "error"
+        assert evs[-1].error.code == "STEP_LIMIT_EXCEEDED"
+        assert types(evs).count("tool_finished") == 5  # max_steps=5 model steps, each a peek
+        evs = await c.events(late.id)
+        assert types(evs)[-1] == "error"
+        assert evs[-1].error.code == "DEADLINE_EXCEEDED"
+        assert 2 <= types(evs).count("tool_finished") <= 5  # 0.3 s peeks within a 1 s budget
+        evs = await c.events(flaky.id)
+        assert types(evs)[-1] == "done"
+        assert types(evs).count("tool_started") == 1  # retries are inside one call
+        assert (await _told(db, flaky.id))["summary"] == "worked on attempt 3"
+        assert await db.fetchval("SELECT count(*) FROM ledger_call WHERE tool = 'flaky'") == 3
+        status = await db.fetchval("SELECT status FROM run WHERE id = $1", looping.id)
+        assert status == "failed"
+    finally:
+        await c.close()
+        await db.close()

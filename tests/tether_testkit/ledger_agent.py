@@ -14,7 +14,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
-from tether_sdk import Agent, Host, ModelRequest, Reconciled, ScriptedModel, ToolCall, ToolContext, tool
+from tether_sdk import (
+    Agent,
+    Host,
+    Limits,
+    ModelRequest,
+    Reconciled,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    TransientError,
+    tool,
+)
 
 ACTION = "ledger.send"
 
@@ -76,10 +87,34 @@ async def send_unkeyed(ctx: ToolContext, recipient: str) -> str:
     return await _send(ctx, "send_unkeyed", recipient)
 
 
+@tool(effect="read")
+async def peek(ctx: ToolContext, n: int = 0) -> str:
+    """Look at the ledger (takes PEEK_S seconds)."""
+    await asyncio.sleep(float(os.environ.get("PEEK_S") or 0))
+    return f"peeked {n}"
+
+
+@tool(effect="read")
+async def flaky(ctx: ToolContext, fail_times: int) -> str:
+    """Fails with a transient error on its first `fail_times` attempts."""
+    async with ctx.state.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO ledger_call (tool, key) VALUES ('flaky', $1)", ctx.idempotency_key
+        )
+    if ctx.attempt <= fail_times:
+        raise TransientError(f"attempt {ctx.attempt}: the ledger is busy")
+    return f"worked on attempt {ctx.attempt}"
+
+
 def decide(req: ModelRequest) -> str | ToolCall:
-    """"<tool> to <recipient>": call the tool once, then say how it ended."""
+    """ "<tool> to <recipient>": call the tool once, then say how it ended. "loop": peek
+    forever (the step limit or the deadline ends it). "flaky N": a read tool failing N times."""
     words = req.last_user_text().split()
     results = req.results()
+    if words[0] == "loop":
+        return ToolCall("peek", {"n": len(results)})
+    if words[0] == "flaky" and not results:
+        return ToolCall("flaky", {"fail_times": int(words[1])})
     if results:
         r = results[-1]
         return f"{r.tool} ended: {r.outcome}: {r.summary}"
@@ -91,7 +126,19 @@ agent = Agent(
     description="Test agent: three ways for a write tool to stay at-most-once.",
     instructions="Send what you are asked to send.",
     model=ScriptedModel(decide),
-    tools=[send_keyed, send_reconciled, send_unkeyed],
+    tools=[send_keyed, send_reconciled, send_unkeyed, peek, flaky],
+    limits=Limits(max_steps=5, tool_retries=2, retry_backoff_s=0.05),
     migrations="tether_testkit:ledger_migrations",
+    lifespan=ledger_pool,
+)
+
+# The same tools under a short execution deadline (and a step limit it never reaches).
+slowpoke = Agent(
+    name="slowpoke",
+    description="Test agent: a run that outlives its deadline.",
+    instructions="Peek until stopped.",
+    model=ScriptedModel(decide),
+    tools=[peek],
+    limits=Limits(max_steps=1000, run_deadline_s=1.0),
     lifespan=ledger_pool,
 )
