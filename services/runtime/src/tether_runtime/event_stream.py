@@ -18,7 +18,7 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus, Subscription
 from tether_runtime.resume import load_owned_run
-from tether_runtime.store import event_log, interrupts
+from tether_runtime.store import event_log, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
 from tether_runtime.views import RunView
 
@@ -50,14 +50,10 @@ class EventStream:
                 continue
             try:
                 async with self.pool.acquire() as conn:
-                    rows = await conn.fetch(
-                        "SELECT id, last_sequence FROM run WHERE id = ANY($1::text[])",
-                        list({s.run_id for s in quiet}),
-                    )
+                    latest = await runs.last_sequences(conn, {s.run_id for s in quiet})
             except STORE_DOWN as err:
                 log.warning("positioning check skipped: %s", err)
                 continue
-            latest = {r["id"]: int(r["last_sequence"]) for r in rows}
             for sub in quiet:
                 if latest.get(sub.run_id, 0) > sub.position:
                     sub.nudge()

@@ -44,13 +44,8 @@ async def initial_messages(
 
 async def update_summary(conn: Conn, conversation_id: str) -> None:
     """Fold turns that fell out of the recent window into a short summary."""
-    rows = await conn.fetch(
-        "SELECT role, content FROM message WHERE conversation_id = $1 AND role = 'user' "
-        "ORDER BY id DESC OFFSET $2 LIMIT 10",
-        conversation_id,
-        RECENT_TURNS // 2,
-    )
-    if not rows:
+    older = await conversations.older_questions(conn, conversation_id, RECENT_TURNS // 2, 10)
+    if not older:
         return
-    asked = "; ".join(r["content"][:80] for r in reversed(rows))
+    asked = "; ".join(q[:80] for q in older)
     await conversations.set_summary(conn, conversation_id, f"Earlier the user asked: {asked}"[:600])

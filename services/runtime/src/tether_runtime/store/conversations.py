@@ -102,6 +102,18 @@ async def merge_facts(conn: Conn, conversation_id: str, facts: dict[str, Any]) -
     )
 
 
+async def older_questions(conn: Conn, conversation_id: str, skip: int, limit: int) -> list[str]:
+    """The user's questions before the newest `skip`, oldest first (for the summary)."""
+    rows = await conn.fetch(
+        "SELECT content FROM message WHERE conversation_id = $1 AND role = 'user' "
+        "ORDER BY id DESC OFFSET $2 LIMIT $3",
+        conversation_id,
+        skip,
+        limit,
+    )
+    return [r["content"] for r in reversed(rows)]
+
+
 async def set_summary(conn: Conn, conversation_id: str, summary: str) -> None:
     await conn.execute(
         "UPDATE conversation SET summary = $2, updated_at = now() WHERE id = $1",

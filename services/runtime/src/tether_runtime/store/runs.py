@@ -256,5 +256,13 @@ async def queue_depth(conn: Conn) -> tuple[int, float]:
     return int(row["n"]), float(row["age"])
 
 
+async def last_sequences(conn: Conn, run_ids: set[str]) -> dict[str, int]:
+    """Each run's last sequence, in one query (the streams' positioning check)."""
+    rows = await conn.fetch(
+        "SELECT id, last_sequence FROM run WHERE id = ANY($1::text[])", list(run_ids)
+    )
+    return {r["id"]: int(r["last_sequence"]) for r in rows}
+
+
 async def cancel_reason(conn: Conn, run_id: str) -> str:
     return str(await conn.fetchval("SELECT cancel_reason FROM run WHERE id = $1", run_id) or "")
