@@ -45,6 +45,7 @@ async def _send(ctx: ToolContext, name: str, recipient: str) -> str:
         await conn.execute(
             "INSERT INTO ledger_call (tool, key) VALUES ($1, $2)", name, ctx.idempotency_key
         )
+    await ctx.progress(0.25, "asking the ledger")
     await asyncio.sleep(hold / 2)
     async with ctx.state.acquire() as conn:
         await conn.execute(
