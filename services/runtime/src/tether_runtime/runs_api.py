@@ -183,9 +183,11 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
     return RunView.of(run, pending)
 
 
-def list_agents(engine: Engine) -> tuple[list[AgentView], str]:
-    """The loaded agents, sorted by name, and the default one. (Read from OpsPilot's registry
-    until the engine holds an agent registry of its own.)"""
+def list_agents(engine: Engine, principal: Principal) -> tuple[list[AgentView], str]:
+    """The loaded agents, sorted by name, and the default one: for any acting caller (a stream
+    token reads one run only). Read from OpsPilot's registry until the engine holds an agent
+    registry of its own."""
+    _acting(principal)
     out = []
     for name in sorted(AGENTS):
         tools = []
