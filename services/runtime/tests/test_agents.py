@@ -82,3 +82,13 @@ async def test_an_unknown_agent_is_agent_not_found_and_stores_nothing(alice, db)
     )
     assert named.run.agent == "opspilot"
     assert (await alice.start(conv, "hello again")).run.agent == "opspilot"
+
+
+async def test_a_stream_token_may_not_list_agents(runtime) -> None:
+    c = Client(runtime.addr, token(TEST_SECRET, "alice", scope="stream", run_id="run_x"))
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await c.stub.ListAgents(pb.ListAgentsRequest(), metadata=c.md, timeout=10)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        await c.close()

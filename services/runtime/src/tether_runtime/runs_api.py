@@ -178,6 +178,8 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
     return RunView.of(run, pending)
 
 
-def list_agents(agents: AgentRegistry) -> tuple[list[AgentView], str]:
-    """The loaded agents, sorted by name, and the default one."""
+def list_agents(agents: AgentRegistry, principal: Principal) -> tuple[list[AgentView], str]:
+    """The loaded agents, sorted by name, and the default one: for any acting caller (a stream
+    token reads one run only)."""
+    _acting(principal)
     return agents.views(), agents.default

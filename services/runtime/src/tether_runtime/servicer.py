@@ -213,7 +213,7 @@ class RuntimeServicer:
         self, request: pb.ListAgentsRequest, context: Any
     ) -> pb.ListAgentsResponse:
         async def run(p: Principal) -> pb.ListAgentsResponse:
-            agents, default = runs_api.list_agents(self.e.agents)
+            agents, default = runs_api.list_agents(self.e.agents, p)
             return pb.ListAgentsResponse(
                 agents=[convert.agent_pb(a) for a in agents], default_agent=default
             )

@@ -1,5 +1,6 @@
-// OpsPilot demo UI: conversations, a chat that streams the assistant's text, a step bar from tool
-// events, and the confirmation card for interrupts. Everything is rendered with textContent.
+// Tether's demo UI: an agent picker, conversations, a chat that streams the assistant's text, a
+// step bar from tool events (with progress), and the cards for interrupts (confirm an action; an
+// action whose outcome is unknown). Everything is rendered with textContent.
 import { readSse } from "./sse_reader.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -11,9 +12,22 @@ const DECISION_TEXT = {
   expired: "The confirmation expired — nothing was changed.",
   cancelled: "The confirmation was cancelled.",
   responded: "Answered.",
+  retry: "Retrying — the action runs again with the same idempotency key.",
+  mark_done: "Marked done — the run continues as if the action happened.",
+  abandon: "Abandoned — the run continues without the action.",
+};
+// Decisions after which the run goes on working.
+const CONTINUES = new Set(["approved", "responded", "retry", "mark_done", "abandon"]);
+// What a card says once its POST is accepted (the interrupt_resolved event follows).
+const SENT_TEXT = {
+  approve: "Approved, continuing…",
+  reject: "Rejected.",
+  retry: "Retrying…",
+  mark_done: "Marked done, continuing…",
+  abandon: "Abandoned, continuing…",
 };
 
-const state = { user: "", conversations: [], convId: null, view: null };
+const state = { user: "", conversations: [], convId: null, view: null, agent: "" };
 
 // ---- storage, ids, API ---------------------------------------------------------------------
 
@@ -164,6 +178,31 @@ class RunView {
     $(".tool", li).textContent = step.tool;
     $(".summary", li).textContent = step.summary || step.argsSummary || "";
     li.title = step.summary || step.argsSummary || "";
+    this.renderProgress(li, step.status === "running" ? step.progress : null);
+  }
+
+  // A running tool's last tool_progress: a bar and its text, inside the step; gone once it ends.
+  renderProgress(li, progress) {
+    let el = $(".progress", li);
+    if (!progress) {
+      el?.remove();
+      return;
+    }
+    if (!el) {
+      el = span("progress");
+      const track = span("progress-track");
+      track.append(span("progress-bar"));
+      el.append(track, span("progress-text"));
+      el.setAttribute("role", "progressbar");
+      el.setAttribute("aria-valuemin", "0");
+      el.setAttribute("aria-valuemax", "100");
+      li.append(el);
+    }
+    const pct = Math.round(Math.min(Math.max(Number(progress.fraction) || 0, 0), 1) * 100);
+    $(".progress-bar", el).style.width = `${pct}%`;
+    $(".progress-text", el).textContent = progress.text || `${pct}%`;
+    el.setAttribute("aria-valuenow", String(pct));
+    el.dataset.fraction = String(progress.fraction);
   }
 
   apply(ev) {
@@ -185,6 +224,13 @@ class RunView {
         this.renderStep(step);
         break;
       }
+      case "tool_progress": {
+        const prev = this.saved.steps[ev.callId] || { callId: ev.callId, tool: ev.tool, status: "running" };
+        const step = { ...prev, progress: { fraction: ev.fraction, text: ev.text } };
+        this.saved.steps[ev.callId] = step;
+        this.renderStep(step);
+        break;
+      }
       case "tool_finished": {
         const prev = this.saved.steps[ev.callId] || { callId: ev.callId, tool: ev.tool };
         const step = { ...prev, status: ev.status, summary: ev.summary };
@@ -198,7 +244,7 @@ class RunView {
         break;
       case "interrupt_resolved":
         this.closeCard(ev.interruptId, ev.decision);
-        if (ev.decision === "approved" || ev.decision === "responded") this.setStatus("running");
+        if (CONTINUES.has(ev.decision)) this.setStatus("running");
         break;
       case "done":
         this.setStatus("completed");
@@ -239,17 +285,39 @@ class RunView {
     if (this.card?.interruptId === intr.id) return;
     if (this.saved.resolved.includes(intr.id)) return;
     this.closeCard(null);
-    const card = $("#tpl-card").content.firstElementChild.cloneNode(true);
+    const unknown = intr.kind === "outcome_unknown";
+    const card = $(unknown ? "#tpl-outcome" : "#tpl-card").content.firstElementChild.cloneNode(true);
     const p = intr.payload || {};
     const risk = $(".risk", card);
     risk.textContent = `${p.risk || "unknown"} risk`;
     risk.dataset.risk = p.risk || "";
-    $(".c-tool", card).textContent = p.tool || intr.kind;
-    $(".c-target", card).textContent = p.target || "—";
     $(".c-params", card).textContent = p.parameterSummary || "—";
     $(".c-reason", card).textContent = p.reason || "—";
-    const approve = $(".approve", card);
-    const reject = $(".reject", card);
+    if (p.details) {
+      $(".c-details", card).textContent = p.details;
+      $(".c-details", card).hidden = false;
+      $(".c-details-label", card).hidden = false;
+    }
+    let buttons;
+    if (unknown) {
+      const what = p.tool || "the action";
+      $(".o-question", card).textContent = p.target
+        ? `We don't know whether ${what} on ${p.target} happened.`
+        : `We don't know whether ${what} happened.`;
+      buttons = { retry: $(".retry", card), mark_done: $(".mark-done", card), abandon: $(".abandon", card) };
+    } else {
+      $(".confirm-title", card).textContent = p.title || "Confirmation required";
+      $(".c-tool", card).textContent = p.tool || intr.kind;
+      $(".c-target", card).textContent = p.target || "—";
+      if (p.preview) {
+        $(".c-preview", card).textContent = p.preview;
+        $(".c-preview", card).hidden = false;
+      }
+      buttons = { approve: $(".approve", card), reject: $(".reject", card) };
+    }
+    const enable = (on) => {
+      for (const b of Object.values(buttons)) b.disabled = !on;
+    };
     const expiry = $(".expiry", card);
     const error = $(".confirm-error", card);
     const expiresAt = intr.expiresAt ? Date.parse(intr.expiresAt) : null;
@@ -259,16 +327,12 @@ class RunView {
       const mm = String(Math.floor(left / 60)).padStart(2, "0");
       const ss = String(left % 60).padStart(2, "0");
       expiry.textContent = left > 0 ? `Expires in ${mm}:${ss}` : "Expired";
-      if (left === 0) {
-        approve.disabled = true;
-        reject.disabled = true;
-      }
+      if (left === 0) enable(false);
     };
     tick();
     const timer = setInterval(tick, 1000);
     const decide = async (decision) => {
-      approve.disabled = true;
-      reject.disabled = true;
+      enable(false);
       error.textContent = "";
       try {
         // A fresh key per click: the server's answer to a retried click is the stored one.
@@ -277,17 +341,18 @@ class RunView {
           decision,
           idempotencyKey: newKey(),
         });
-        expiry.textContent = decision === "approve" ? "Approved, continuing…" : "Rejected.";
+        clearInterval(timer); // the countdown no longer applies: keep the answer's note
+        expiry.textContent = SENT_TEXT[decision] || "Sent.";
       } catch (err) {
         if (err.code === "INTERRUPT_ALREADY_RESOLVED") return this.closeCard(intr.id, "resolved elsewhere");
         if (err.code === "INTERRUPT_EXPIRED") return this.closeCard(intr.id, "expired");
         error.textContent = err.message;
-        approve.disabled = false;
-        reject.disabled = false;
+        enable(true);
       }
     };
-    approve.addEventListener("click", () => decide("approve"));
-    reject.addEventListener("click", () => decide("reject"));
+    for (const [decision, button] of Object.entries(buttons)) {
+      button.addEventListener("click", () => decide(decision));
+    }
     this.card = { interruptId: intr.id, el: card, timer };
     this.cardSlot.append(card);
     scrollDown();
@@ -478,7 +543,7 @@ async function send(text) {
     const res = await fetch(`/v1/conversations/${state.convId}/runs`, {
       method: "POST",
       headers: authHeaders({ "Content-Type": "application/json", Accept: "text/event-stream" }),
-      body: JSON.stringify({ text, idempotencyKey: newKey() }),
+      body: JSON.stringify(startBody(text)),
       signal: view.abort.signal,
     });
     if (!res.ok) {
@@ -494,6 +559,45 @@ async function send(text) {
   } finally {
     $("#send").disabled = false;
   }
+}
+
+// The start request's body: the picked agent, unless none could be listed (the runtime's default).
+function startBody(text) {
+  const body = { text, idempotencyKey: newKey() };
+  if (state.agent) body.agent = state.agent;
+  return body;
+}
+
+// ---- agents --------------------------------------------------------------------------------
+
+// Fill the picker from GET /v1/agents: the last one picked if still offered, else the default.
+async function loadAgents() {
+  const picker = $("#agent");
+  let listed;
+  try {
+    listed = await api("GET", "/v1/agents");
+  } catch (err) {
+    if (err.status === 401) throw err;
+    picker.hidden = true; // an older gateway or a runtime hiccup: start runs on the default
+    state.agent = "";
+    return;
+  }
+  const { agents, defaultAgent } = listed;
+  picker.replaceChildren();
+  for (const a of agents) {
+    const opt = document.createElement("option");
+    opt.value = a.name;
+    opt.textContent = a.name;
+    const writes = a.tools.filter((t) => t.effect === "write").map((t) => t.name);
+    opt.title = `${a.description}${writes.length ? ` (asks before: ${writes.join(", ")})` : ""}`;
+    picker.append(opt);
+  }
+  const remembered = localStorage.getItem("tether.agent");
+  const names = agents.map((a) => a.name);
+  state.agent = names.includes(remembered) ? remembered : names.includes(defaultAgent) ? defaultAgent : names[0] || "";
+  picker.value = state.agent;
+  picker.title = agents.find((a) => a.name === state.agent)?.description || "";
+  picker.hidden = agents.length === 0;
 }
 
 // ---- sign-in -------------------------------------------------------------------------------
@@ -541,7 +645,7 @@ async function start() {
   $("#me-name").textContent = state.user;
   $("#login").hidden = true;
   $("#shell").hidden = false;
-  await loadConversations();
+  await Promise.all([loadConversations(), loadAgents()]);
   const { conv, run } = readHash();
   if (conv) await openConversation(conv, run);
 }
@@ -561,6 +665,11 @@ function wire() {
     } finally {
       $("#cancel-run").disabled = false;
     }
+  });
+  $("#agent").addEventListener("change", (e) => {
+    state.agent = e.target.value;
+    localStorage.setItem("tether.agent", state.agent);
+    e.target.title = e.target.selectedOptions[0]?.title || "";
   });
   const input = $("#input");
   $("#composer").addEventListener("submit", (e) => {
