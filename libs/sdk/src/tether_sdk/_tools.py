@@ -261,6 +261,26 @@ class Tool:
     def can_reconcile(self) -> bool:
         return self._reconcile is not None
 
+    @property
+    def scope_template(self) -> str:
+        """The declared scope as people read it: the template, a function's name, or "*"."""
+        if self._scope is None:
+            return "*"
+        if callable(self._scope):
+            return f"<{getattr(self._scope, '__name__', 'function')}(arguments)>"
+        return self._scope
+
+    @property
+    def at_most_once(self) -> str:
+        """How a write tool stays at-most-once after a crash inside it: "idempotent_by_key",
+        "reconcile", or "person" (neither: an outcome_unknown interrupt, a person decides);
+        "" for a read tool."""
+        if self.effect != "write":
+            return ""
+        if self.idempotent_by_key:
+            return "idempotent_by_key"
+        return "reconcile" if self._reconcile is not None else "person"
+
     # -- hooks as decorators --------------------------------------------------------------
 
     def recheck(self, fn: F) -> F:
