@@ -55,7 +55,7 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
     except AgentLoadError as err:
         print(f"tether agents: {err}", file=sys.stderr)
         return 2
-    listing = [
+    listing: list[dict[str, Any]] = [
         {
             "name": name,
             "default": name == registry.default,
