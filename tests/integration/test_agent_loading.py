@@ -124,6 +124,7 @@ def record(tool: str, ctx: ToolContext, **args) -> None:
 async def count(ctx: ToolContext, n: int) -> str:
     \"\"\"Count to n.\"\"\"
     record("count", ctx, n=n)
+    await ctx.progress(0.5, f"half way to {n}, password=hunter2")
     return f"counted to {n}"
 
 
@@ -163,6 +164,7 @@ SCRIPTS = {
         ToolCall("count", {"m": 1}),
         ToolCall("store", {"n": 3}),
     ],
+    "count": [ToolCall("count", {"n": 2})],
     "deploy staging": [ToolCall("deploy", {"service": "payment-api", "env": "staging"})],
     "deploy prod": [ToolCall("deploy", {"service": "payment-api", "env": "prod"})],
     "slow read": [ToolCall("slow_read", {"seconds": 5})],
@@ -528,6 +530,21 @@ async def test_invalid_arguments_reach_neither_the_tool_nor_a_card(
     assert types(rest)[-1] == "done"
     assert [(c["tool"], c["n"]) for c in _calls(calls, run_id)] == [("store", 3)]
     assert _answer(evs + rest).split(" | ")[-1] == "store=ok: stored 3"
+
+
+async def test_a_tool_reports_progress_to_everyone_following(probe: Deployment, alice_of) -> None:
+    alice = alice_of(probe.runtime)
+    run_id = await _start(alice, "count", "probe")
+    evs = await alice.events(run_id)
+    assert types(evs)[-1] == "done"
+    tool_evs = [t for t in types(evs) if t.startswith("tool_")]
+    assert tool_evs == ["tool_started", "tool_progress", "tool_finished"]
+    (progress,) = [e.tool_progress for e in evs if e.WhichOneof("event") == "tool_progress"]
+    started = next(e.tool_started for e in evs if e.WhichOneof("event") == "tool_started")
+    assert (progress.call_id, progress.tool, progress.fraction) == (started.call_id, "count", 0.5)
+    # Masked like every text a tool hands out.
+    assert progress.text == "half way to 2, password=***"
+    assert_dense(evs)
 
 
 async def test_a_grant_for_prod_does_not_allow_staging(probe: Deployment, alice_of) -> None:

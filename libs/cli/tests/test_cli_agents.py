@@ -164,3 +164,23 @@ def test_a_tool_without_an_effect_is_refused_with_why(tmp_path: Path) -> None:
     assert "tool 'wipe' declares no effect" in out.stderr
     assert "effect='read' (changes nothing" in out.stderr
     assert "effect='write' (changes something" in out.stderr
+
+
+def test_migrate_with_a_bad_agent_is_exit_2_with_the_reason_before_touching_the_database(
+    tmp_path: Path,
+) -> None:
+    write_package(tmp_path, "careless_pkg", NO_EFFECT)
+    env = env_with_path(
+        {
+            "TETHER_AGENTS": "careless_pkg:agent",
+            # Never reached: the agents are checked before any connection.
+            "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        },
+        tmp_path,
+    )
+    for verb in ("migrate", "seed-demo"):
+        out = _tether(verb, env=env)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith(f"tether {verb}: TETHER_AGENTS=careless_pkg:agent: ")
+        assert "tool 'wipe' declares no effect" in out.stderr
+        assert "Traceback" not in out.stderr

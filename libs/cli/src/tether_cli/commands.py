@@ -20,19 +20,30 @@ Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
+    from tether_runtime.agents import AgentLoadError
     from tether_runtime.provision import migrate_all
 
     setup_logging("tether-migrate", settings.log_level)
-    applied = asyncio.run(migrate_all(settings.database_url))
+    try:
+        applied = asyncio.run(migrate_all(settings.database_url))
+    except AgentLoadError as err:
+        # The agents' migrations come from the agents: a bad one is a message, not a traceback.
+        print(f"tether migrate: {err}", file=sys.stderr)
+        return 2
     log.info("migrations applied", extra={"applied": applied})
     return 0
 
 
 def seed_demo(settings: Settings) -> int:
+    from tether_runtime.agents import AgentLoadError
     from tether_runtime.provision import seed_demo as seed
 
     setup_logging("tether-seed", settings.log_level)
-    asyncio.run(seed(settings.database_url))
+    try:
+        asyncio.run(seed(settings.database_url))
+    except AgentLoadError as err:
+        print(f"tether seed-demo: {err}", file=sys.stderr)
+        return 2
     log.info("demo data loaded")
     return 0
 
