@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -19,20 +20,100 @@ Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
+    from tether_runtime.agents import AgentLoadError
     from tether_runtime.provision import migrate_all
 
     setup_logging("tether-migrate", settings.log_level)
-    applied = asyncio.run(migrate_all(settings.database_url))
+    try:
+        applied = asyncio.run(migrate_all(settings.database_url))
+    except AgentLoadError as err:
+        # The agents' migrations come from the agents: a bad one is a message, not a traceback.
+        print(f"tether migrate: {err}", file=sys.stderr)
+        return 2
     log.info("migrations applied", extra={"applied": applied})
     return 0
 
 
 def seed_demo(settings: Settings) -> int:
+    from tether_runtime.agents import AgentLoadError
     from tether_runtime.provision import seed_demo as seed
 
     setup_logging("tether-seed", settings.log_level)
-    asyncio.run(seed(settings.database_url))
+    try:
+        asyncio.run(seed(settings.database_url))
+    except AgentLoadError as err:
+        print(f"tether seed-demo: {err}", file=sys.stderr)
+        return 2
     log.info("demo data loaded")
+    return 0
+
+
+# How a write tool stays at-most-once across a crash inside it (DESIGN section 10).
+_AT_MOST_ONCE = {
+    "idempotent_by_key": "idempotent by key: after a crash it is called again with the same key",
+    "reconcile": "reconcile: after a crash it asks the external system what the key did",
+    "person": "neither key nor reconcile: after a crash a person decides (outcome_unknown)",
+}
+
+
+def agents(settings: Settings, *, as_json: bool = False) -> int:
+    """What this configuration loads (TETHER_AGENTS and the `tether.agents` entry points), as
+    the runtime would: an agent it would refuse is exit 2 with the same message."""
+    from tether_runtime.agents import AgentLoadError, AgentRegistry
+
+    try:
+        registry = AgentRegistry.load(settings)
+    except AgentLoadError as err:
+        print(f"tether agents: {err}", file=sys.stderr)
+        return 2
+    listing: list[dict[str, Any]] = [
+        {
+            "name": name,
+            "default": name == registry.default,
+            "source": loaded.source,
+            "description": loaded.agent.description,
+            "tools": [
+                {
+                    "name": t.name,
+                    "effect": t.effect,
+                    "description": t.description,
+                    "switched_off": f"{name}:{t.name}" in settings.tool_deny,
+                    **(
+                        {
+                            "action": t.action,
+                            "scope": t.scope_template,
+                            "risk": t.risk,
+                            "at_most_once": t.at_most_once,
+                        }
+                        if t.effect == "write"
+                        else {}
+                    ),
+                }
+                for t in loaded.agent.tools
+            ],
+        }
+        for name, loaded in sorted(registry.agents.items())
+    ]
+    if as_json:
+        print(json.dumps({"agents": listing, "default": registry.default}, indent=2))
+        return 0
+    if not listing:
+        print("no agents loaded: set TETHER_AGENTS=module:attribute or install a package with")
+        print("a `tether.agents` entry point")
+        return 0
+    for a in listing:
+        print(f"{a['name']}{' (default)' if a['default'] else ''}")
+        print(f"  from: {a['source']}")
+        print(f"  {a['description']}")
+        width = max((len(t["name"]) for t in a["tools"]), default=0)
+        for t in a["tools"]:
+            off = "  [switched off by TETHER_TOOL_DENY]" if t["switched_off"] else ""
+            print(f"    {t['name']:<{width}}  {t['effect']:<5}  {t['description']}{off}")
+            if t["effect"] == "write":
+                pad = " " * (width + 13)
+                print(f"{pad}grant: {t['action']} on {t['scope']}, risk {t['risk']}")
+                print(f"{pad}at-most-once: {_AT_MOST_ONCE[t['at_most_once']]}")
+        print()
     return 0
 
 

@@ -19,6 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     verbs.add_parser("dev", help="the whole system here: embedded stores, migrate, seed, services")
     verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
     verbs.add_parser("seed-demo", help="load the OpsPilot demo inventory and grants (idempotent)")
+    ag = verbs.add_parser(
+        "agents", help="list the agents this configuration loads, their tools and effects"
+    )
+    ag.add_argument("--json", action="store_true", help="machine-readable output")
     verbs.add_parser("runtime", help="run one runtime pod: gRPC API and workers")
     verbs.add_parser("gateway", help="run one gateway pod: HTTP API, SSE and the web UI")
     tok = verbs.add_parser("token", help="print a bearer token signed with TETHER_JWT_SECRET")
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         return commands.migrate(settings)
     if args.verb == "seed-demo":
         return commands.seed_demo(settings)
+    if args.verb == "agents":
+        return commands.agents(settings, as_json=args.json)
     if args.verb in ("runtime", "gateway"):
         return commands.serve(args.verb, settings)
     if args.verb == "grants":

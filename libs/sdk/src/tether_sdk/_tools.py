@@ -9,6 +9,7 @@ A write tool with neither is still allowed: after a crash inside it, a person de
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import string
 import typing
@@ -54,11 +55,20 @@ class InvalidArguments(ValueError):
         self.message = message
 
 
-def _describe(errors: Sequence[Mapping[str, Any]]) -> str:
+def _describe(errors: Sequence[Mapping[str, Any]], params: Sequence[str]) -> str:
+    """Pydantic's errors as one line a model can act on: where, and what is wrong."""
     parts = []
     for e in errors[:5]:
         where = ".".join(str(p) for p in e.get("loc", ())) or "arguments"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+        if e.get("type") == "extra_forbidden":
+            known = ", ".join(params) or "none"
+            parts.append(f"{where}: not a parameter of this tool (its parameters: {known})")
+        elif e.get("type") == "missing":
+            parts.append(f"{where}: required, missing")
+        else:
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    if len(errors) > 5:
+        parts.append(f"and {len(errors) - 5} more")
     return "; ".join(parts)
 
 
@@ -97,6 +107,8 @@ class Tool:
         self._problems: list[str] = []
         self._takes_ctx = False
         self._args_model: type[pydantic.BaseModel] | None = None
+        self._fields: dict[str, str] = {}
+        """pydantic field name -> parameter name"""
         self._schema: dict[str, Any] = {}
         self._build()
 
@@ -131,7 +143,15 @@ class Tool:
                 continue
             hint = _with_descriptions(hints[p.name])
             default = ... if p.default is inspect.Parameter.empty else p.default
-            fields[p.name] = (hint, default)
+            # Pydantic fields get neutral names and the parameter as alias: a parameter may be
+            # called `schema`, `json` or `model_config` without clashing with BaseModel's own.
+            self._fields[f"p{len(self._fields)}"] = p.name
+            fields[f"p{len(fields)}"] = (
+                Annotated[hint, pydantic.Field(alias=p.name)],
+                default,
+            )
+        if self._problems:
+            return  # a tool whose parameters cannot all be described is never called
         try:
             self._args_model = pydantic.create_model(
                 f"{self.name}_arguments",
@@ -153,7 +173,7 @@ class Tool:
     def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """The model's arguments checked against the schema, normalized (defaults filled) as
         JSON values; InvalidArguments says what is wrong."""
-        return self._validated(args).model_dump(mode="json")
+        return self._validated(args).model_dump(mode="json", by_alias=True)
 
     def _validated(self, args: Mapping[str, Any]) -> pydantic.BaseModel:
         if self._args_model is None:
@@ -163,13 +183,19 @@ class Tool:
         if not isinstance(args, Mapping):
             raise InvalidArguments("arguments must be a JSON object")
         try:
-            return self._args_model.model_validate(dict(args))
+            raw = json.dumps(dict(args))
+        except (TypeError, ValueError):
+            raise InvalidArguments("arguments must be JSON values") from None
+        try:
+            # Strict, as JSON: the schema says "integer", so "3" and true are not integers
+            # (lax pydantic would turn them into 3 and 1 and act on a guess).
+            return self._args_model.model_validate_json(raw, strict=True)
         except pydantic.ValidationError as err:
-            raise InvalidArguments(_describe(err.errors())) from None
+            raise InvalidArguments(_describe(err.errors(), list(self._fields.values()))) from None
 
     def _kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
         model = self._validated(args)
-        return {k: getattr(model, k) for k in type(model).model_fields}
+        return {self._fields[k]: getattr(model, k) for k in type(model).model_fields}
 
     # -- grants and the card --------------------------------------------------------------
 
@@ -234,6 +260,26 @@ class Tool:
     @property
     def can_reconcile(self) -> bool:
         return self._reconcile is not None
+
+    @property
+    def scope_template(self) -> str:
+        """The declared scope as people read it: the template, a function's name, or "*"."""
+        if self._scope is None:
+            return "*"
+        if callable(self._scope):
+            return f"<{getattr(self._scope, '__name__', 'function')}(arguments)>"
+        return self._scope
+
+    @property
+    def at_most_once(self) -> str:
+        """How a write tool stays at-most-once after a crash inside it: "idempotent_by_key",
+        "reconcile", or "person" (neither: an outcome_unknown interrupt, a person decides);
+        "" for a read tool."""
+        if self.effect != "write":
+            return ""
+        if self.idempotent_by_key:
+            return "idempotent_by_key"
+        return "reconcile" if self._reconcile is not None else "person"
 
     # -- hooks as decorators --------------------------------------------------------------
 

@@ -1,0 +1,186 @@
+"""`tether agents`: what the configuration loads, run as a user runs it (a subprocess), including
+an agent from a package outside the source tree and one the runtime would refuse."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tether_testkit.agent_packages import declare_entry_point, env_with_path, write_package
+
+MAILER = '''
+from tether_sdk import Agent, Reconciled, ScriptedModel, ToolContext, tool
+
+
+@tool(effect="read")
+async def inbox(ctx: ToolContext, folder: str = "in") -> str:
+    """Count the messages in a folder."""
+    return "3"
+
+
+@tool(effect="write", action="mail.send", scope="mail/{to}", risk="high")
+async def send(ctx: ToolContext, to: str, text: str) -> str:
+    """Send an email."""
+    return "sent"
+
+
+def _domain(args: dict) -> str:
+    return "domain/" + args["to"].split("@")[-1]
+
+
+@tool(effect="write", action="mail.forward", scope=_domain)
+async def forward(ctx: ToolContext, to: str) -> str:
+    """Forward the last email."""
+    return "forwarded"
+
+
+@forward.reconcile
+async def _forwarded(ctx: ToolContext, to: str) -> Reconciled:
+    return Reconciled.unknown()
+
+
+@tool(effect="write", action="mail.delete", idempotent_by_key=True, risk="low")
+async def purge(ctx: ToolContext) -> str:
+    """Empty the trash."""
+    return "purged"
+
+
+agent = Agent(
+    name="mailer",
+    description="Reads and sends email.",
+    instructions="Be brief.",
+    model=ScriptedModel(lambda request: "ok"),
+    tools=[inbox, send, forward, purge],
+)
+'''
+
+NO_EFFECT = '''
+from tether_sdk import Agent, ScriptedModel, tool
+
+
+@tool
+async def wipe(target: str) -> str:
+    """Wipe something."""
+    return "wiped"
+
+
+agent = Agent("careless", "d", "i", ScriptedModel(lambda request: "ok"), [wipe])
+'''
+
+
+def _tether(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether_cli.main", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_lists_the_installed_reference_agent_with_its_tools() -> None:
+    out = _tether("agents", env={"TETHER_AGENTS": ""})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "opspilot (default)"
+    assert lines[1] == "  from: entry point opspilot = tether_opspilot:agent"
+    text = out.stdout
+    assert "find_instances    read " in text
+    assert "restart_instance  write" in text
+    assert "grant: instance.restart on {service}/{env}, risk high" in text
+    assert "at-most-once: idempotent by key" in text
+
+
+def test_an_agent_outside_the_source_tree_by_tether_agents(tmp_path: Path) -> None:
+    write_package(tmp_path, "mailer_pkg", MAILER)
+    env = env_with_path(
+        {"TETHER_AGENTS": "mailer_pkg:agent", "TETHER_TOOL_DENY": "mailer:purge"}, tmp_path
+    )
+    out = _tether("agents", env=env)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    # Both the configured one and the installed one; the default stays opspilot.
+    assert "mailer\n  from: TETHER_AGENTS=mailer_pkg:agent\n  Reads and sends email.\n" in text
+    assert "opspilot (default)" in text
+    section = text[text.index("mailer\n") : text.index("opspilot (default)")]
+    assert "    inbox    read   Count the messages in a folder.\n" in section
+    assert "grant: mail.send on mail/{to}, risk high" in section
+    assert "at-most-once: neither key nor reconcile: after a crash a person decides" in section
+    assert "grant: mail.forward on <_domain(arguments)>, risk medium" in section
+    assert "at-most-once: reconcile: after a crash it asks the external system" in section
+    assert "grant: mail.delete on *, risk low" in section
+    assert "at-most-once: idempotent by key" in section
+    assert "Empty the trash.  [switched off by TETHER_TOOL_DENY]" in section
+
+    listing = json.loads(_tether("agents", "--json", env=env).stdout)
+    assert listing["default"] == "opspilot"
+    mailer = next(a for a in listing["agents"] if a["name"] == "mailer")
+    assert mailer["source"] == "TETHER_AGENTS=mailer_pkg:agent"
+    assert [(t["name"], t["effect"], t.get("at_most_once")) for t in mailer["tools"]] == [
+        ("inbox", "read", None),
+        ("send", "write", "person"),
+        ("forward", "write", "reconcile"),
+        ("purge", "write", "idempotent_by_key"),
+    ]
+
+
+def test_an_agent_by_entry_point_alone_is_the_default(tmp_path: Path) -> None:
+    write_package(tmp_path, "mailer_pkg", MAILER)
+    declare_entry_point(tmp_path, "mailer-agent", "mailer", "mailer_pkg:agent")
+    # Only the entry points: the reference agent is installed too, so it is listed as well;
+    # with TETHER_DEFAULT_AGENT the user's agent is the default.
+    env = env_with_path({"TETHER_AGENTS": "", "TETHER_DEFAULT_AGENT": "mailer"}, tmp_path)
+    out = _tether("agents", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "mailer (default)\n  from: entry point mailer = mailer_pkg:agent\n" in out.stdout
+    assert "opspilot\n" in out.stdout
+
+
+def test_a_bad_configuration_is_exit_2_with_the_reason() -> None:
+    out = _tether("agents", env={"TETHER_AGENTS": "no_such_module:agent"})
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        "tether agents: cannot import 'no_such_module': No module named 'no_such_module'"
+    )
+    out = _tether("agents", env={"TETHER_AGENTS": "tether_opspilot:nope"})
+    assert out.returncode == 2
+    assert "module 'tether_opspilot' has no attribute 'nope'" in out.stderr
+    out = _tether("agents", env={"TETHER_AGENTS": "tether_opspilot:tools"})
+    assert out.returncode == 2
+    assert "is a module, not a tether_sdk.Agent" in out.stderr
+
+
+def test_a_tool_without_an_effect_is_refused_with_why(tmp_path: Path) -> None:
+    write_package(tmp_path, "careless_pkg", NO_EFFECT)
+    out = _tether("agents", env=env_with_path({"TETHER_AGENTS": "careless_pkg:agent"}, tmp_path))
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.startswith(
+        "tether agents: TETHER_AGENTS=careless_pkg:agent: agent 'careless' cannot be loaded:"
+    )
+    assert "tool 'wipe' declares no effect" in out.stderr
+    assert "effect='read' (changes nothing" in out.stderr
+    assert "effect='write' (changes something" in out.stderr
+
+
+def test_migrate_with_a_bad_agent_is_exit_2_with_the_reason_before_touching_the_database(
+    tmp_path: Path,
+) -> None:
+    write_package(tmp_path, "careless_pkg", NO_EFFECT)
+    env = env_with_path(
+        {
+            "TETHER_AGENTS": "careless_pkg:agent",
+            # Never reached: the agents are checked before any connection.
+            "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        },
+        tmp_path,
+    )
+    for verb in ("migrate", "seed-demo"):
+        out = _tether(verb, env=env)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith(f"tether {verb}: TETHER_AGENTS=careless_pkg:agent: ")
+        assert "tool 'wipe' declares no effect" in out.stderr
+        assert "Traceback" not in out.stderr
