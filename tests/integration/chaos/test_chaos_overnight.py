@@ -163,7 +163,7 @@ async def test_far_past_and_far_future_expiry(
                 restart = [s for s in started if s.tool == "restart_instance"]
                 if n1 != 1 or n2 != 0:
                     problems.append(f"{run_id}: restarts {inst}={n1}, {service}-2={n2}")
-                if payload.get("target") != f"instance {inst}":
+                if payload.get("target") != f"instance {inst} ({service}/prod)":
                     problems.append(f"{run_id}: payload target {payload.get('target')}")
                 if [s.args_summary for s in restart] != [f"instance_id={inst}"]:
                     problems.append(f"{run_id}: restart args {[s.args_summary for s in restart]}")

@@ -78,6 +78,7 @@ async def _service_of(ctx: ToolContext, instance_id: str) -> dict[str, Any] | No
     # The grant covers a service in an environment; the inventory refuses an instance that is
     # not in the service/env named, so the scope cannot be dodged by naming another service.
     scope="{service}/{env}",
+    summary="instance_id={instance_id}",
     risk="high",
     idempotent_by_key=True,
     examples=[{"service": "payment-api", "env": "prod", "instance_id": "payment-api-2"}],

@@ -26,8 +26,8 @@ class ToolSchema:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A step's request to call a tool. `call_id` is stable for a step retried after a crash
-    (ScriptedModel derives it from the transcript when a policy leaves it empty)."""
+    """A step's request to call a tool. `call_id` is the model's own id, if it has one; the
+    engine names each call itself (unique within the run, stable once the step is saved)."""
 
     name: str
     args: dict[str, Any]

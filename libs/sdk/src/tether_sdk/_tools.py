@@ -89,8 +89,10 @@ class Tool:
         idempotent_by_key: bool = False,
         timeout_s: float | None = None,
         examples: Sequence[Mapping[str, Any]] = (),
+        summary: Scope | None = None,
     ) -> None:
         self.fn = fn
+        self._summary = summary
         self.effect = effect
         self.name = name or fn.__name__
         doc = inspect.getdoc(fn) or ""
@@ -208,7 +210,13 @@ class Tool:
         return self._scope.format_map(dict(args))
 
     def summarize(self, args: Mapping[str, Any]) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+        """What a person sees of the arguments (a step's line, the card's default summary):
+        the tool's `summary` template or function, else every argument as k=v."""
+        if self._summary is None:
+            return ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+        if callable(self._summary):
+            return str(self._summary(dict(args)))
+        return self._summary.format_map(dict(args))
 
     async def confirmation_for(self, ctx: ToolContext, args: Mapping[str, Any]) -> Confirmation:
         if self._confirmation is not None:
@@ -354,6 +362,14 @@ class Tool:
                         f"write tool {n}: scope {self._scope!r} names {sorted(unknown)}, which are "
                         "not parameters"
                     )
+        if isinstance(self._summary, str):
+            fields = {f for _, f, _, _ in string.Formatter().parse(self._summary) if f}
+            unknown = fields - set(self._schema.get("properties", {}))
+            if unknown:
+                out.append(
+                    f"tool {n}: summary {self._summary!r} names {sorted(unknown)}, which are not "
+                    "parameters"
+                )
         if self.timeout_s is not None and self.timeout_s <= 0:
             out.append(f"tool {n}: timeout_s must be positive")
         for i, example in enumerate(self.examples):
@@ -383,6 +399,7 @@ def tool(
     idempotent_by_key: bool = False,
     timeout_s: float | None = None,
     examples: Sequence[Mapping[str, Any]] = (),
+    summary: Scope | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -398,6 +415,7 @@ def tool(
     idempotent_by_key: bool = False,
     timeout_s: float | None = None,
     examples: Sequence[Mapping[str, Any]] = (),
+    summary: Scope | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. Use `@tool(effect="read")` or `@tool(effect="write", action=...)`; a tool
     with no effect is refused when its agent loads.
@@ -406,6 +424,8 @@ def tool(
       grant `action` must cover it. Undeclared: "*" (only an unrestricted grant covers it).
     - `idempotent_by_key`: the external system honours `ctx.idempotency_key`, so after a crash
       the engine simply calls again with the same key.
+    - `summary`: how a person sees the arguments, a template ("instance_id={instance_id}") or a
+      function; else every argument as k=v.
     - `examples`: arguments `tether conformance` drives the tool with.
     - `timeout_s`: this tool's timeout (else the agent's `Limits.tool_timeout_s`)."""
 
@@ -421,6 +441,7 @@ def tool(
             idempotent_by_key=idempotent_by_key,
             timeout_s=timeout_s,
             examples=examples,
+            summary=summary,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -264,7 +264,10 @@ class RunExecutor:
         cp.text += step_text
         cp.steps += 1
         if calls:
-            ids = [c.call_id or f"call_{cp.steps}_{i}" for i, c in enumerate(calls)]
+            # The engine names each call by its step: unique within the run whatever the model
+            # sends (some OpenAI-compatible servers send no id, or the same one every step), and
+            # stable once this checkpoint is saved, so the call's idempotency key is too.
+            ids = [f"call_{cp.steps}_{i}" for i in range(len(calls))]
             cp.messages.append(
                 {
                     "role": "assistant",
