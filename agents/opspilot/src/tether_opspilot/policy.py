@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tether_sdk import ModelRequest, ToolCall
+from tether_sdk import ModelRequest, Option, ProvideInput, SelectOption, ToolCall
 
 _INSTANCE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)+-\d+)\b")
 _SERVICE = re.compile(r"\b([a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)+)\b")
@@ -16,7 +16,11 @@ _REFERS = re.compile(r"\b(it|its|the one just now|that one|this one|that instanc
 _STREAM = re.compile(r"^\s*(?:stream|bench)\s+(\d+)\s+deltas?\b")
 
 
-def decide(req: ModelRequest) -> str | list[str] | ToolCall:
+Step = str | list[str] | ToolCall | SelectOption | ProvideInput
+QUESTIONS = ("select_option", "provide_input")
+
+
+def decide(req: ModelRequest) -> Step:
     """One step of OpsPilot's scripted brain."""
     msgs = req.messages
     last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
@@ -37,15 +41,7 @@ def decide(req: ModelRequest) -> str | list[str] | ToolCall:
     if "restart" in lower or "reboot" in lower:
         return _restart(results, service, env, instance, lower)
     if "scale" in lower:
-        m = re.search(r"\bto\s+(\d+)\b", lower) or re.search(r"\b(\d+)\s+replicas?\b", lower)
-        if not service or not m:
-            return "Which service should I scale, and to how many replicas?"
-        if not results:
-            return ToolCall(
-                "scale_service",
-                {"service": service, "env": env, "replicas": int(m.group(1))},
-            )
-        return _after_mutation(results[-1], f"service {service}")
+        return _scale(results, service, env, lower)
     if "log" in lower:
         if not instance and service and not results:
             return ToolCall(
@@ -87,17 +83,58 @@ def decide(req: ModelRequest) -> str | list[str] | ToolCall:
     )
 
 
+def _scale(results: list[dict[str, Any]], service: str, env: str, lower: str) -> Step:
+    if not service:
+        return "Which service should I scale, and to how many replicas?"
+    m = re.search(r"\bto\s+(\d+)\b", lower) or re.search(r"\b(\d+)\s+replicas?\b", lower)
+    asked = [r for r in results if r["tool"] == "provide_input"]
+    done = [r for r in results if r["tool"] not in QUESTIONS]
+    if done:
+        return _after_mutation(done[-1], f"service {service}")
+    if asked and asked[-1]["outcome"] != "answered":
+        return f"Without a replica count I did not scale {service}."
+    if m:
+        replicas = int(m.group(1))
+    elif asked:
+        replicas = int(asked[-1]["data"]["fill"]["replicas"])
+    else:
+        # The count is missing: ask for it, and continue this same run with the answer.
+        return ProvideInput(
+            prompt=f"How many replicas should {service} in {env} run?",
+            title=f"Scale {service}",
+            schema={
+                "type": "object",
+                "properties": {
+                    "replicas": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "maximum": 50,
+                        "description": "the new replica count (0-50)",
+                    }
+                },
+                "required": ["replicas"],
+                "additionalProperties": False,
+            },
+        )
+    return ToolCall("scale_service", {"service": service, "env": env, "replicas": replicas})
+
+
 def _restart(
     results: list[dict[str, Any]],
     service: str,
     env: str,
     instance: str,
     lower: str,
-) -> str | ToolCall:
+) -> Step:
     # Whatever was attempted after the lookup (a restart, or a call the gate blocked) ends it.
-    restarts = [r for r in results if r["tool"] != "find_instances"]
+    restarts = [r for r in results if r["tool"] not in ("find_instances", *QUESTIONS)]
     if restarts:
         return _after_mutation(restarts[-1], f"instance {instance or 'it'}")
+    picked = [r for r in results if r["tool"] == "select_option"]
+    if picked and picked[-1]["outcome"] != "answered":
+        return f"Nobody chose an instance of {service}, so I restarted none."
+    if picked:
+        instance = str(picked[-1]["data"]["option"])
     if "abnormal" in lower or not instance:
         if not service:
             return "Which service's instance should I restart?"
@@ -110,10 +147,18 @@ def _restart(
         found = finds[-1]["data"].get("instances", [])
         if not found:
             return f"I found no abnormal instance of {service} in {env}, so there is nothing to restart."
-        if len(found) > 1:
-            names = ", ".join(i["id"] for i in found)
-            return f"{service} has {len(found)} abnormal instances ({names}). Which one should I restart?"
-        instance = found[0]["id"]
+        if len(found) > 1 and not picked:
+            # Two candidates: a person picks one, and this same run restarts it.
+            return SelectOption(
+                prompt=f"{service} has {len(found)} abnormal instances. Which one should I restart?",
+                title=f"Restart which {service} instance?",
+                options=[
+                    Option(i["id"], f"{i['id']} ({i['status']}, {i['restart_count']} restarts)")
+                    for i in found
+                ],
+            )
+        if not picked:
+            instance = found[0]["id"]
     return ToolCall(
         "restart_instance",
         {

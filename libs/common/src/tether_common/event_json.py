@@ -5,6 +5,7 @@ names are camelCase; enum values are their proto names without the prefix, in lo
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -94,6 +95,11 @@ def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:
         "title": p.title,
         "details": p.details,
         "preview": p.preview,
+        "options": [
+            {"value": o.value, "label": o.label or o.value, "description": o.description}
+            for o in p.options
+        ],
+        "inputSchema": json.loads(p.input_schema_json) if p.input_schema_json else None,
     }
 
 

@@ -35,10 +35,46 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One choice of a `SelectOption`: `value` comes back as the answer."""
+
+    value: str
+    label: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SelectOption:
+    """A step asks a person to pick one of `options` (an interrupt of kind select_option). The
+    run pauses; the answer comes back as the outcome of a call named "select_option" with
+    `data={"option": value}`, and the run continues from its checkpoint."""
+
+    prompt: str
+    options: Sequence[Option | str]
+    title: str = ""
+
+    def choices(self) -> list[Option]:
+        return [o if isinstance(o, Option) else Option(str(o)) for o in self.options]
+
+
+@dataclass(frozen=True)
+class ProvideInput:
+    """A step asks a person for missing input (provide_input): `schema` is the JSON schema the
+    answer must satisfy (validated by the engine; an invalid fill is refused with 422 and
+    changes nothing). The answer comes back as the outcome of a call named "provide_input" with
+    `data={"fill": {...}}`."""
+
+    prompt: str
+    schema: dict[str, Any]
+    title: str = ""
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     """A tool call's result as the model sees it. `outcome`: ok, error, invalid (arguments did
     not fit the schema), rejected, expired, denied (no grant), skipped (recheck said no need),
-    blocked (policy), abandoned, marked_done (a person's answer after an unknown outcome)."""
+    blocked (policy), abandoned, marked_done (a person's answer after an unknown outcome),
+    answered (a person answered a SelectOption or ProvideInput)."""
 
     tool: str
     call_id: str
@@ -93,7 +129,8 @@ class ModelRequest:
         return self.messages[: max(self._last_user_index(), 0)]
 
 
-Chunk = str | ToolCall
+Question = SelectOption | ProvideInput
+Chunk = str | ToolCall | Question
 
 
 @runtime_checkable
@@ -101,7 +138,7 @@ class Model(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]: ...
 
 
-Decision = str | Sequence[str] | ToolCall | Sequence[ToolCall]
+Decision = str | Sequence[str] | ToolCall | Sequence[ToolCall] | Question
 Policy = Callable[[ModelRequest], Decision]
 
 
@@ -124,6 +161,9 @@ class ScriptedModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         step = self.policy(request)
+        if isinstance(step, SelectOption | ProvideInput):
+            yield step
+            return
         if isinstance(step, ToolCall) or (
             not isinstance(step, str) and step and isinstance(step[0], ToolCall)
         ):

@@ -3,8 +3,10 @@ serialized protobuf and published in batches, so a stream passes them on without
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from tether.runtime.v1 import events_pb2, resources_pb2
@@ -69,8 +71,18 @@ def tool_progress(call_id: str, tool: str, fraction: float, text: str) -> RunEve
     )
 
 
-def payload_message(payload: dict[str, str]) -> resources_pb2.InterruptPayload:
+def payload_message(payload: dict[str, Any]) -> resources_pb2.InterruptPayload:
+    schema = payload.get("input_schema")
     return resources_pb2.InterruptPayload(
+        options=[
+            resources_pb2.InterruptOption(
+                value=str(o.get("value", "")),
+                label=str(o.get("label", "")),
+                description=str(o.get("description", "")),
+            )
+            for o in payload.get("options") or []
+        ],
+        input_schema_json=json.dumps(schema, sort_keys=True) if schema else "",
         risk=payload.get("risk", ""),
         target=payload.get("target", ""),
         tool=payload.get("tool", ""),
@@ -83,7 +95,7 @@ def payload_message(payload: dict[str, str]) -> resources_pb2.InterruptPayload:
 
 
 def interrupt(
-    interrupt_id: str, kind: str, payload: dict[str, str], expires_at: datetime
+    interrupt_id: str, kind: str, payload: dict[str, Any], expires_at: datetime
 ) -> RunEvent:
     return RunEvent(
         interrupt=events_pb2.InterruptRaised(

@@ -27,7 +27,7 @@ from tether_common.errors import (
 )
 
 from tether_runtime import events as ev
-from tether_runtime import metrics, policy
+from tether_runtime import metrics, policy, questions
 from tether_runtime.bus import EventBus
 from tether_runtime.store import db, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
@@ -65,7 +65,10 @@ ANSWERS: dict[str, dict[str, _Answer]] = {
         "abandon": _Answer("unknown", "rejected", acts=False),
     },
 }
-DECISIONS = frozenset(d for answers in ANSWERS.values() for d in answers) | {"responded"}
+# A question's answer (its content in `input`) becomes the call's result.
+for _kind in ("select_option", "provide_input"):
+    ANSWERS[_kind] = {"responded": _Answer("proposed", "succeeded", acts=False)}
+DECISIONS = frozenset(d for answers in ANSWERS.values() for d in answers)
 
 
 def call_from(intr: InterruptRow) -> str:
@@ -163,6 +166,13 @@ async def resume_run(
                     reason="INVALID_ANSWER",
                 ),
             )
+        # An answer's content must fit its question (an option offered, a fill valid against
+        # the schema): refused before anything changes.
+        result = (
+            questions.answer(intr.kind, intr.payload, principal.user_id, input_text)
+            if intr.kind in ("select_option", "provide_input")
+            else None
+        )
         # 4. authorize with the caller's current grants (approving acts; rejecting never does).
         if answer.acts and not await policy.granted(
             conn, principal.user_id, intr.action, intr.scope
@@ -194,6 +204,8 @@ async def resume_run(
             return _Decided(
                 "expired", encoded=await _expire(conn, intr), error=Expired("the interrupt expired")
             )
+        if result is not None:
+            await interrupts.settle_call(conn, run_id, intr.call_id, result["summary"], result)
         if decision == "mark_done":
             summary = f"marked done by {principal.user_id}"
             await interrupts.settle_call(

@@ -14,10 +14,10 @@ from typing import Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
-from tether_sdk import ModelRequest, ToolCall
+from tether_sdk import ModelRequest, ProvideInput, SelectOption, ToolCall
 
 from tether_runtime import events as ev
-from tether_runtime import metrics
+from tether_runtime import metrics, questions
 from tether_runtime.agent import context
 from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
@@ -238,7 +238,7 @@ class RunExecutor:
         msg_id = cp.message_id
         step_text = ""
         sent = 0
-        calls: list[ToolCall] = []
+        calls: list[tuple[str, dict[str, Any]]] = []
         last_flush = time.monotonic()
 
         async def flush() -> None:
@@ -255,7 +255,10 @@ class RunExecutor:
 
         async for chunk in self.loaded.model.stream(request):
             if isinstance(chunk, ToolCall):
-                calls.append(chunk)
+                calls.append((chunk.name, dict(chunk.args)))
+                continue
+            if isinstance(chunk, SelectOption | ProvideInput):
+                calls.append(questions.as_call(chunk))
                 continue
             step_text += chunk
             if time.monotonic() - last_flush >= self.e.settings.coalesce_s:
@@ -273,13 +276,13 @@ class RunExecutor:
                     "role": "assistant",
                     "content": step_text,
                     "tool_calls": [
-                        {"id": i, "name": c.name, "args": c.args}
-                        for i, c in zip(ids, calls, strict=True)
+                        {"id": i, "name": name, "args": args}
+                        for i, (name, args) in zip(ids, calls, strict=True)
                     ],
                 }
             )
             cp.pending = [
-                PendingCall(i, c.name, dict(c.args)) for i, c in zip(ids, calls, strict=True)
+                PendingCall(i, name, args) for i, (name, args) in zip(ids, calls, strict=True)
             ]
             await self.commit([], self.save(reset_streamed=True))
             return

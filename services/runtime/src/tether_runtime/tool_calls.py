@@ -32,7 +32,7 @@ from tether_sdk import (
 )
 
 from tether_runtime import events as ev
-from tether_runtime import metrics, policy
+from tether_runtime import metrics, policy, questions
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_loop import Paused
 from tether_runtime.store import conversations, event_log, interrupts, runs
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.tool_calls")
+
+QUESTIONS = frozenset({"select_option", "provide_input"})
 
 # What the model is told when a write call did not run, by the decision that stopped it.
 _NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandoned"}
@@ -79,6 +81,9 @@ class ToolCalls:
         return self.x.run.id
 
     async def process(self, call: PendingCall) -> None:
+        if call.tool in QUESTIONS:
+            await self._ask(call)
+            return
         agent = self.x.loaded.agent
         tool = agent.tool(call.tool)
         declared = [t.name for t in agent.tools]
@@ -101,6 +106,37 @@ class ToolCalls:
             await self._read(call, tool, args)
         else:
             await self._write(call, tool, args)
+
+    # -- questions to a person ---------------------------------------------------------------
+
+    async def _ask(self, call: PendingCall) -> None:
+        """A step's SelectOption or ProvideInput: a pending call of its own, answered by a
+        person through the same resume order and conditional claim as a confirmation."""
+        async with self.x.e.pool.acquire() as conn:
+            row = await interrupts.get_call(conn, self._run_id, call.call_id)
+        if row is None:
+            problem = questions.problem(call.tool, call.args)
+            if problem is not None:
+                await self._skip(call, failure(problem, "invalid"))
+                return
+            payload = questions.payload(call.tool, call.args)
+            key = f"{self._run_id}:{call.call_id}"
+
+            async def propose(conn: Conn) -> None:
+                await interrupts.propose_call(
+                    conn, self._run_id, call.call_id, call.tool, call.args, key
+                )
+
+            await self._raise_interrupt(call, "", "", call.tool, payload, propose)
+        assert row is not None
+        if row.status == "proposed":
+            raise Paused()
+        if row.status == "succeeded" and row.result is not None:
+            await self._skip(call, row.result)
+            return
+        decision = await self._decision(call)
+        outcome = "expired" if decision == "expired" else "rejected"
+        await self._skip(call, failure(f"nobody answered: {decision}", outcome))
 
     async def _skip(self, call: PendingCall, body: dict[str, Any]) -> None:
         self.x.record(call, body)
@@ -205,7 +241,7 @@ class ToolCalls:
         async def propose(conn: Conn) -> None:
             await interrupts.propose_call(conn, self._run_id, call.call_id, tool.name, args, key)
 
-        await self._raise_interrupt(call, tool, scope, "confirm_action", payload, propose)
+        await self._raise_interrupt(call, tool.action, scope, "confirm_action", payload, propose)
 
     async def _approved(
         self,
@@ -352,15 +388,15 @@ class ToolCalls:
             if not await interrupts.mark_unknown(conn, self._run_id, call.call_id, epoch):
                 raise event_log.Fenced(self._run_id)
 
-        await self._raise_interrupt(call, tool, scope, "outcome_unknown", payload, mark)
+        await self._raise_interrupt(call, tool.action, scope, "outcome_unknown", payload, mark)
 
     async def _raise_interrupt(
         self,
         call: PendingCall,
-        tool: Tool,
+        action: str,
         scope: str,
         kind: str,
-        payload: dict[str, str],
+        payload: dict[str, Any],
         before: Apply,
     ) -> None:
         interrupt_id = new_id("int")
@@ -377,7 +413,7 @@ class ToolCalls:
                 run_id,
                 call.call_id,
                 kind,
-                tool.action,
+                action,
                 scope,
                 payload,
                 expires,

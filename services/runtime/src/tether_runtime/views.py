@@ -15,7 +15,7 @@ class InterruptView:
     run_id: str
     kind: str
     status: str
-    payload: dict[str, str]
+    payload: dict[str, Any]
     expires_at: str
     resolved_at: str | None
     resolved_by: str | None

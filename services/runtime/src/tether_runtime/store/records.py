@@ -65,7 +65,7 @@ class InterruptRow:
     status: str
     action: str
     scope: str
-    payload: dict[str, str]
+    payload: dict[str, Any]
     expires_at: datetime
     resolved_at: datetime | None
     resolved_by: str | None

@@ -1,0 +1,102 @@
+"""Questions a step asks a person (select_option, provide_input): the interrupt card they raise,
+and the check of a person's answer against it. An answer that does not fit is refused
+(INVALID_ANSWER, 422) and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+from tether_common.errors import InvalidArgument
+from tether_common.redaction import redact
+from tether_sdk import ProvideInput, SelectOption
+
+MAX_OPTIONS = 50
+
+
+def as_call(question: SelectOption | ProvideInput) -> tuple[str, dict[str, Any]]:
+    """How a question is kept in the checkpoint: a pending call named after its kind."""
+    if isinstance(question, SelectOption):
+        options = [
+            {"value": o.value, "label": o.label or o.value, "description": o.description}
+            for o in question.choices()
+        ]
+        return "select_option", {
+            "prompt": question.prompt,
+            "title": question.title,
+            "options": options,
+        }
+    return "provide_input", {
+        "prompt": question.prompt,
+        "title": question.title,
+        "schema": question.schema,
+    }
+
+
+def problem(kind: str, args: dict[str, Any]) -> str | None:
+    """Why a question cannot be put to a person (told to the model instead), or None."""
+    if kind == "select_option":
+        values = [o.get("value") for o in args.get("options") or []]
+        if not values or len(values) > MAX_OPTIONS:
+            return f"a select_option needs 1-{MAX_OPTIONS} options"
+        if len(set(values)) != len(values) or not all(isinstance(v, str) and v for v in values):
+            return "a select_option's option values must be distinct, non-empty strings"
+        return None
+    schema = args.get("schema")
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "a provide_input schema must be a JSON schema of type object"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as err:
+        return f"a provide_input schema is not a valid JSON schema: {err.message}"
+    return None
+
+
+def payload(kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The card: masked like every payload."""
+    out: dict[str, Any] = {
+        "title": redact(str(args.get("title") or ""))[:200],
+        "details": redact(str(args.get("prompt") or ""))[:2000],
+        "tool": kind,
+        "risk": "",
+        "target": "",
+        "parameter_summary": "",
+        "reason": "",
+        "preview": "",
+    }
+    if kind == "select_option":
+        out["options"] = [
+            {k: redact(str(o.get(k) or ""))[:500] for k in ("value", "label", "description")}
+            for o in args["options"]
+        ]
+    else:
+        out["input_schema"] = args["schema"]
+    return out
+
+
+def answer(kind: str, card: dict[str, Any], user: str, text: str) -> dict[str, Any]:
+    """A person's answer checked against the card; the result the model is given."""
+    if kind == "select_option":
+        values = [o["value"] for o in card.get("options") or []]
+        if text not in values:
+            raise InvalidArgument(f"choose one of: {', '.join(values)}", reason="INVALID_ANSWER")
+        label = next(o.get("label") or text for o in card["options"] if o["value"] == text)
+        data: dict[str, Any] = {"option": text}
+        summary = f"{user} chose {label}"
+    else:
+        try:
+            fill = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            fill = None
+        if not isinstance(fill, dict):
+            raise InvalidArgument("the answer must be a JSON object", reason="INVALID_ANSWER")
+        schema = card.get("input_schema") or {}
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        errors = sorted(validator.iter_errors(fill), key=lambda e: list(e.absolute_path))
+        if errors:
+            where = ".".join(str(p) for p in errors[0].absolute_path) or "the answer"
+            raise InvalidArgument(f"{where}: {errors[0].message}", reason="INVALID_ANSWER")
+        data = {"fill": fill}
+        summary = f"{user} answered"
+    return {"ok": True, "summary": summary, "data": data, "facts": {}, "outcome": "answered"}
