@@ -89,9 +89,20 @@ async def test_each_claim_counts_a_release_gives_it_back_and_a_pause_starts_over
         assert await _attempts(conn, run_id) == 1
 
 
+async def test_the_first_takeover_after_a_crash_is_not_delayed(pool: Any) -> None:
+    async with pool.acquire() as conn:
+        (run_id,) = await _queue(conn, 1)
+        await runs.claim_batch(conn, "A", 5, 1, backoff_s=10)
+        await _pass(conn, 4)
+        assert await runs.claim_batch(conn, "B", 5, 1, backoff_s=10) == []  # a live lease
+        await _pass(conn, 1.5)
+        ((run, took_over),) = await runs.claim_batch(conn, "B", 5, 1, backoff_s=10)
+        assert run.id == run_id and took_over and run.attempts == 2
+
+
 @pytest.mark.parametrize(
     ("attempts", "backoff"),
-    [(1, 10.0), (2, 20.0), (3, 40.0), (4, 60.0), (30, 60.0)],  # doubling, capped at 60 s
+    [(2, 10.0), (3, 20.0), (4, 40.0), (5, 60.0), (30, 60.0)],  # doubling, capped at 60 s
 )
 async def test_an_expired_lease_is_claimable_only_after_its_backoff(
     pool: Any, attempts: int, backoff: float
@@ -117,7 +128,9 @@ async def test_a_takeover_lines_up_behind_runs_queued_before_it_was_claimable_ag
     ttl, backoff = 20.0, 10.0
     async with pool.acquire() as conn:
         (p,) = await _queue(conn, 1)
+        await conn.execute("UPDATE run SET attempts = 1 WHERE id = $1", p)  # died once already
         ((run, _),) = await runs.claim_batch(conn, "A", ttl, 1, backoff_s=backoff)
+        assert run.attempts == 2
         # Its place: when it would be claimable again if its worker died at once.
         place_s = await conn.fetchval(
             "SELECT extract(epoch FROM queued_at - lease_expires_at) FROM run WHERE id = $1", p
@@ -138,13 +151,14 @@ async def test_a_batch_smaller_than_the_queue_takes_the_runs_queued_first(pool: 
     ttl, backoff = 20.0, 10.0
     async with pool.acquire() as conn:
         (p,) = await _queue(conn, 1)
+        await conn.execute("UPDATE run SET attempts = 1 WHERE id = $1", p)
         await runs.claim_batch(conn, "A", ttl, 1, backoff_s=backoff)
         (fresh,) = await _queue(conn, 1)
         await _pass(conn, ttl + backoff + 1)
         ((first, took_over),) = await runs.claim_batch(conn, "B", ttl, 1, backoff_s=backoff)
         assert first.id == fresh and not took_over
         ((second, took_over),) = await runs.claim_batch(conn, "B", ttl, 1, backoff_s=backoff)
-        assert second.id == p and took_over and second.attempts == 2
+        assert second.id == p and took_over and second.attempts == 3
 
 
 async def _connected(bus: EventBus) -> None:

@@ -49,7 +49,8 @@ class Settings:
     poll_interval_s: float = 2.0
     # Poison runs: claims a run may have without pausing or ending (its worker died or lost the
     # lease each time) before the next claim fails it with RUN_ATTEMPTS_EXHAUSTED; and the wait
-    # before a run whose lease ran out is claimed again (doubling per attempt, at most 60 s).
+    # past its lease before such a run is claimed again, from its second takeover on (doubling
+    # per attempt, at most 60 s).
     max_run_attempts: int = 5
     run_retry_backoff_s: float = 1.0
     interrupt_ttl_s: float = 900.0

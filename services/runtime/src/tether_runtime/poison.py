@@ -1,6 +1,6 @@
 """Poison runs: a run whose worker keeps dying (killed, out of memory) or losing its lease is not
-claimed forever. Every claim counts an attempt and a run whose lease ran out waits a growing
-backoff before it is claimable again (store/runs.py `claim_batch`); the claim past the limit
+claimed forever. Every claim counts an attempt and a run whose lease ran out again waits a
+growing backoff before it is claimable (store/runs.py `claim_batch`); the claim past the limit
 ends the run here instead of executing it, fenced by the epoch that claim just took, as every
 other ending is: its terminal event and its status commit together, Redis hears of it after."""
 

@@ -99,10 +99,13 @@ async def get(conn: Conn, run_id: str) -> RunRow | None:
     return RunRow.of(row) if row else None
 
 
-# The wait before a run whose lease ran out may be claimed again, from the attempts it has had
-# (a column or a parameter): the base, doubling with each attempt after the first, at most the cap.
-# The exponent is bounded so power() never overflows whatever `attempts` holds.
-_BACKOFF = "least($4 * power(2, least(greatest({attempts} - 1, 0), 16)), $5)"
+# The wait, past its lease, before a run whose worker died (or lost the lease) may be claimed
+# again, from the attempts it has had (a column or a parameter): none after the first, whose lease
+# TTL already passed (one crash is the common case, and the run is not at fault), then the base,
+# doubling with each attempt, at most the cap. The exponent is bounded so power() never overflows.
+_BACKOFF = (
+    "CASE WHEN {attempts} < 2 THEN 0 ELSE least($4 * power(2, least({attempts} - 2, 16)), $5) END"
+)
 
 _CLAIM = f"""
 WITH next AS (
@@ -132,8 +135,8 @@ async def claim_batch(
     conn: Conn, owner: str, ttl_s: float, limit: int, *, backoff_s: float = 0.0
 ) -> list[tuple[RunRow, bool]]:
     """Take up to `limit` claimable runs in their place in the queue, in one statement: queued
-    runs, and runs whose worker's lease ran out at least a backoff ago (`backoff_s`, doubling with
-    each attempt after the first, at most MAX_BACKOFF_S; 0: none). Each claim bumps the run's
+    runs, and runs whose worker's lease ran out, after a backoff from their second attempt on
+    (`backoff_s`, doubling with each attempt, at most MAX_BACKOFF_S; 0: none). Each claim bumps the run's
     epoch and its `attempts` (the caller decides what a run with too many does: poison.py).
 
     A claim moves the run's place (`queued_at`) to when it would be claimable again if its

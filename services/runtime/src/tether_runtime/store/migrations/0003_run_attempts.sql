@@ -1,7 +1,7 @@
 -- Poison-run protection. `attempts` counts the claims of a run since it last paused or started
 -- fresh: every claim adds one, a pause or an end sets it back to 0, and a graceful release gives
--- the claim back. A run whose lease ran out may be claimed again only once a backoff that grows
--- with `attempts` has passed, and a claim that finds the attempts spent fails the run instead of
+-- the claim back. A run whose lease ran out more than once may be claimed again only once a
+-- backoff that grows with `attempts` has passed, and a claim that finds the attempts spent fails the run instead of
 -- executing it (store/runs.py `claim_batch`, poison.py).
 ALTER TABLE run ADD COLUMN attempts integer NOT NULL DEFAULT 0;
 
