@@ -136,8 +136,9 @@ async def claim_batch(
 ) -> list[tuple[RunRow, bool]]:
     """Take up to `limit` claimable runs in their place in the queue, in one statement: queued
     runs, and runs whose worker's lease ran out, after a backoff from their second attempt on
-    (`backoff_s`, doubling with each attempt, at most MAX_BACKOFF_S; 0: none). Each claim bumps the run's
-    epoch and its `attempts` (the caller decides what a run with too many does: poison.py).
+    (`backoff_s`, doubling with each attempt, at most MAX_BACKOFF_S; 0: none). Each claim bumps
+    the run's epoch and its `attempts` (the caller decides what a run with too many does:
+    poison.py).
 
     A claim moves the run's place (`queued_at`) to when it would be claimable again if its
     worker died at once, so a run taken over after a crash lines up behind the runs queued before
