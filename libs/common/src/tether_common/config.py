@@ -47,6 +47,12 @@ class Settings:
     # Postgres connections per process; runs hold one only for the length of a statement batch.
     db_pool_size: int = 20
     poll_interval_s: float = 2.0
+    # Poison runs: claims a run may have without pausing or ending (its worker died or lost the
+    # lease each time) before the next claim fails it with RUN_ATTEMPTS_EXHAUSTED; and the wait
+    # past its lease before such a run is claimed again, from its second takeover on (doubling
+    # per attempt, at most 60 s).
+    max_run_attempts: int = 5
+    run_retry_backoff_s: float = 1.0
     interrupt_ttl_s: float = 900.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
@@ -88,6 +94,12 @@ class Settings:
                 f"TETHER_RUNTIME_ROLE must be 'all', 'api' or 'worker', not {role!r}"
             )
         grpc_addr = e.get("TETHER_GRPC_ADDR", cls.grpc_addr)
+        max_attempts = _int(e, "TETHER_MAX_RUN_ATTEMPTS", cls.max_run_attempts)
+        if max_attempts < 1:
+            raise UnsafeSettings(f"TETHER_MAX_RUN_ATTEMPTS must be at least 1, not {max_attempts}")
+        backoff = _float(e, "TETHER_RUN_RETRY_BACKOFF_S", cls.run_retry_backoff_s)
+        if backoff < 0:
+            raise UnsafeSettings(f"TETHER_RUN_RETRY_BACKOFF_S must not be negative, not {backoff}")
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         return cls(
             env=mode,  # type: ignore[arg-type]
@@ -106,6 +118,8 @@ class Settings:
             worker_concurrency=_int(e, "TETHER_WORKER_CONCURRENCY", cls.worker_concurrency),
             db_pool_size=_int(e, "TETHER_DB_POOL_SIZE", cls.db_pool_size),
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
+            max_run_attempts=max_attempts,
+            run_retry_backoff_s=backoff,
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             tool_gate_mode=gate,  # type: ignore[arg-type]
             tool_deny=frozenset(

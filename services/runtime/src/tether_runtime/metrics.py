@@ -10,6 +10,10 @@ QUEUE_DEPTH = Gauge("tether_queue_depth", "Queued runs waiting for a worker")
 QUEUE_OLDEST_AGE = Gauge("tether_queue_oldest_age_seconds", "Age of the oldest queued run")
 LEASE_TAKEOVERS = Counter("tether_lease_takeovers_total", "Runs claimed after a lease expired")
 LEASES_LOST = Counter("tether_leases_lost_total", "Runs a worker lost to another")
+RUNS_POISONED = Counter(
+    "tether_runs_poisoned_total",
+    "Runs failed with RUN_ATTEMPTS_EXHAUSTED: their worker stopped on every attempt",
+)
 RESUME_OUTCOMES = Counter("tether_resume_outcomes_total", "ResumeRun answers", ["outcome"])
 TOOL_GATE_VIOLATIONS = Counter(
     "tether_tool_gate_violations_total",

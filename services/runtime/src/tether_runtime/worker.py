@@ -16,7 +16,7 @@ from tether_common.ids import new_id
 from tether_common.logging import conversation_id_var, run_id_var
 from tether_common.tracing import context_from, span_context_from
 
-from tether_runtime import metrics
+from tether_runtime import metrics, poison
 from tether_runtime.engine import Engine
 from tether_runtime.resume import expire_interrupt
 from tether_runtime.run_loop import RunExecutor
@@ -55,6 +55,7 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         ttl = self.e.settings.lease_ttl_s
+        backoff = self.e.settings.run_retry_backoff_s
         sweep_every = max(1, int(5 / max(self.e.settings.poll_interval_s, 0.1)))
         ticks = 0
         while not self._stopping:
@@ -66,7 +67,9 @@ class Worker:
                     # batch): a burst of new runs is picked up in a few round trips, not one each.
                     free = min(self.slots_free(), CLAIM_BATCH)
                     async with self.e.pool.acquire() as conn:
-                        claimed = await runs.claim_batch(conn, self.owner, ttl, free)
+                        claimed = await runs.claim_batch(
+                            conn, self.owner, ttl, free, backoff_s=backoff
+                        )
                     for run, took_over in claimed:
                         if took_over:
                             metrics.LEASE_TAKEOVERS.inc()
@@ -88,8 +91,29 @@ class Worker:
         return self.e.settings.worker_concurrency - len(self.tasks)
 
     def _spawn(self, run: RunRow) -> None:
-        task = asyncio.create_task(self._execute(run), name=f"run-{run.id}")
+        if poison.exhausted(run, self.e.settings.max_run_attempts):
+            work = self._give_up(run)
+        else:
+            work = self._execute(run)
+        task = asyncio.create_task(work, name=f"run-{run.id}")
         self.tasks[run.id] = (task, run.lease_epoch)
+
+    async def _give_up(self, run: RunRow) -> None:
+        """The claim found the run's attempts spent: fail it instead of executing it."""
+        run_id_var.set(run.id)
+        conversation_id_var.set(run.conversation_id)
+        try:
+            if not await poison.give_up(
+                self.e.pool, self.e.bus, run, self.e.settings.max_run_attempts
+            ):
+                metrics.LEASES_LOST.inc()
+                log.warning("lease lost before the run could be failed")
+        except STORE_ERRORS as err:
+            # Nothing was written: the lease expires and the next claim tries again.
+            log.warning("could not fail a run whose attempts are spent: %s", err)
+        finally:
+            self.tasks.pop(run.id, None)
+            self.wake.set()
 
     async def _execute(self, run: RunRow) -> None:
         run_id_var.set(run.id)

@@ -27,6 +27,8 @@ class RunRow:
     last_sequence: int
     step_streamed: int
     trace_context: dict[str, Any]
+    # Claims since the run last paused or started fresh, this worker's included (migration 0003).
+    attempts: int
     created_at: datetime
     updated_at: datetime
 
@@ -51,6 +53,7 @@ class RunRow:
             last_sequence=r["last_sequence"],
             step_streamed=r["step_streamed"],
             trace_context=r["trace_context"] or {},
+            attempts=r["attempts"],
             created_at=r["created_at"],
             updated_at=r["updated_at"],
         )

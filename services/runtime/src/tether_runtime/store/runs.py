@@ -143,42 +143,67 @@ async def mark_cancelled(conn: Conn, run_id: str, reason: str) -> None:
     )
 
 
+# The wait, past its lease, before a run whose worker died (or lost the lease) may be claimed
+# again, from the attempts it has had (a column or a parameter): none after the first, whose lease
+# TTL already passed (one crash is the common case, and the run is not at fault), then the base,
+# doubling with each attempt, at most the cap. The exponent is bounded so power() never overflows.
+_BACKOFF = (
+    "CASE WHEN {attempts} < 2 THEN 0 ELSE least($4 * power(2, least({attempts} - 2, 16)), $5) END"
+)
+
+_CLAIM = f"""
+WITH next AS (
+    SELECT id, status AS was, queued_at AS place FROM run
+    WHERE status = 'queued'
+       OR (status = 'running'
+           AND lease_expires_at + make_interval(secs => {_BACKOFF.format(attempts="attempts")})
+               < now())
+    ORDER BY queued_at
+    FOR UPDATE SKIP LOCKED
+    LIMIT $3
+)
+UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch + 1,
+       attempts = run.attempts + 1,
+       lease_expires_at = now() + make_interval(secs => $2),
+       queued_at = now() + make_interval(
+           secs => $2 + {_BACKOFF.format(attempts="(run.attempts + 1)")}),
+       updated_at = now()
+FROM next WHERE run.id = next.id
+RETURNING run.*, next.was = 'running' AS took_over, next.place
+"""
+
+MAX_BACKOFF_S = 60.0
+
+
 async def claim_batch(
-    conn: Conn, owner: str, ttl_s: float, limit: int
+    conn: Conn, owner: str, ttl_s: float, limit: int, *, backoff_s: float = 0.0
 ) -> list[tuple[RunRow, bool]]:
-    """Take up to `limit` queued runs, or runs whose worker's lease ran out, oldest first, in one
-    statement; each claim bumps the run's epoch. Returns each run and whether this claim took it
-    over from a worker whose lease expired."""
-    rows = await conn.fetch(
-        """
-        WITH next AS (
-            SELECT id, status AS was FROM run
-            WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < now())
-            ORDER BY queued_at
-            FOR UPDATE SKIP LOCKED
-            LIMIT $3
-        )
-        UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch + 1,
-               lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
-        FROM next WHERE run.id = next.id
-        RETURNING run.*, next.was = 'running' AS took_over
-        """,
-        owner,
-        ttl_s,
-        limit,
-    )
-    rows = sorted(rows, key=lambda row: row["queued_at"])  # UPDATE ... RETURNING has no order
+    """Take up to `limit` claimable runs in their place in the queue, in one statement: queued
+    runs, and runs whose worker's lease ran out, after a backoff from their second attempt on
+    (`backoff_s`, doubling with each attempt, at most MAX_BACKOFF_S; 0: none). Each claim bumps
+    the run's epoch and its `attempts` (the caller decides what a run with too many does:
+    poison.py).
+
+    A claim moves the run's place (`queued_at`) to when it would be claimable again if its
+    worker died at once, so a run taken over after a crash lines up behind the runs queued before
+    then, instead of at the head of the queue, and the index scan of the claimable runs meets
+    the queued ones before the healthy running ones. Returns each run and whether this claim took
+    it over from a worker whose lease expired."""
+    rows = await conn.fetch(_CLAIM, owner, ttl_s, limit, backoff_s, MAX_BACKOFF_S)
+    rows = sorted(rows, key=lambda row: row["place"])  # UPDATE ... RETURNING has no order
     return [(RunRow.of(row), bool(row["took_over"])) for row in rows]
 
 
-async def claim_next(conn: Conn, owner: str, ttl_s: float) -> tuple[RunRow, bool] | None:
+async def claim_next(
+    conn: Conn, owner: str, ttl_s: float, *, backoff_s: float = 0.0
+) -> tuple[RunRow, bool] | None:
     """Take one queued run, or one whose worker's lease ran out (see `claim_batch`)."""
-    claimed = await claim_batch(conn, owner, ttl_s, 1)
+    claimed = await claim_batch(conn, owner, ttl_s, 1, backoff_s=backoff_s)
     return claimed[0] if claimed else None
 
 
-async def claim(conn: Conn, owner: str, ttl_s: float) -> RunRow | None:
-    claimed = await claim_next(conn, owner, ttl_s)
+async def claim(conn: Conn, owner: str, ttl_s: float, *, backoff_s: float = 0.0) -> RunRow | None:
+    claimed = await claim_next(conn, owner, ttl_s, backoff_s=backoff_s)
     return claimed[0] if claimed else None
 
 
@@ -195,10 +220,11 @@ async def renew(conn: Conn, run_id: str, epoch: int, ttl_s: float) -> bool | Non
 
 
 async def release(conn: Conn, run_id: str, epoch: int) -> bool:
-    """Graceful shutdown: give the run back to the queue for another worker."""
+    """Graceful shutdown: give the run back to the queue for another worker, and give back the
+    attempt its claim counted: a worker that stopped in order says nothing about the run."""
     result = await conn.execute(
         "UPDATE run SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, "
-        "queued_at = now(), updated_at = now() "
+        "attempts = greatest(attempts - 1, 0), queued_at = now(), updated_at = now() "
         "WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
         run_id,
         epoch,
@@ -234,9 +260,10 @@ async def finish(
     conn: Conn, run_id: str, epoch: int, status: str, checkpoint: str | None = None
 ) -> None:
     """Leave the worker's hands: interrupted, completed, failed or cancelled; with `checkpoint`
-    (encoded JSON) the final state is saved by the same statement (and step_streamed reset)."""
+    (encoded JSON) the final state is saved by the same statement (and step_streamed reset).
+    The run's attempts start over: a run that paused or ended is not a poison run."""
     await conn.execute(
-        "UPDATE run SET status = $3, lease_owner = NULL, lease_expires_at = NULL, "
+        "UPDATE run SET status = $3, lease_owner = NULL, lease_expires_at = NULL, attempts = 0, "
         "checkpoint = coalesce($4::text::jsonb, checkpoint), "
         "step_streamed = CASE WHEN $4::text IS NULL THEN step_streamed ELSE 0 END, "
         "updated_at = now() WHERE id = $1 AND lease_epoch = $2",
