@@ -103,7 +103,11 @@ async def test_openai_compatible_model_drives_a_run(private_env):
         # Second request carried the tool result back in the protocol's shape.
         second = seen[1]["body"]["messages"]
         assert second[0]["role"] == "system" and "Known facts" in second[0]["content"]
-        assert any(m["role"] == "tool" and m["tool_call_id"] == "call_llm_1" for m in second)
+        assert "You are OpsPilot" in second[0]["content"], "the agent's instructions lead"
+        # The call keeps the engine's id (unique in the run) on both sides of the round trip.
+        (asked,) = [m for m in second if m["role"] == "assistant" and m.get("tool_calls")]
+        call_id = asked["tool_calls"][0]["id"]
+        assert any(m["role"] == "tool" and m["tool_call_id"] == call_id for m in second)
         assert seen[0]["auth"] == "Bearer sk-test-do-not-log-0123456789"
         assert {t["function"]["name"] for t in seen[0]["body"]["tools"]} >= {"restart_instance"}
         await c.close()
