@@ -127,6 +127,8 @@ def test_the_card_fields_and_outcome_unknown() -> None:
         "title": "Restart payment-api-2?",
         "details": "Drops its connections.",
         "preview": "systemctl restart payment-api",
+        "options": [],
+        "inputSchema": None,
     }
     run = resources_pb2.Run(
         id="run_1",
@@ -178,3 +180,29 @@ def test_interrupt_resolved_with_the_new_decisions() -> None:
             interrupt_resolved=events_pb2.InterruptResolved(interrupt_id="int_1", decision=value),
         )
         assert _data(ev)["decision"] == name
+
+
+def test_a_questions_payload_carries_its_options_and_schema() -> None:
+    payload = resources_pb2.InterruptPayload(
+        title="Restart which instance?",
+        details="Two are abnormal.",
+        options=[
+            resources_pb2.InterruptOption(value="a-1", label="a-1 (abnormal)"),
+            resources_pb2.InterruptOption(value="a-2"),
+        ],
+        input_schema_json='{"type": "object"}',
+    )
+    ev = events_pb2.RunEvent(
+        run_id="run_1",
+        sequence=3,
+        interrupt=events_pb2.InterruptRaised(
+            interrupt_id="int_2", kind=resources_pb2.INTERRUPT_KIND_SELECT_OPTION, payload=payload
+        ),
+    )
+    body = _data(ev)
+    assert body["kind"] == "select_option"
+    assert body["payload"]["options"] == [
+        {"value": "a-1", "label": "a-1 (abnormal)", "description": ""},
+        {"value": "a-2", "label": "a-2", "description": ""},
+    ]
+    assert body["payload"]["inputSchema"] == {"type": "object"}

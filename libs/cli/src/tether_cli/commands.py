@@ -25,7 +25,7 @@ def migrate(settings: Settings) -> int:
 
     setup_logging("tether-migrate", settings.log_level)
     try:
-        applied = asyncio.run(migrate_all(settings.database_url))
+        applied = asyncio.run(migrate_all(settings.database_url, settings))
     except AgentLoadError as err:
         # The agents' migrations come from the agents: a bad one is a message, not a traceback.
         print(f"tether migrate: {err}", file=sys.stderr)
@@ -40,7 +40,7 @@ def seed_demo(settings: Settings) -> int:
 
     setup_logging("tether-seed", settings.log_level)
     try:
-        asyncio.run(seed(settings.database_url))
+        asyncio.run(seed(settings.database_url, settings))
     except AgentLoadError as err:
         print(f"tether seed-demo: {err}", file=sys.stderr)
         return 2

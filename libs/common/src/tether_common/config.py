@@ -59,6 +59,9 @@ class Settings:
     tool_deny: frozenset[str] = frozenset()
     # The agent a run gets when it names none (when only one agent is loaded: that one).
     default_agent: str = "opspilot"
+    # Agents to load: `module:attribute` specs, and whether the `tether.agents` entry points too.
+    agents: tuple[str, ...] = ()
+    agent_entry_points: bool = True
     # What a runtime process does: serve the gRPC API, execute runs (the worker), or both. Split,
     # the API's event loop is not shared with agent loops (README, "Splitting the runtime"):
     # accepting RPCs and streaming stay prompt however busy the runs are.
@@ -71,6 +74,10 @@ class Settings:
     openai_api_key: str = field(default="", repr=False)
     openai_model: str = "gpt-4o-mini"
     stream_quiet_check_s: float = 1.0
+    # Runtime: close HTTP/2 connections after this age, so clients rebalance over new pods.
+    grpc_max_connection_age_s: float = 300.0
+    # Runtime: serve Prometheus metrics here ("host:port"); empty: not served.
+    metrics_addr: str = ""
     max_body_bytes: int = 64 * 1024
     rate_limit_per_min: int = 120
     # Per user, per minute; 0 turns a limit off (load tests). Default: rate_limit_per_min.
@@ -126,6 +133,8 @@ class Settings:
                 s.strip() for s in e.get("TETHER_TOOL_DENY", "").split(",") if s.strip()
             ),
             default_agent=e.get("TETHER_DEFAULT_AGENT", cls.default_agent),
+            agents=tuple(s.strip() for s in e.get("TETHER_AGENTS", "").split(",") if s.strip()),
+            agent_entry_points=e.get("TETHER_AGENT_ENTRY_POINTS", "1") not in ("0", "false"),
             runtime_role=role,  # type: ignore[arg-type]
             model=e.get("TETHER_MODEL", cls.model),
             scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),
@@ -134,6 +143,10 @@ class Settings:
             openai_api_key=e.get("TETHER_OPENAI_API_KEY", ""),
             openai_model=e.get("TETHER_OPENAI_MODEL", cls.openai_model),
             stream_quiet_check_s=_float(e, "TETHER_STREAM_QUIET_CHECK_S", cls.stream_quiet_check_s),
+            grpc_max_connection_age_s=_float(
+                e, "TETHER_GRPC_MAX_CONNECTION_AGE_S", cls.grpc_max_connection_age_s
+            ),
+            metrics_addr=e.get("TETHER_METRICS_ADDR", ""),
             max_body_bytes=_int(e, "TETHER_MAX_BODY_BYTES", cls.max_body_bytes),
             rate_limit_per_min=rate,
             rate_limit_start_per_min=_int(e, "TETHER_RATE_LIMIT_START_PER_MIN", rate),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from importlib import metadata
@@ -56,13 +55,13 @@ def _import(spec: str) -> object:
     return obj
 
 
-def discover(env: Mapping[str, str] | None = None) -> list[tuple[Agent, str]]:
-    """Every configured agent, checked; AgentLoadError on the first that is wrong."""
-    e = os.environ if env is None else env
+def discover(settings: Settings) -> list[tuple[Agent, str]]:
+    """Every configured agent (TETHER_AGENTS, then the entry points), checked; AgentLoadError on
+    the first that is wrong."""
     found: list[tuple[object, str]] = []
-    for spec in filter(None, (s.strip() for s in e.get("TETHER_AGENTS", "").split(","))):
+    for spec in settings.agents:
         found.append((_import(spec), f"TETHER_AGENTS={spec}"))
-    if e.get("TETHER_AGENT_ENTRY_POINTS", "1") not in ("0", "false"):
+    if settings.agent_entry_points:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 obj = ep.load()
@@ -114,8 +113,8 @@ class AgentRegistry:
         self._stack = AsyncExitStack()
 
     @classmethod
-    def load(cls, settings: Settings, env: Mapping[str, str] | None = None) -> AgentRegistry:
-        found = discover(env)
+    def load(cls, settings: Settings) -> AgentRegistry:
+        found = discover(settings)
         loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
         names = sorted(a.name for a in loaded)
         default = settings.default_agent if settings.default_agent in names else ""

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Mapping
 
 import asyncpg
+from tether_common.config import Settings
 from tether_sdk import Agent, Host
 
 from tether_runtime.agents import discover
@@ -22,19 +23,25 @@ DEMO_GRANTS = [
 ]
 
 
-def configured_agents(env: Mapping[str, str] | None = None) -> list[Agent]:
-    return [agent for agent, _ in discover(env)]
+Config = Settings | Mapping[str, str] | None
 
 
-async def migrate_all(dsn: str, env: Mapping[str, str] | None = None) -> list[str]:
-    agents = configured_agents(env)
+def configured_agents(config: Config = None) -> list[Agent]:
+    """The agents `config` loads: Settings, or an environment to read them from (None: this
+    process's)."""
+    settings = config if isinstance(config, Settings) else Settings.from_env(config)
+    return [agent for agent, _ in discover(settings)]
+
+
+async def migrate_all(dsn: str, config: Config = None) -> list[str]:
+    agents = configured_agents(config)
     return await migrate(dsn, [(a.name, a.migrations) for a in agents if a.migrations])
 
 
-async def seed_demo(dsn: str, env: Mapping[str, str] | None = None) -> None:
+async def seed_demo(dsn: str, config: Config = None) -> None:
     """Idempotent: run it as often as you like."""
     host = Host(database_url=dsn)
-    for agent in configured_agents(env):
+    for agent in configured_agents(config):
         if agent.seed is None:
             continue
         if agent.lifespan is None:
@@ -50,10 +57,10 @@ async def seed_demo(dsn: str, env: Mapping[str, str] | None = None) -> None:
         await conn.close()
 
 
-async def prepare(dsn: str, env: Mapping[str, str] | None = None) -> list[str]:
+async def prepare(dsn: str, config: Config = None) -> list[str]:
     """Migrate and seed the demo: what `tether dev` and every test database start from."""
-    applied = await migrate_all(dsn, env)
-    await seed_demo(dsn, env)
+    applied = await migrate_all(dsn, config)
+    await seed_demo(dsn, config)
     return applied
 
 

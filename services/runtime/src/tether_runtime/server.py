@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 
@@ -32,7 +31,7 @@ SERVICE_NAME = "tether.runtime.v1.RuntimeService"
 
 
 def server_options(settings: Settings) -> list[tuple[str, int]]:
-    age_s = float(os.environ.get("TETHER_GRPC_MAX_CONNECTION_AGE_S", "300"))
+    age_s = settings.grpc_max_connection_age_s
     return [
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
@@ -78,7 +77,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     port = server.add_insecure_port(settings.grpc_addr)
-    metrics_addr = os.environ.get("TETHER_METRICS_ADDR", "")
+    metrics_addr = settings.metrics_addr
     if metrics_addr:
         from prometheus_client import start_http_server
 
