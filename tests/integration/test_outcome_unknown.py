@@ -171,6 +171,8 @@ async def test_unkeyed_tool_after_a_kill_asks_a_person_and_each_answer_holds(env
             rest = await c.events(run_id, after=intr.sequence)
             assert types(rest)[0] == "interrupt_resolved"
             assert types(rest)[-1] == "done", types(rest)
+            # Every answer ends the call's step for the people following the run.
+            assert "tool_finished" in types(rest)
             assert_dense(rest, start=intr.sequence + 1)
         effects = dict(
             await db.fetch("SELECT recipient, count(*) FROM ledger_effect GROUP BY recipient")

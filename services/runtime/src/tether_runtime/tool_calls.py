@@ -201,10 +201,20 @@ class ToolCalls:
         if row.status == "rejected":
             decision = await self._decision(call)
             outcome = _NOT_RUN.get(decision, "rejected")
-            await self._skip(call, failure(f"not executed: {decision}", outcome))
+            body = failure(f"not executed: {decision}", outcome)
+            if row.claimed_epoch is not None:
+                # It had started (its tool_started went out) before its outcome became unknown:
+                # the person's answer ends the step for everyone following the run.
+                body["summary"] = f"outcome unknown, not tried again ({decision})"
+                await self._finish(call, tool, body, store=False)
+                return
+            await self._skip(call, body)
             return
         if row.status in ("succeeded", "failed"):
             assert row.result is not None
+            if row.result.get("outcome") == "marked_done":
+                await self._finish(call, tool, row.result, store=False)
+                return
             await self._skip(call, row.result)
             return
         if row.status == "approved":
@@ -513,16 +523,22 @@ class ToolCalls:
         base = self.x.loaded.agent.limits.retry_backoff_s
         await asyncio.sleep(min(base * 2 ** (attempt - 1), max(0.0, self.x.time_left())))
 
-    async def _finish(self, call: PendingCall, tool: Tool, body: dict[str, Any]) -> None:
-        metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if body["ok"] else "error").inc()
+    async def _finish(
+        self, call: PendingCall, tool: Tool, body: dict[str, Any], *, store: bool = True
+    ) -> None:
+        """The call's result to the model and its `tool_finished` to everyone; `store=False`
+        when a person's answer already settled the call's row."""
+        if store:
+            metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if body["ok"] else "error").inc()
         self.x.record(call, body)
         save = self.x.save()
         run_id, epoch, conv_id = self._run_id, self.x.epoch, self.x.run.conversation_id
 
         async def apply(conn: Conn) -> None:
-            await interrupts.finish_call(
-                conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body
-            )
+            if store:
+                await interrupts.finish_call(
+                    conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body
+                )
             if body["ok"] and body["facts"]:
                 await conversations.merge_facts(conn, conv_id, body["facts"])
             await save(conn)
