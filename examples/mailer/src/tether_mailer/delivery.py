@@ -134,7 +134,9 @@ async def _send_all(
     try:
         await smtp.connect()
     except (aiosmtplib.SMTPException, OSError) as err:
-        raise TransientError(f"cannot reach the SMTP server at {cfg.host}:{cfg.port}: {err}") from err
+        raise TransientError(
+            f"cannot reach the SMTP server at {cfg.host}:{cfg.port}: {err}"
+        ) from err
     try:
         for i, d in enumerate(todo):
             if i and cfg.send_delay_s:
@@ -174,7 +176,9 @@ async def _send_one(
             await smtp.rset()
             await store.mark(pool, key, d.email, "failed", f"{err.code} {err.message}"[:500])
             return False
-        raise TransientError(f"{d.email}: the server said {err.code} {err.message}; {so_far}") from err
+        raise TransientError(
+            f"{d.email}: the server said {err.code} {err.message}; {so_far}"
+        ) from err
     except (aiosmtplib.SMTPException, OSError) as err:
         raise TransientError(f"{d.email}: the SMTP connection failed ({err}); {so_far}") from err
     # The point of no return: from here on the server may deliver the message.
@@ -187,7 +191,9 @@ async def _send_one(
             await store.mark(pool, key, d.email, "failed", f"{err.code} {err.message}"[:500])
             return False
         await store.mark(pool, key, d.email, "pending")
-        raise TransientError(f"{d.email}: the server said {err.code} {err.message}; {so_far}") from err
+        raise TransientError(
+            f"{d.email}: the server said {err.code} {err.message}; {so_far}"
+        ) from err
     except (aiosmtplib.SMTPException, OSError) as err:
         raise DeliveryInDoubt(
             f"{d.email}: the connection broke before the server answered the message ({err})"

@@ -87,9 +87,7 @@ async def deliveries(conn: asyncpg.Connection, key: str) -> list[Delivery]:
     return [Delivery(**dict(r)) for r in rows]
 
 
-async def mark(
-    pool: asyncpg.Pool, key: str, email: str, status: str, detail: str = ""
-) -> None:
+async def mark(pool: asyncpg.Pool, key: str, email: str, status: str, detail: str = "") -> None:
     """Committed before the next step: `sending` must be durable before the message leaves."""
     assert status in STATUSES
     async with pool.acquire() as conn:
