@@ -50,7 +50,9 @@ class Sink:
                 sender=str(envelope.mail_from or ""),
                 recipients=recipients,
                 subject=str(msg.get("Subject", "")),
-                text=body.get_content()[:4000] if isinstance(body, EmailMessage) else "",
+                text=body.get_content().replace("\r\n", "\n")[:4000]
+                if isinstance(body, EmailMessage)
+                else "",
                 at=time.time(),
             )
         )
