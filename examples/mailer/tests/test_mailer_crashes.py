@@ -160,3 +160,48 @@ async def test_kill_while_the_server_holds_a_message_asks_a_person(env, procs, s
         assert max(sink.sink.per_recipient().values()) <= 3, "at most one per campaign each"
     finally:
         await c.close()
+
+
+async def _in_doubt_without_a_crash(env, procs, sink, name: str):
+    """The server takes Grace's message and never answers within the mailer's SMTP timeout: the
+    connection is given up with the message possibly delivered (no process dies)."""
+    sink.sink.hold_for = {GRACE}
+    proc = start_runtime({**env, "MAILER_SMTP_TIMEOUT_S": "1"}, name=name)
+    procs.append(proc)
+    c = Client(proc.addr, token(TEST_SECRET, "alice"))
+    [(run_id, card)] = await _approved_runs(c, 1)
+    rest = await c.events(run_id, after=card.sequence, until="interrupt")
+    sink.sink.hold_for = set()
+    return c, run_id, rest
+
+
+async def test_no_answer_from_the_server_asks_a_person_and_retry_skips_the_doubt(
+    env, procs, sink, db
+):
+    c, run_id, rest = await _in_doubt_without_a_crash(env, procs, sink, "runtime-mailer-noanswer")
+    try:
+        intr = rest[-1]
+        assert intr.interrupt.kind == resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN
+        assert sink.sink.per_recipient() == {ADA: 1, GRACE: 1}
+        await c.resume(run_id, intr.interrupt.interrupt_id, events_pb2.DECISION_RETRY)
+        after = await c.events(run_id, after=intr.sequence)
+        assert types(after)[-1] == "done", types(after)
+        assert await _per_campaign(db, sink, run_id) == {ADA: 1, GRACE: 1, LINUS: 1}
+        final = "".join(e.text_delta.delta for e in after if types([e]) == ["text_delta"])
+        assert f"in doubt, not sent again: {GRACE}" in final
+    finally:
+        await c.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine: tool_calls._execute_write drops Reconciled.unknown's reason (only the "
+    "crash path, _recover, appends it), so the card says only 'send_campaign failed'",
+)
+async def test_the_card_names_the_recipient_in_doubt_without_a_crash(env, procs, sink):
+    c, _, rest = await _in_doubt_without_a_crash(env, procs, sink, "runtime-mailer-noanswer-2")
+    try:
+        assert rest[-1].interrupt.kind == resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN
+        assert GRACE in rest[-1].interrupt.payload.details, rest[-1].interrupt.payload.details
+    finally:
+        await c.close()
