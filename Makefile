@@ -47,7 +47,7 @@ buf-breaking: node_modules/.installed
 lint: gen buf-lint buf-breaking
 	$(PY) ruff check .
 	$(PY) ruff format --check .
-	$(PY) mypy libs/common/src/tether_common libs/cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot services/runtime/src/tether_runtime services/gateway/src/tether_gateway
+	$(PY) mypy libs/common/src/tether_common libs/cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer services/runtime/src/tether_runtime services/gateway/src/tether_gateway
 
 fmt: .venv/.synced
 	$(PY) ruff check --fix .

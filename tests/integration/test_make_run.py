@@ -1,5 +1,6 @@
 """`make run` on a machine with neither Postgres nor Redis configured: embedded stores, one full run
-through the browser API, then Ctrl-C stops every process it started."""
+through the browser API, a mailer campaign approved and counted at the demo's SMTP sink (its page),
+then Ctrl-C stops every process it started."""
 
 from __future__ import annotations
 
@@ -54,6 +55,18 @@ class Output:
             await self._changed.wait()
 
 
+async def _sse_until(resp: aiohttp.ClientResponse, stop: str) -> list[dict[str, object]]:
+    """Events in order until one of type `stop` or a terminal event."""
+    seen: list[dict[str, object]] = []
+    async for raw in resp.content:
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith("data:"):
+            seen.append(json.loads(line[5:].strip()))
+            if seen[-1]["type"] in (stop, "done", "error", "cancelled"):
+                return seen
+    return seen
+
+
 async def _sse_types(resp: aiohttp.ClientResponse) -> list[str]:
     """Event types in order until a terminal event."""
     seen: list[str] = []
@@ -65,6 +78,43 @@ async def _sse_types(resp: aiohttp.ClientResponse) -> list[str]:
             if event["type"] in ("done", "error", "cancelled"):
                 return seen
     return seen
+
+
+async def _mailer_campaign(base: str, token: str, printed: str) -> None:
+    """The mailer, loaded by `make run` through TETHER_AGENTS: a card with the recipient count,
+    approval, and the three trial customers' emails on the sink's page."""
+    sink = re.search(r"^  Mail sink  (http://\S+?)/? ", printed, re.M)
+    assert sink, printed
+    auth = {"Authorization": f"Bearer {token}"}
+    async with asyncio.timeout(60), aiohttp.ClientSession(headers=auth) as client:
+        async with client.post(f"{base}/v1/conversations", json={}) as resp:
+            conversation = (await resp.json())["conversation"]["id"]
+        text = "email the trial segment about the new pricing"
+        async with client.post(
+            f"{base}/v1/conversations/{conversation}/runs", json={"text": text, "agent": "mailer"}
+        ) as resp:
+            assert resp.status == 201, await resp.text()
+            run = (await resp.json())["run"]["id"]
+        sse = {"Accept": "text/event-stream"}
+        async with client.get(f"{base}/v1/runs/{run}/events", headers=sse) as resp:
+            card = (await _sse_until(resp, "interrupt"))[-1]
+        assert card["type"] == "interrupt", card
+        assert card["payload"]["target"] == "segment trial (3 recipients)", card  # type: ignore[index]
+        answer = {"interruptId": card["interruptId"], "decision": "approve", "idempotencyKey": run}
+        async with client.post(f"{base}/v1/runs/{run}/resume", json=answer) as resp:
+            assert resp.status == 202, await resp.text()
+        async with client.get(
+            f"{base}/v1/runs/{run}/events?after={card['sequence']}", headers=sse
+        ) as resp:
+            rest = [e["type"] for e in await _sse_until(resp, "done")]
+        assert "tool_progress" in rest and rest[-1] == "done", rest
+        async with client.get(f"{sink.group(1)}/messages") as resp:
+            received = await resp.json()
+        assert received["per_recipient"] == {
+            "ada@example.com": 1,
+            "grace@example.com": 1,
+            "linus@example.com": 1,
+        }, received
 
 
 @pytest.mark.slow
@@ -96,7 +146,7 @@ async def test_make_run_serves_a_run_and_stops_everything_on_ctrl_c(tmp_path: Pa
         started = psutil.Process(proc.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in started if p.is_running())
         for expected in ("postgres", "redis-server", "tether_cli.main runtime",
-                         "tether_cli.main gateway"):  # fmt: skip
+                         "tether_cli.main gateway", "tether_mailer.mailbox"):  # fmt: skip
             assert expected in names, f"{expected} not running under make run: {names}"
 
         base = f"http://{http}"
@@ -121,6 +171,7 @@ async def test_make_run_serves_a_run_and_stops_everything_on_ctrl_c(tmp_path: Pa
                 types = await _sse_types(resp)
         assert types[0] == "run_started" and types[-1] == "done", types
         assert "text_delta" in types, types
+        await _mailer_campaign(base, token, out.text)
     finally:
         # Ctrl-C in a terminal: SIGINT to the whole foreground process group.
         with contextlib.suppress(ProcessLookupError):

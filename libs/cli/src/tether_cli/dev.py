@@ -1,7 +1,8 @@
 """`tether dev`: the whole system on one machine, started in order and stopped in reverse.
 
 Stores first (embedded unless DATABASE_URL / REDIS_URL are set; data in TETHER_DEV_DIR,
-default `.tether/`), then migrate and seed, then one runtime and one gateway as separate processes.
+default `.tether/`), then migrate and seed, then one runtime and one gateway as separate processes
+(and the mailer example's SMTP sink, unless TETHER_DEMO_MAILER=0: `demo_mailer.py`).
 Ctrl-C or SIGTERM stops the services first (they drain), then the stores; a second one kills at
 once. If any process dies, everything stops and the exit code is non-zero.
 """
@@ -23,6 +24,8 @@ from typing import IO
 from tether_common.config import Settings
 from tether_common.logging import setup_logging
 
+from tether_cli import demo_mailer
+from tether_cli.demo_mailer import MailerDemo
 from tether_cli.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedStoreError
 from tether_cli.supervisor import Supervisor
 
@@ -46,12 +49,14 @@ class Stores:
     embedded: list[EmbeddedPostgres | EmbeddedRedis] = field(default_factory=list)
 
 
-async def _prepare(dsn: str) -> None:
+async def _prepare(dsn: str, mailer: MailerDemo | None) -> None:
     from tether_runtime.provision import migrate_all, seed_demo
 
     applied = await migrate_all(dsn)
     log.info("migrations applied", extra={"applied": applied})
     await seed_demo(dsn)
+    if mailer is not None:
+        await demo_mailer.grant(dsn)
     log.info("demo data loaded")
 
 
@@ -100,9 +105,12 @@ def run_dev(settings: Settings) -> int:
             stack.callback(print, "Tether stopped.", flush=True)
             try:
                 stores = _start_stores(dev_dir, stack)
-                asyncio.run(_prepare(stores.database_url))
+                # Before migrate and seed: they, and every child, load the agents it names.
+                mailer = demo_mailer.configure(os.environ)
+                asyncio.run(_prepare(stores.database_url, mailer))
                 supervisor = Supervisor(settings, stores.database_url, stores.redis_url,
-                                        embedded=stores.embedded, dev_dir=dev_dir)  # fmt: skip
+                                        embedded=stores.embedded, dev_dir=dev_dir,
+                                        mailer=mailer)  # fmt: skip
                 return asyncio.run(supervisor.run())
             except (KeyboardInterrupt, _Interrupted):
                 print("\ntether dev: interrupted during start-up; stopping", file=sys.stderr)

@@ -14,6 +14,7 @@ import aiohttp
 from tether_common.auth import issue_token
 from tether_common.config import Settings
 
+from tether_cli.demo_mailer import MailerDemo
 from tether_cli.embedded import EmbeddedPostgres, EmbeddedRedis
 from tether_cli.embedded._process import die_with_parent, free_port, port_is_free
 
@@ -23,6 +24,7 @@ READY_TIMEOUT_S = 120.0
 DEV_USER = "alice"
 DEV_TOKEN_TTL_S = 7 * 24 * 3600.0
 SERVICES = ("runtime", "gateway")
+MAIL_SINK = "mail-sink"
 
 
 def listen_addr(name: str, default: str) -> str:
@@ -52,8 +54,10 @@ class Supervisor:
         *,
         embedded: list[EmbeddedPostgres | EmbeddedRedis],
         dev_dir: Path,
+        mailer: MailerDemo | None = None,
     ) -> None:
         self.settings = settings
+        self.mailer = mailer
         self.embedded = embedded
         self.dev_dir = dev_dir
         self.grpc_addr = listen_addr("TETHER_GRPC_ADDR", Settings.grpc_addr)
@@ -76,6 +80,9 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         try:
+            if self.mailer is not None:
+                # First: the runtime sends to it as soon as a run is approved.
+                self.children[MAIL_SINK] = await self._spawn_python(MAIL_SINK, self.mailer.argv)
             for name in SERVICES:
                 self.children[name] = await self._spawn(name)
             watch = asyncio.create_task(self._first_death())
@@ -101,8 +108,11 @@ class Supervisor:
             await self._kill_all()
 
     async def _spawn(self, name: str) -> asyncio.subprocess.Process:
+        return await self._spawn_python(name, ("-m", "tether_cli.main", name))
+
+    async def _spawn_python(self, name: str, argv: tuple[str, ...]) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tether_cli.main", name,
+            sys.executable, *argv,
             env=self.env, stdin=subprocess.DEVNULL,
             # Own process group: a terminal's Ctrl-C reaches only us, and we stop them in order.
             process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
@@ -156,6 +166,7 @@ class Supervisor:
             f"  Web UI     {url}/\n"
             f"  HTTP API   {url}/v1   (gRPC API at {self.grpc_addr})\n"
             f"{stores}"
+            f"{self.mailer.announce() if self.mailer is not None else ''}"
             f"  Dev token for user {DEV_USER} (7 days):\n"
             f"export TETHER_TOKEN={token}\n"
             f'  Try: curl -s -X POST -H "Authorization: Bearer $TETHER_TOKEN" '
@@ -177,7 +188,7 @@ class Supervisor:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, impatient)
-        for name in reversed(SERVICES):
+        for name in (*reversed(SERVICES), MAIL_SINK):
             proc = self.children.get(name)
             if proc is not None and proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
