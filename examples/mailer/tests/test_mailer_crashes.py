@@ -193,11 +193,6 @@ async def test_no_answer_from_the_server_asks_a_person_and_retry_skips_the_doubt
         await c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: tool_calls._execute_write drops Reconciled.unknown's reason (only the "
-    "crash path, _recover, appends it), so the card says only 'send_campaign failed'",
-)
 async def test_the_card_names_the_recipient_in_doubt_without_a_crash(env, procs, sink):
     c, _, rest = await _in_doubt_without_a_crash(env, procs, sink, "runtime-mailer-noanswer-2")
     try:

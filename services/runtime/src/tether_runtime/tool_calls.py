@@ -24,6 +24,7 @@ from tether_common.ids import new_id
 from tether_common.redaction import redact
 from tether_sdk import (
     InvalidArguments,
+    Reconciled,
     Tool,
     ToolContext,
     ToolError,
@@ -66,6 +67,15 @@ def result_body(result: ToolResult, outcome: str = "") -> dict[str, Any]:
 
 def failure(summary: str, outcome: str = "error") -> dict[str, Any]:
     return {"ok": False, "summary": summary, "data": {}, "facts": {}, "outcome": outcome}
+
+
+def _in_doubt(why: str, tool: Tool, found: Reconciled | None) -> str:
+    """Why a person must decide: what went wrong, and what reconcile said (or that it can't)."""
+    if not tool.can_reconcile:
+        return f"{why}, and {tool.name} cannot tell whether it happened"
+    if found is None:
+        return f"{why}, and asking what it did failed"
+    return f"{why}, and {found.reason}" if found.reason else why
 
 
 class _Uncertain(Exception):
@@ -341,6 +351,7 @@ class ToolCalls:
                         continue
                     await self._finish(call, tool, failure(f"{why}; it did not happen"))
                     return
+                why = _in_doubt(why, tool, found)
             await self._outcome_unknown(call, tool, args, scope, why)
 
     async def _recover(
@@ -353,6 +364,7 @@ class ToolCalls:
             await self._execute_write(call, tool, args, scope, key, approver)
             return
         why = f"the worker running {tool.name} stopped during the call"
+        found = None
         if tool.can_reconcile:
             found = await self._reconcile(call, tool, args, key, approver)
             if found is not None and found.status == "done" and found.result is not None:
@@ -361,15 +373,11 @@ class ToolCalls:
             if found is not None and found.status == "not_done":
                 await self._execute_write(call, tool, args, scope, key, approver)
                 return
-            if found is not None and found.reason:
-                why = f"{why}, and {found.reason}"
-        else:
-            why = f"{why}, and {tool.name} cannot tell whether it happened"
-        await self._outcome_unknown(call, tool, args, scope, why)
+        await self._outcome_unknown(call, tool, args, scope, _in_doubt(why, tool, found))
 
     async def _reconcile(
         self, call: PendingCall, tool: Tool, args: dict[str, Any], key: str, approver: str | None
-    ) -> Any:
+    ) -> Reconciled | None:
         try:
             return await tool.reconcile_for(self._context(call, tool, key, approver, 1), args)
         except Exception as err:  # noqa: BLE001 - a failed reconcile knows nothing
