@@ -18,6 +18,7 @@ import inspect
 import json
 import re
 import secrets
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -29,7 +30,16 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 from tether_sdk import Agent, Host, Tool
 
-from tether_cli.crash_case import CaseError, EffectsProbe, Observed, Stores, run_case, scrub
+from tether_cli.crash_case import (
+    Case,
+    CaseError,
+    EffectsProbe,
+    Observed,
+    Stores,
+    prepare,
+    run_case,
+    scrub,
+)
 
 POINTS = ("before", "during", "after")
 # The answer a person gives when a tool that cannot tell asks (outcome_unknown): at `before` the
@@ -210,47 +220,58 @@ async def check(
     probe: EffectsProbe | None,
     only: set[str],
 ) -> tuple[list[Row], list[str]]:
-    """Every case's row, and the write tools not checked (no examples)."""
+    """Every case's row, and the write tools not checked (no examples). The next case is
+    prepared (database copied, runtimes starting) while one runs."""
     base = "tether_conf_" + secrets.token_hex(5)
-    template = await _template(admin, base, agent, env)
-    rows: list[Row] = []
-    missing: list[str] = []
-    try:
-        n = 0
-        for t in agent.tools:
-            if t.effect != "write" or (only and t.name not in only):
-                continue
-            if not t.examples:
-                missing.append(t.name)
-                continue
-            for i, args in enumerate(t.examples):
-                for point in POINTS:
-                    n += 1
-                    name = f"{base}_{n}"
-                    dsn = await _copy(admin, base, name)
-                    try:
-                        seen = await run_case(
-                            stores,
-                            dsn,
-                            agent.name,
-                            t.name,
-                            args,
-                            point,
-                            ANSWERS[point],
-                            name,
-                            probe,
-                        )
-                        row = judge(t, i, point, seen)
-                    except CaseError as err:
-                        row = Row(t.name, i, point, t.at_most_once, run="stuck", why=[str(err)])
-                    finally:
-                        await _admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                    rows.append(row)
-                    _progress(row)
-    finally:
-        await _admin(
-            admin, f'DROP DATABASE IF EXISTS "{Path(urlsplit(template).path).name}" WITH (FORCE)'
+    await _template(admin, base, agent, env)
+    missing = [
+        t.name
+        for t in agent.tools
+        if t.effect == "write" and not t.examples and (not only or t.name in only)
+    ]
+    specs = [
+        (t, i, args, point, f"{base}_{n}")
+        for n, (t, i, args, point) in enumerate(
+            (t, i, args, point)
+            for t in agent.tools
+            if t.effect == "write" and (not only or t.name in only)
+            for i, args in enumerate(t.examples)
+            for point in POINTS
         )
+    ]
+
+    async def ready(k: int) -> Case:
+        t, _, args, point, name = specs[k]
+        dsn = await _copy(admin, base, name)
+        return prepare(stores, dsn, agent.name, t.name, args, point, ANSWERS[point], name)
+
+    rows: list[Row] = []
+    secret = stores.base_env["TETHER_JWT_SECRET"]
+    upcoming = asyncio.create_task(ready(0)) if specs else None
+    try:
+        for k, (t, i, _, point, name) in enumerate(specs):
+            assert upcoming is not None
+            this, upcoming = upcoming, None
+            try:
+                case = await this
+                if k + 1 < len(specs):
+                    upcoming = asyncio.create_task(ready(k + 1))
+                row = judge(t, i, point, await run_case(case, secret, probe))
+            except CaseError as err:
+                row = Row(t.name, i, point, t.at_most_once, run="stuck", why=[str(err)])
+                row.effects = row.events = "-"
+            finally:
+                await _admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            rows.append(row)
+            _progress(row)
+    finally:
+        if upcoming is not None:
+            with contextlib.suppress(Exception):
+                for rt in (await upcoming).runtimes:
+                    rt.kill()
+        await _admin(admin, f'DROP DATABASE IF EXISTS "{base}" WITH (FORCE)')
+        for _, _, _, _, name in specs:
+            await _admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return rows, missing
 
 
@@ -328,9 +349,12 @@ def _agent(spec: str, env: dict[str, str]) -> Agent:
 async def _main(opts: Options) -> int:
     env = scrub(dict(opts.env))
     agent = _agent(opts.agent, env)
-    with tempfile.TemporaryDirectory(prefix="tether-conformance-") as work:
+    work = tempfile.mkdtemp(prefix="tether-conformance-")
+    rows: list[Row] = []
+    missing: list[str] = []
+    finished = False
+    try:
         stores = Stores(
-            opts.redis_url,
             {
                 **env,
                 "REDIS_URL": opts.redis_url,
@@ -354,6 +378,12 @@ async def _main(opts: Options) -> int:
             flush=True,
         )
         rows, missing = await check(agent, opts.database_url, stores, env, probe, opts.only)
+        finished = True
+    finally:
+        if not finished or any(r.run == "stuck" for r in rows):
+            print(f"runtime logs kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     passed = all(r.ok for r in rows) and (opts.allow_missing_examples or not missing)
     if opts.as_json:
         print(

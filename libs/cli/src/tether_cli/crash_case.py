@@ -61,7 +61,6 @@ class Observed:
 
 @dataclass(frozen=True)
 class Stores:
-    redis_url: str
     base_env: dict[str, str]
     """The environment every rigged runtime starts from (agents, timings, secret)."""
     workdir: Path
@@ -139,7 +138,24 @@ async def _until(what: str, check: Callable[[], Awaitable[Any]], within: float =
     raise CaseError(f"timed out after {within:g} s waiting for {what}")
 
 
-async def run_case(
+@dataclass
+class Case:
+    """One case, prepared ahead (its database copied, its two runtimes starting) so that process
+    start-up overlaps the case before it."""
+
+    name: str
+    dsn: str
+    agent: str
+    tool: str
+    args: dict[str, Any]
+    point: str
+    answer: str
+    """Given if the run raises outcome_unknown."""
+    journal: Path
+    runtimes: list[Runtime]
+
+
+def prepare(
     stores: Stores,
     dsn: str,
     agent: str,
@@ -148,40 +164,42 @@ async def run_case(
     point: str,
     answer: str,
     name: str,
-    probe: EffectsProbe | None,
-) -> Observed:
-    """Drive one run through one kill; `answer` is given if outcome_unknown is raised."""
+) -> Case:
+    """Two rigged runtimes on the case's database with the same plan: whichever executes the
+    call holds at `point` (the journal records its pid) and is killed; the other takes over."""
     journal = stores.workdir / f"{name}.jsonl"
-    secret = stores.base_env["TETHER_JWT_SECRET"]
+    plan = {"agent": agent, "tool": tool, "args": args, "journal": str(journal), "hold": point}
+    env = {**stores.base_env, "DATABASE_URL": dsn, "TETHER_CONFORMANCE_PLAN": json.dumps(plan)}
+    runtimes = [Runtime(env, stores.workdir / f"{name}-{i}.log") for i in (1, 2)]
+    return Case(name, dsn, agent, tool, args, point, answer, journal, runtimes)
+
+
+async def run_case(case: Case, secret: str, probe: EffectsProbe | None) -> Observed:
+    """Drive the case's run through one kill and observe it."""
     md = (("authorization", f"Bearer {issue_token(secret, USER)}"),)
-    plan = {"agent": agent, "tool": tool, "args": args, "journal": str(journal)}
-    env = {**stores.base_env, "DATABASE_URL": dsn}
-    log = stores.workdir / f"{name}.log"
     seen = Observed()
-    db = await asyncpg.connect(dsn)
-    first = Runtime({**env, "TETHER_CONFORMANCE_PLAN": json.dumps({**plan, "hold": point})}, log)
-    second: Runtime | None = None
+    db = await asyncpg.connect(case.dsn)
     try:
-        await first.ready()
-        async with grpc.aio.insecure_channel(first.addr) as ch:
+        for rt in case.runtimes:
+            await rt.ready()
+        async with grpc.aio.insecure_channel(case.runtimes[0].addr) as ch:
             stub = runtime_service_pb2_grpc.RuntimeServiceStub(ch)  # type: ignore[no-untyped-call]
             conv = await stub.CreateConversation(
-                pb.CreateConversationRequest(title=f"conformance {name}"), metadata=md, timeout=10
+                pb.CreateConversationRequest(title=f"conformance {case.name}"),
+                metadata=md,
+                timeout=10,
             )
             started = await stub.StartRun(
                 pb.StartRunRequest(
                     conversation_id=conv.conversation.id,
-                    text=f"conformance: call {tool} with {json.dumps(args)}",
-                    agent=agent,
+                    text=f"conformance: call {case.tool} with {json.dumps(case.args)}",
+                    agent=case.agent,
                 ),
                 metadata=md,
                 timeout=10,
             )
             run_id = started.run.id
-            card = await _until(
-                "the confirmation card",
-                lambda: _card_or_end(db, run_id),
-            )
+            card = await _until("the confirmation card", lambda: _card_or_end(db, run_id))
             if card == "ended":
                 raise CaseError(f"no confirmation card was raised; {await _story(db, run_id)}")
             await stub.ResumeRun(
@@ -189,68 +207,70 @@ async def run_case(
                     run_id=run_id,
                     interrupt_id=card,
                     decision=events_pb2.DECISION_APPROVED,
-                    idempotency_key=f"conformance-approve-{name}",
+                    idempotency_key=f"conformance-approve-{case.name}",
                 ),
                 metadata=md,
                 timeout=10,
             )
-        mark = "returning" if point == "after" else "holding"
+        mark = "returning" if case.point == "after" else "holding"
         where = await _until(
-            f"the call to hold {point} the tool function",
-            lambda: _held_or_end(db, run_id, journal, mark),
+            f"the call to hold {case.point} the tool function",
+            lambda: _held_or_end(db, run_id, case.journal, mark),
         )
         if where == "ended":
             raise CaseError(f"the tool was never called; {await _story(db, run_id)}")
-        seen.killed_pid = first.popen.pid
-        if point == "after":
-            await _kill_while_committing(db, dsn, run_id, journal, first)
+        pid = next(e["pid"] for e in read_journal(case.journal) if e["event"] == mark)
+        holder = next(rt for rt in case.runtimes if rt.popen.pid == pid)
+        survivor = next(rt for rt in case.runtimes if rt is not holder)
+        seen.killed_pid = pid
+        if case.point == "after":
+            await _kill_while_committing(db, case.dsn, run_id, case.journal, holder)
         else:
-            first.kill()
-        second = Runtime({**env, "TETHER_CONFORMANCE_PLAN": json.dumps(plan)}, log)
-        await second.ready()
+            holder.kill()
         state = await _until("the run to end or ask a person", lambda: _settled(db, run_id))
         if state != "ended":
-            seen.unknown_at = len(read_journal(journal))
-            seen.answer = answer
-            async with grpc.aio.insecure_channel(second.addr) as ch:
+            seen.unknown_at = len(read_journal(case.journal))
+            seen.answer = case.answer
+            async with grpc.aio.insecure_channel(survivor.addr) as ch:
                 stub = runtime_service_pb2_grpc.RuntimeServiceStub(ch)  # type: ignore[no-untyped-call]
                 await stub.ResumeRun(
                     pb.ResumeRunRequest(
                         run_id=run_id,
                         interrupt_id=state,
-                        decision=DECISIONS[answer],
-                        idempotency_key=f"conformance-answer-{name}",
+                        decision=DECISIONS[case.answer],
+                        idempotency_key=f"conformance-answer-{case.name}",
                     ),
                     metadata=md,
                     timeout=10,
                 )
             await _until("the run to end after the answer", lambda: _ended(db, run_id))
-        second.stop()
+        survivor.stop()
         await _observe(db, run_id, seen)
-        seen.journal = read_journal(journal)
+        seen.journal = read_journal(case.journal)
         if probe is not None and seen.key:
-            seen.effects = await probe(dsn, seen.key)
+            seen.effects = await probe(case.dsn, seen.key)
         return seen
     except CaseError as err:
-        tail = (second or first).tail(8)
-        raise CaseError(f"{err}\n  runtime log ({log}):\n{tail}") from None
+        logs = ", ".join(str(rt.log_path) for rt in case.runtimes)
+        raise CaseError(f"{err} (runtime logs: {logs})") from None
     finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+        for rt in case.runtimes:
+            rt.kill()
         await db.close()
 
 
 async def _card_or_end(db: asyncpg.Connection, run_id: str) -> str | None:
+    # The status first: the card and the `interrupted` status commit together, so a run seen
+    # interrupted already has its interrupt row.
+    status = await db.fetchval("SELECT status FROM run WHERE id = $1", run_id)
+    if status not in (*TERMINAL, "interrupted"):
+        return None
     intr = await db.fetchval(
         "SELECT id FROM interrupt WHERE run_id = $1 AND status = 'pending' "
         "AND kind = 'confirm_action'",
         run_id,
     )
-    if intr:
-        return str(intr)
-    status = await db.fetchval("SELECT status FROM run WHERE id = $1", run_id)
-    return "ended" if status in (*TERMINAL, "interrupted") else None
+    return str(intr) if intr else "ended"
 
 
 async def _held_or_end(db: asyncpg.Connection, run_id: str, journal: Path, mark: str) -> str | None:

@@ -40,7 +40,7 @@ class Plan:
     journal: str
     """A file the tool's calls are appended to; `<journal>.go` releases an `after` hold."""
     hold: str = ""
-    """"", or one of HOLD_POINTS: where the first call waits to be killed."""
+    """"", or one of HOLD_POINTS: where the case's first call waits to be killed."""
 
     @classmethod
     def parse(cls, raw: str) -> Plan:
@@ -78,6 +78,14 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = Path(path)
 
+    def held(self) -> bool:
+        if not self.path.exists():
+            return False
+        return any(
+            json.loads(line)["event"] in ("holding", "returning")
+            for line in self.path.read_text().splitlines()
+        )
+
     def write(self, event: str, key: str, **extra: Any) -> None:
         line = json.dumps({"event": event, "key": key, "pid": os.getpid(), **extra}) + "\n"
         # O_APPEND: one write per line; a SIGKILL cannot tear a line the harness reads back.
@@ -100,12 +108,12 @@ def watched(tool: Tool, plan: Plan) -> Tool:
     go = Path(plan.journal + ".go")
     original_invoke = tool.invoke
     original_reconcile = tool.reconcile_for
-    held = {"done": False}
 
     async def invoke(ctx: ToolContext, args: Mapping[str, Any]) -> ToolResult:
         key = ctx.idempotency_key
-        hold = "" if held["done"] else plan.hold
-        held["done"] = True
+        # Only the first call holds: the runtime that takes the run over reads the journal
+        # (shared by every runtime of the case) and goes straight through.
+        hold = "" if await asyncio.to_thread(journal.held) else plan.hold
         if hold == "before":
             await _hold_forever(journal, hold, key)
         journal.write("enter", key, attempt=ctx.attempt)
