@@ -49,3 +49,19 @@ agent = Agent(
     migrations="tether_testkit:broken_migrations",
     lifespan=ledger_pool,
 )
+
+
+@tool(effect="write", action="account.refund", idempotent_by_key=True)
+async def refund(ctx: ToolContext, account: str, cents: int) -> str:
+    """Refund an account (declares no examples, so conformance cannot drive it)."""
+    return f"refunded {account} {cents} cents"
+
+
+# A write tool without examples=[...]: reported "not checked", a failure unless allowed.
+unexampled = Agent(
+    name="unexampled",
+    description="Test agent: a write tool conformance cannot drive.",
+    instructions="Refund what you are asked to refund.",
+    model=ScriptedModel(lambda request: "I refund only through a tool call."),
+    tools=[refund],
+)
