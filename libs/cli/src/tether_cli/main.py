@@ -23,6 +23,35 @@ def build_parser() -> argparse.ArgumentParser:
         "agents", help="list the agents this configuration loads, their tools and effects"
     )
     ag.add_argument("--json", action="store_true", help="machine-readable output")
+    conf = verbs.add_parser(
+        "conformance",
+        help="prove an agent's write tools at-most-once through SIGKILLs (scratch database)",
+        description="For every write tool, each of its examples=[...] and each kill point "
+        "(before, during, after the call): drive a run to the tool on a scratch database, "
+        "SIGKILL the runtime, let a fresh one take over, and check at most one effect, the "
+        "tool's declared strategy, dense events and that the run ended. Exit 1 if a row fails.",
+    )
+    conf.add_argument("agent", metavar="AGENT", help="a configured agent's name, or module:attr")
+    conf.add_argument(
+        "--database-url",
+        help="a Postgres DSN allowed to create databases (default: DATABASE_URL)",
+    )
+    conf.add_argument("--redis-url", help="Redis for the runtimes it starts (default: REDIS_URL)")
+    conf.add_argument(
+        "--effects",
+        default="",
+        help="how many effects the external system holds for a key: module:function(state, key) "
+        "or SQL with the key as $1 (without it, effects are not measurable)",
+    )
+    conf.add_argument(
+        "--tool", action="append", default=[], help="check only this write tool (repeatable)"
+    )
+    conf.add_argument(
+        "--allow-missing-examples",
+        action="store_true",
+        help="a write tool without examples is reported, not a failure",
+    )
+    conf.add_argument("--json", action="store_true", help="the rows as JSON")
     verbs.add_parser("runtime", help="run one runtime pod: gRPC API and workers")
     verbs.add_parser("gateway", help="run one gateway pod: HTTP API, SSE and the web UI")
     tok = verbs.add_parser("token", help="print a bearer token signed with TETHER_JWT_SECRET")
@@ -68,6 +97,23 @@ def main(argv: list[str] | None = None) -> int:
         return commands.agents(settings, as_json=args.json)
     if args.verb in ("runtime", "gateway"):
         return commands.serve(args.verb, settings)
+    if args.verb == "conformance":
+        import os
+
+        from tether_cli import conformance
+
+        return conformance.run(
+            conformance.Options(
+                agent=args.agent,
+                database_url=args.database_url or settings.database_url,
+                redis_url=args.redis_url or settings.redis_url,
+                env=dict(os.environ),
+                effects=args.effects,
+                allow_missing_examples=args.allow_missing_examples,
+                as_json=args.json,
+                only=set(args.tool),
+            )
+        )
     if args.verb == "grants":
         return commands.grants(
             settings,

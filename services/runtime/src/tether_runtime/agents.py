@@ -116,6 +116,13 @@ class AgentRegistry:
     def load(cls, settings: Settings) -> AgentRegistry:
         found = discover(settings)
         loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
+        plan = (os.environ if env is None else env).get("TETHER_CONFORMANCE_PLAN")
+        if plan:
+            # `tether conformance` only: one tool of one agent, driven and watched (never in
+            # production; see conformance.py).
+            from tether_runtime.conformance import rig
+
+            loaded = rig(loaded, plan, production=settings.env == "production")
         names = sorted(a.name for a in loaded)
         default = settings.default_agent if settings.default_agent in names else ""
         if not default and len(names) == 1:
