@@ -10,7 +10,7 @@ GEN_OUT := libs/common/src
 PROTOS := $(shell find proto -name '*.proto')
 GEN_STAMP := libs/common/src/tether/.generated
 
-.PHONY: setup gen lint fmt typecheck test test-fast run bench bench-quick chaos clean buf-lint buf-breaking k8s-validate
+.PHONY: setup gen lint fmt typecheck test run bench bench-quick chaos conformance clean buf-lint buf-breaking k8s-validate
 
 setup: .venv/.synced node_modules/.installed
 
@@ -47,6 +47,9 @@ buf-breaking: node_modules/.installed
 lint: gen buf-lint buf-breaking
 	$(PY) ruff check .
 	$(PY) ruff format --check .
+	$(MAKE) --no-print-directory typecheck
+
+typecheck: gen
 	$(PY) mypy libs/common/src/tether_common libs/cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer services/runtime/src/tether_runtime services/gateway/src/tether_gateway
 
 fmt: .venv/.synced
@@ -69,6 +72,16 @@ bench-quick: gen
 
 chaos: gen
 	TETHER_CHAOS_SCALE=full $(PY) pytest -q -m chaos tests/integration
+
+# `tether conformance` on both shipped agents: every write tool SIGKILLed before, during and after
+# its call. Postgres from DATABASE_URL (a DSN allowed to create databases), Redis from REDIS_URL.
+# The mailer sends through a real SMTP sink on its own ports, where its effects are counted.
+conformance: gen
+	TETHER_DB_POOL_SIZE=4 $(PY) tether conformance opspilot --effects tether_opspilot.effects:count
+	@set -e; export MAILER_SMTP_PORT=18025 MAILER_SINK_HTTP=127.0.0.1:18026 \
+	  TETHER_AGENTS=tether_mailer:agent TETHER_DB_POOL_SIZE=4; \
+	$(PY) python -m tether_mailer.mailbox & sink=$$!; trap 'kill $$sink' EXIT; \
+	$(PY) tether conformance mailer --effects tether_mailer.effects:count
 
 # Render every deploy/k8s overlay (kubectl kustomize) and validate it offline against pinned
 # Kubernetes schemas plus Tether's operational contract.

@@ -51,6 +51,15 @@ def base_env(database_url: str, redis_url: str) -> dict[str, str]:
     }
 
 
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Every process a test starts (append it); whatever is still alive at the end is killed."""
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
 @pytest.fixture(scope="session")
 def runtime(base_env: dict[str, str]) -> Iterator[Proc]:
     """One shared runtime process for tests that don't kill it."""

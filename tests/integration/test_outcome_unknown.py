@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -49,14 +49,6 @@ async def ledger_dsn(admin_dsn: str) -> AsyncIterator[str]:
 @pytest.fixture
 def env(base_env: dict[str, str], ledger_dsn: str) -> dict[str, str]:
     return {**base_env, **AGENT_ENV, "DATABASE_URL": ledger_dsn}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()
 
 
 async def _paused_runs(c: Client, texts: list[str]) -> list[tuple[str, events_pb2.RunEvent]]:

@@ -12,7 +12,7 @@ import random
 import string
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -44,14 +44,6 @@ async def poison_env(base_env: dict[str, str], admin_dsn: str) -> AsyncIterator[
         "TETHER_DEMO_TOOL_DELAY_S": "60",
     }
     await stores.drop_database(admin_dsn, dsn)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()
 
 
 class Workers:

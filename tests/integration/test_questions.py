@@ -6,7 +6,6 @@ An answer that does not fit its question is refused (INVALID_ANSWER) and changes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import asyncpg
 import grpc
@@ -19,14 +18,6 @@ from tether_testkit.processes import Proc, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()
 
 
 async def _answer(c: Client, run_id: str, interrupt_id: str, text: str) -> pb.ResumeRunResponse:

@@ -6,13 +6,12 @@ of this test's event loop. The root conftest gives the stores (admin_dsn, base_e
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 from tether_mailer.sink import Sink, bound_port, serve_smtp
 from tether_testkit import stores
-from tether_testkit.processes import Proc
 
 MAILER_ENV = {"TETHER_AGENTS": "tether_mailer:agent"}
 
@@ -68,11 +67,3 @@ def env(base_env: dict[str, str], mailer_dsn: str, sink: SmtpSink) -> dict[str, 
         "MAILER_SMTP_HOST": "127.0.0.1",
         "MAILER_SMTP_PORT": str(sink.port),
     }
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()

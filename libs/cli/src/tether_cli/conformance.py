@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+from tether_common.config import Settings
 from tether_sdk import Agent, Host, Tool
 
 from tether_cli.crash_case import (
@@ -334,11 +335,12 @@ def _agent(spec: str, env: dict[str, str]) -> Agent:
 
     if ":" in spec:
         env["TETHER_AGENTS"] = ",".join(filter(None, [env.get("TETHER_AGENTS", ""), spec]))
-    found = {a.name: a for a, _ in discover(env)}
+    settings = Settings.from_env(env)
+    found = {a.name: a for a, _ in discover(settings)}
     name = (
         spec
         if ":" not in spec
-        else next((a.name for a, src in discover(env) if src == f"TETHER_AGENTS={spec}"), "")
+        else next((a.name for a, src in discover(settings) if src == f"TETHER_AGENTS={spec}"), "")
     )
     if name not in found:
         known = ", ".join(sorted(found)) or "none"

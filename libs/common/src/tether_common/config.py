@@ -62,6 +62,8 @@ class Settings:
     # Agents to load: `module:attribute` specs, and whether the `tether.agents` entry points too.
     agents: tuple[str, ...] = ()
     agent_entry_points: bool = True
+    # Set only by `tether conformance` for the runtimes it starts (refused in production).
+    conformance_plan: str = ""
     # What a runtime process does: serve the gRPC API, execute runs (the worker), or both. Split,
     # the API's event loop is not shared with agent loops (README, "Splitting the runtime"):
     # accepting RPCs and streaming stay prompt however busy the runs are.
@@ -135,6 +137,7 @@ class Settings:
             default_agent=e.get("TETHER_DEFAULT_AGENT", cls.default_agent),
             agents=tuple(s.strip() for s in e.get("TETHER_AGENTS", "").split(",") if s.strip()),
             agent_entry_points=e.get("TETHER_AGENT_ENTRY_POINTS", "1") not in ("0", "false"),
+            conformance_plan=e.get("TETHER_CONFORMANCE_PLAN", ""),
             runtime_role=role,  # type: ignore[arg-type]
             model=e.get("TETHER_MODEL", cls.model),
             scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),

@@ -116,7 +116,7 @@ class AgentRegistry:
     def load(cls, settings: Settings) -> AgentRegistry:
         found = discover(settings)
         loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
-        plan = (os.environ if env is None else env).get("TETHER_CONFORMANCE_PLAN")
+        plan = settings.conformance_plan
         if plan:
             # `tether conformance` only: one tool of one agent, driven and watched (never in
             # production; see conformance.py).
