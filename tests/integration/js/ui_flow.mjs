@@ -90,8 +90,9 @@ try {
   check(card.risk.trim().length > 0, "card shows the risk");
   check(starts.length === 1 && starts[0].agent === "opspilot", `start names the agent: ${JSON.stringify(starts)}`);
   const title = await page.textContent(".confirm-card .confirm-title");
-  check(title === "Confirmation required", `default card title (${title})`);
-  check(await page.isHidden(".confirm-card .c-preview"), "no preview when none was sent");
+  check(title === "Restart instance", `the agent's card title (${title})`);
+  const preview = await page.textContent(".confirm-card .c-preview");
+  check((preview || "").includes("status now: abnormal"), `the card's preview (${preview})`);
   const steps = await page.$$eval(".step", (els) => els.map((e) => e.dataset.status));
   check(steps.length >= 1 && steps.every((s) => s === "success"), `steps done: ${steps}`);
   await page.screenshot({ path: screenshot });
