@@ -92,6 +92,14 @@ async def test_select_which_abnormal_instance_then_restart_it_on_another_runtime
         card = rest[-1].interrupt
         assert card.kind == resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION
         assert card.payload.target.startswith(f"instance {second}")
+        # A confirmation takes approve or reject only: an outcome_unknown answer or a
+        # question's answer is refused, and the card still waits.
+        for wrong in (events_pb2.DECISION_RETRY, events_pb2.DECISION_RESPONDED):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await c.resume(run_id, card.interrupt_id, wrong)
+            assert reason(err.value) == "INVALID_ANSWER"
+        status = await db.fetchval("SELECT status FROM interrupt WHERE id = $1", card.interrupt_id)
+        assert status == "pending"
         await c.resume(run_id, card.interrupt_id)
         end = await c.events(run_id, after=rest[-1].sequence)
         assert types(end)[-1] == "done"
