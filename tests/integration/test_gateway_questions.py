@@ -1,19 +1,24 @@
 """Every interrupt kind over HTTP and SSE through real processes (one runtime, two gateway pods):
 the `interrupt` event carries its kind and card (options, inputSchema, title/details/preview);
 an answer that does not fit is 422 INVALID_ANSWER and changes nothing; a fitting one, POSTed to
-the other gateway than the one streaming, continues the same stream to `done`."""
+the other gateway than the one streaming, continues the same stream to `done`. The
+outcome_unknown card comes from the ledger test agent's unkeyed write killed mid-call."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from tether_common.auth import issue_token
+from tether_testkit import stores
 from tether_testkit.inventory import abnormal_service
-from tether_testkit.processes import Proc, start_gateway
+from tether_testkit.ledger import AGENT_ENV, create_ledger_database
+from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import Frame, SseReader
 
@@ -210,3 +215,98 @@ async def test_provide_input_refuses_bad_fills_then_continues_on_the_other_gatew
         "SELECT replicas FROM inv_service WHERE name = $1 AND env = 'prod'", service
     )
     assert replicas == 4
+
+
+@pytest.fixture
+async def ledger_env(admin_dsn: str, base_env: dict[str, str]) -> AsyncIterator[dict[str, str]]:
+    dsn = await create_ledger_database(admin_dsn)
+    yield {**base_env, **AGENT_ENV, "DATABASE_URL": dsn}
+    await stores.drop_database(admin_dsn, dsn)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+async def _wait_for(db: asyncpg.Connection, sql: str, n: int, timeout: float = 20) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if await db.fetchval(sql) >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never reached {n}: {sql}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_outcome_unknown_over_sse_after_a_kill_inside_the_call(
+    ledger_env: dict[str, str], procs: list[Proc], http: aiohttp.ClientSession
+) -> None:
+    """The ledger agent's send_unkeyed killed mid-call: its step's progress, then, from the
+    runtime that takes over at the same address, an outcome_unknown card on the stream; only
+    retry / mark_done / abandon fit it."""
+    addr = f"127.0.0.1:{free_port()}"
+    procs.append(start_runtime({**ledger_env, "LEDGER_HOLD_S": "8"}, name="rt-q-1", addr=addr))
+    gw = start_gateway(ledger_env, addr, name="gateway-questions-ledger")
+    procs.append(gw)
+    db = await asyncpg.connect(ledger_env["DATABASE_URL"])
+    try:
+        async with http.post(f"{gw.addr}/v1/conversations", json={}, headers=_headers()) as r:
+            conv = (await r.json())["conversation"]["id"]
+        resp = await http.post(
+            f"{gw.addr}/v1/conversations/{conv}/runs",
+            json={"text": "send_unkeyed to bob", "agent": "ledger"},
+            headers=_headers(Accept="text/event-stream"),
+        )
+        assert resp.status == 201, await resp.text()
+        reader = SseReader(resp)
+        seen = await reader.events_until("interrupt")
+        confirm = seen[-1].json
+        assert confirm["kind"] == "confirm_action"
+        assert confirm["payload"]["tool"] == "send_unkeyed"
+        status, body = await _resume(
+            http, gw.addr, confirm["runId"], confirm["interruptId"], decision="approve"
+        )
+        assert status == 202, body
+        seen += await reader.events_until("tool_progress")
+        progress = seen[-1].json
+        assert (progress["tool"], progress["fraction"], progress["text"]) == (
+            "send_unkeyed",
+            0.25,
+            "asking the ledger",
+        )
+        await _wait_for(db, "SELECT count(*) FROM ledger_effect", 1)
+        procs[0].kill()
+        procs.append(start_runtime({**ledger_env, "LEDGER_HOLD_S": "0"}, name="rt-q-2", addr=addr))
+        # The stream may outlast the gap or end in it; a reader then resumes where it was.
+        seen += await reader.events_until("interrupt", timeout=60)
+        while seen[-1].event != "interrupt":
+            reader.resp.close()
+            reader = SseReader(
+                await http.get(
+                    f"{gw.addr}/v1/runs/{confirm['runId']}/events",
+                    headers=_headers(Accept="text/event-stream", **{"Last-Event-ID": seen[-1].id}),
+                )
+            )
+            seen += await reader.events_until("interrupt", timeout=60)
+        asked = seen[-1].json
+        assert asked["kind"] == "outcome_unknown"
+        assert asked["payload"]["tool"] == "send_unkeyed"
+        assert asked["payload"]["parameterSummary"]
+        for wrong in ({"decision": "approve"}, {"decision": "respond", "option": "retry"}):
+            await _refused(http, gw.addr, asked, **wrong)
+        status, body = await _resume(
+            http, gw.addr, asked["runId"], asked["interruptId"], decision="abandon"
+        )
+        assert status == 202, body
+        rest = await reader.rest()
+        reader.resp.close()
+        assert [f.json.get("decision") for f in rest[:1]] == ["abandon"]
+        assert rest[-1].event == "done", [f.event for f in rest]
+        _dense(seen + rest)
+        assert await db.fetchval("SELECT count(*) FROM ledger_effect") == 1
+    finally:
+        await db.close()
