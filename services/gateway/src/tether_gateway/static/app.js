@@ -419,15 +419,14 @@ function cloneTemplate(id) {
   return $(id).content.firstElementChild.cloneNode(true);
 }
 
+// The fields the confirm and outcome_unknown cards share.
 function fillCommon(card, p) {
   const risk = $(".risk", card);
-  if (risk) {
-    risk.textContent = `${p.risk || "unknown"} risk`;
-    risk.dataset.risk = p.risk || "";
-  }
-  if ($(".c-params", card)) $(".c-params", card).textContent = p.parameterSummary || "—";
-  if ($(".c-reason", card)) $(".c-reason", card).textContent = p.reason || "—";
-  if (p.details && $(".c-details", card)) {
+  risk.textContent = `${p.risk || "unknown"} risk`;
+  risk.dataset.risk = p.risk || "";
+  $(".c-params", card).textContent = p.parameterSummary || "—";
+  $(".c-reason", card).textContent = p.reason || "—";
+  if (p.details) {
     $(".c-details", card).textContent = p.details;
     $(".c-details", card).hidden = false;
     $(".c-details-label", card).hidden = false;
