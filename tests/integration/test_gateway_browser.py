@@ -1,149 +1,153 @@
-"""The demo web UI in headless Chromium against real runtime and gateway processes."""
+"""The demo web UI in headless Chromium against real runtime and gateway processes: OpsPilot's
+confirm, select and input cards, and the ledger test agent's progress bar and outcome_unknown
+card (the runtime killed inside its call, a new one started at the same address)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
-from tether.runtime.v1 import resources_pb2
-from tether_common.event_json import run_json, sse_frame
-from tether_runtime import events as ev
 from tether_testkit import stores
 from tether_testkit.inventory import abnormal_service
-from tether_testkit.processes import Proc, start_gateway, start_runtime
+from tether_testkit.ledger import AGENT_ENV, create_ledger_database
+from tether_testkit.processes import free_port, start_gateway, start_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "js" / "ui_flow.mjs"
 SCREENSHOT = ROOT / "docs" / "screenshot.png"
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def fresh_database(admin_dsn: str) -> Iterator[str]:
-    """Its own seeded database: the flow restarts the demo's one abnormal payment-api instance."""
-    dsn = asyncio.run(stores.create_fresh_database(admin_dsn))
+    """Its own seeded database (the flow restarts the demo's one abnormal payment-api instance)
+    with the ledger agent's tables and alice's grant to send."""
+    dsn = asyncio.run(create_ledger_database(admin_dsn))
     yield dsn
     asyncio.run(stores.drop_database(admin_dsn, dsn))
 
 
+class Stack:
+    """A runtime (replaceable at the same address) and a gateway configured with that address."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.addr = f"127.0.0.1:{free_port()}"
+        # The ledger's calls are held open long enough to see their progress and kill inside.
+        self.runtime = start_runtime({**env, "LEDGER_HOLD_S": "8"}, name="rt-ui", addr=self.addr)
+        self.gateway = start_gateway(env, self.addr, name="gateway-browser")
+
+    def replace_runtime(self) -> None:
+        """kill -9 inside the call; a new runtime takes over the run at the same address."""
+        self.runtime.kill()
+        self.runtime = start_runtime(
+            {**self.env, "LEDGER_HOLD_S": "0"}, name="rt-ui-2", addr=self.addr
+        )
+
+    def stop(self) -> None:
+        self.gateway.terminate()
+        self.runtime.terminate()
+
+
 @pytest.fixture(scope="module")
-def stack(fresh_database: str, base_env: dict[str, str]) -> Iterator[tuple[Proc, Proc]]:
-    env = {**base_env, "DATABASE_URL": fresh_database, "TETHER_SCRIPTED_DELAY_S": "0.01"}
-    rt = start_runtime(env, name="runtime-browser")
-    gw = start_gateway(env, rt.addr, name="gateway-browser")
-    yield rt, gw
-    gw.terminate()
-    rt.terminate()
+def stack(fresh_database: str, base_env: dict[str, str]) -> Iterator[Stack]:
+    env = {
+        **base_env,
+        **AGENT_ENV,
+        "DATABASE_URL": fresh_database,
+        "TETHER_SCRIPTED_DELAY_S": "0.01",
+    }
+    s = Stack(env)
+    yield s
+    s.stop()
 
 
-async def _services(dsn: str) -> tuple[str, str]:
+async def _services(dsn: str) -> list[str]:
+    """Fresh services for the reload, two-tab, select (two abnormal instances) and scale flows."""
     conn = await asyncpg.connect(dsn)
     try:
-        reload_service, _ = await abnormal_service(conn, prefix="ui")
-        tabs_service, _ = await abnormal_service(conn, prefix="ui")
+        names = [(await abnormal_service(conn, prefix="ui"))[0] for _ in range(4)]
+        await conn.execute(
+            "INSERT INTO inv_instance (id, service, env, status) "
+            "VALUES ($1, $2, 'prod', 'abnormal')",
+            f"{names[2]}-2",
+            names[2],
+        )
     finally:
         await conn.close()
-    return reload_service, tabs_service
+    return names
 
 
-MOCK_CONVERSATION = "conv_ui_mock"
-UNKNOWN_PAYLOAD = {
-    "risk": "high",
-    "target": "instance payment-api-2 (payment-api/prod)",
-    "tool": "restart_instance",
-    "parameter_summary": "instance_id=payment-api-2",
-    "reason": "the runtime stopped while the restart was in flight",
-}
-CONFIRM_PAYLOAD = {
-    **UNKNOWN_PAYLOAD,
-    "reason": "it is abnormal",
-    "title": "Restart payment-api-2?",
-    "details": "Its open connections are dropped.",
-    "preview": "POST /instances/payment-api-2/restart",
-}
+async def _count(dsn: str, sql: str, *args: object) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(sql, *args))
+    finally:
+        await conn.close()
 
 
-def _mocked_run(run_id: str, kind: str, payload: dict[str, str], *, progress: bool) -> Any:
-    """A paused run as the gateway would serve it: events from the runtime's own builders,
-    framed by the gateway's own serializer. The engine raises neither tool_progress nor
-    outcome_unknown yet, so the browser gets these through mocked routes."""
-    expires = datetime.now(UTC) + timedelta(minutes=10)
-    built = [ev.run_started(MOCK_CONVERSATION)]
-    if progress:
-        built += [
-            ev.tool_started("call_ui_1", "restart_instance", "instance_id=payment-api-2"),
-            ev.tool_progress("call_ui_1", "restart_instance", 0.4, "draining connections"),
-        ]
-    built.append(ev.interrupt(f"int_{run_id}", kind, payload, expires))
-    frames = []
-    for seq, e in enumerate(built, start=1):
-        e.run_id, e.sequence = run_id, seq
-        e.time.GetCurrentTime()
-        frames.append(sse_frame(e).decode())
-    run = resources_pb2.Run(
-        id=run_id,
-        conversation_id=MOCK_CONVERSATION,
-        agent="opspilot",
-        status=resources_pb2.RUN_STATUS_INTERRUPTED,
-        last_sequence=len(built),
-        pending_interrupt=resources_pb2.Interrupt(
-            id=f"int_{run_id}",
-            run_id=run_id,
-            kind=ev.KINDS[kind],
-            status=resources_pb2.INTERRUPT_STATUS_PENDING,
-            payload=ev.payload_message(payload),
-            expire_time=ev.timestamp(expires),
-        ),
-    )
-    return {"run": run_json(run), "sse": "".join(frames)}
+def _wait_effect(dsn: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while asyncio.run(_count(dsn, "SELECT count(*) FROM ledger_effect")) < 1:
+        assert time.monotonic() < deadline, "the ledger call never took effect"
+        time.sleep(0.1)
 
 
-def _mock_file(directory: Path) -> Path:
-    path = directory / "ui_mock.json"
-    runs = {
-        "run_ui_unknown": _mocked_run(
-            "run_ui_unknown", "outcome_unknown", UNKNOWN_PAYLOAD, progress=True
-        ),
-        "run_ui_confirm": _mocked_run(
-            "run_ui_confirm", "confirm_action", CONFIRM_PAYLOAD, progress=False
-        ),
-    }
-    path.write_text(json.dumps({"conversationId": MOCK_CONVERSATION, "runs": runs}))
-    return path
-
-
-def test_ui_approve_reload_and_second_tab(
-    stack: tuple[Proc, Proc], fresh_database: str, tmp_path: Path
-) -> None:
+def test_ui_flows_on_the_real_system(stack: Stack, fresh_database: str, tmp_path: Path) -> None:
     node = shutil.which("node")
     assert node, "node is required for the browser test"
     assert Path("/usr/bin/chromium").exists(), "headless Chromium is required at /usr/bin/chromium"
-    reload_service, tabs_service = asyncio.run(_services(fresh_database))
+    services = asyncio.run(_services(fresh_database))
     SCREENSHOT.parent.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        [
-            node,
-            str(SCRIPT),
-            stack[1].addr,
-            reload_service,
-            tabs_service,
-            str(SCREENSHOT),
-            str(_mock_file(tmp_path)),
-        ],
+    args = [node, str(SCRIPT), stack.gateway.addr, *services, str(SCREENSHOT), str(tmp_path)]
+    proc = subprocess.Popen(
+        args,
         cwd=ROOT,
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=110,
     )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "UI-FLOW-OK" in proc.stdout, output
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip() == "KILL-NOW":
+                # The browser shows the call's progress: kill once its effect happened (the
+                # result not yet saved), so nobody can tell whether it did.
+                _wait_effect(fresh_database)
+                stack.replace_runtime()
+                proc.stdin.write("restarted\n")
+                proc.stdin.flush()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 9)
+            proc.wait()
+    output = "".join(lines)
+    assert proc.returncode == 0 and "UI-FLOW-OK" in output, output
     assert SCREENSHOT.stat().st_size > 10_000
+    _, _, select_service, scale_service = services
+    assert asyncio.run(
+        _count(
+            fresh_database,
+            "SELECT count(*) FROM inv_instance WHERE service = $1 AND status = 'healthy'"
+            " AND id = $2",
+            select_service,
+            f"{select_service}-2",
+        )
+    ), "the chosen instance was restarted"
+    replicas = asyncio.run(
+        _count(fresh_database, "SELECT replicas FROM inv_service WHERE name = $1", scale_service)
+    )
+    assert replicas == 4
+    assert asyncio.run(_count(fresh_database, "SELECT count(*) FROM ledger_effect")) == 1

@@ -99,9 +99,12 @@ def http_ready(url: str) -> bool:
         return False
 
 
-def start_runtime(env: dict[str, str], *, name: str = "runtime", timeout: float = 30) -> Proc:
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
+def start_runtime(
+    env: dict[str, str], *, name: str = "runtime", timeout: float = 30, addr: str = ""
+) -> Proc:
+    """`addr` lets a runtime started after a kill take its predecessor's address, so a gateway
+    configured with it reaches the new one."""
+    addr = addr or f"127.0.0.1:{free_port()}"
     proc = _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr)
     _wait(proc, lambda: grpc_serving(addr), timeout)
     return proc

@@ -1,23 +1,28 @@
-// Drives the demo web UI in headless Chromium (playwright-core, Debian's chromium): the agent
-// picker, approve flow, reload mid-run, a second tab whose card closes when the first approves,
-// and (on mocked routes serving events the test built with the real serializers) tool progress,
-// the outcome_unknown card's three answers and the confirm card's title, details and preview.
-// Usage: node ui_flow.mjs <gateway url> <service for reload flow> <service for two-tab flow> <png>
-//        <mocked runs json>
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+// Drives the demo web UI in headless Chromium (playwright-core, Debian's chromium) against the
+// real runtime and gateway: the agent picker, approve flow, reload mid-run, a second tab whose
+// card closes when the first approves, OpsPilot's select card (two abnormal instances) and input
+// form (a replica count: the browser's own check, then the server's 422 shown next to the form,
+// then a valid answer), and, with the ledger test agent, a tool's progress bar in its step and a
+// real outcome_unknown card after the runtime is killed mid-call (the test kills it when this
+// script prints KILL-NOW, and answers on stdin once a new runtime serves).
+// Usage: node ui_flow.mjs <gateway url> <service for reload flow> <service for two-tab flow>
+//        <service with two abnormal instances> <service to scale> <png> [<folder for more pngs>]
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 
 import { chromium } from "playwright-core";
 
-const [base, reloadService, tabsService, screenshot, mockFile] = process.argv.slice(2);
+const [base, reloadService, tabsService, selectService, scaleService, screenshot, shots] = process.argv.slice(2);
 const T = 20_000;
 const log = (...a) => console.log("[ui]", ...a);
+const stdin = createInterface({ input: process.stdin });
+const nextLine = () => new Promise((resolve) => stdin.once("line", resolve));
 
 function check(cond, message) {
   if (!cond) throw new Error(`check failed: ${message}`);
 }
-
 async function send(page, text) {
   await page.fill("#input", text);
   await page.press("#input", "Enter");
@@ -89,10 +94,21 @@ try {
   check(card.target.includes("payment-api"), `card names the target (${card.target})`);
   check(card.risk.trim().length > 0, "card shows the risk");
   check(starts.length === 1 && starts[0].agent === "opspilot", `start names the agent: ${JSON.stringify(starts)}`);
-  const title = await page.textContent(".confirm-card .confirm-title");
-  check(title === "Restart instance", `the agent's card title (${title})`);
-  const preview = await page.textContent(".confirm-card .c-preview");
-  check((preview || "").includes("status now: abnormal"), `the card's preview (${preview})`);
+  const fields = await page.$eval(".confirm-card", (c) => ({
+    title: c.querySelector(".confirm-title").textContent,
+    details: c.querySelector(".c-details").textContent,
+    detailsShown: !c.querySelector(".c-details").hidden,
+    preview: c.querySelector(".c-preview").textContent,
+    previewShown: !c.querySelector(".c-preview").hidden,
+  }));
+  check(
+    fields.title === "Restart instance" &&
+      fields.detailsShown &&
+      fields.details.length > 0 &&
+      fields.previewShown &&
+      fields.preview.startsWith("status now: abnormal"),
+    `confirm card title, details, preview (${JSON.stringify(fields)})`,
+  );
   const steps = await page.$$eval(".step", (els) => els.map((e) => e.dataset.status));
   check(steps.length >= 1 && steps.every((s) => s === "success"), `steps done: ${steps}`);
   await page.screenshot({ path: screenshot });
@@ -137,79 +153,143 @@ try {
   log("flow 3: second tab's card closed:", note);
   await other.close();
 
-  // 4. What the engine does not raise yet, from mocked routes: a tool's progress bar, the
-  //    outcome_unknown card (each answer posts its decision), the confirm card's extra fields.
-  const mock = JSON.parse(readFileSync(mockFile, "utf8"));
+  // 4. Two abnormal instances: the select card, a choice, then the confirm card for that one.
   const resumes = [];
-  for (const [id, m] of Object.entries(mock.runs)) {
-    await page.route(`**/v1/runs/${id}`, (r) => r.fulfill({ json: { run: m.run } }));
-    await page.route(`**/v1/runs/${id}/events`, (r) =>
-      r.fulfill({ status: 200, contentType: "text/event-stream", body: m.sse }),
-    );
-    await page.route(`**/v1/runs/${id}/resume`, (r) => {
-      resumes.push(r.request().postDataJSON());
-      return r.fulfill({ status: 202, json: { run: m.run, replayed: false } });
-    });
-  }
-  await page.route(`**/v1/conversations/${mock.conversationId}/messages`, (r) =>
-    r.fulfill({ json: { messages: [], nextPageToken: null } }),
-  );
-  const step = '.step[data-call="call_ui_1"]';
-  for (const [button, decision] of [
-    ["retry", "retry"],
-    ["mark-done", "mark_done"],
-    ["abandon", "abandon"],
-  ]) {
-    await page.goto(`${base}/#c=${mock.conversationId}&r=run_ui_unknown`);
-    await page.reload(); // a fresh page each time: the card is drawn again from the run
-    await page.waitForSelector(".outcome-card", { state: "visible", timeout: T });
-    const question = await page.textContent(".outcome-card .o-question");
-    check(
-      question === "We don't know whether restart_instance on instance payment-api-2 (payment-api/prod) happened.",
-      `outcome question (${question})`,
-    );
-    const labels = await page.$$eval(".outcome-card .confirm-foot button", (els) => els.map((e) => e.textContent));
-    check(labels.join("|") === "Abandon|Mark done|Retry", `three answers (${labels})`);
-    await page.waitForSelector(`${step} .progress`, { timeout: T });
-    const width = await page.$eval(`${step} .progress-bar`, (e) => e.style.width);
-    const ptext = await page.textContent(`${step} .progress-text`);
-    check(width === "40%" && ptext === "draining connections", `progress drawn (${width}, ${ptext})`);
-    await page.click(`.outcome-card .${button}`);
-    // The card says it was sent once the POST is answered, so the route has seen it by then.
-    await page.waitForFunction(
-      (sent) => document.querySelector(".outcome-card .expiry")?.textContent === sent,
-      { retry: "Retrying…", mark_done: "Marked done, continuing…", abandon: "Abandoned, continuing…" }[decision],
-      { timeout: T },
-    );
-    check(await page.isDisabled(".outcome-card .retry"), "answers disabled once sent");
-    const last = resumes.shift();
-    check(
-      last && last.decision === decision && last.interruptId === "int_run_ui_unknown",
-      `${button} posts ${decision} (${JSON.stringify(last)})`,
-    );
-  }
-  log("flow 4: outcome_unknown card posts retry, mark_done, abandon; progress bar drawn");
-  await page.goto(`${base}/#c=${mock.conversationId}&r=run_ui_confirm`);
-  await page.reload();
-  await page.waitForSelector(".confirm-card", { state: "visible", timeout: T });
-  const fields = await page.$eval(".confirm-card", (c) => ({
+  page.on("request", (req) => {
+    if (req.method() === "POST" && req.url().endsWith("/resume")) resumes.push(req.postDataJSON());
+  });
+  await page.click("#new-conversation");
+  await send(page, `restart the abnormal ${selectService} instance`);
+  await page.waitForSelector(".select-card", { state: "visible", timeout: T });
+  const select = await page.$eval(".select-card", (c) => ({
     title: c.querySelector(".confirm-title").textContent,
-    details: c.querySelector(".c-details").textContent,
-    detailsShown: !c.querySelector(".c-details").hidden,
-    preview: c.querySelector(".c-preview").textContent,
-    previewShown: !c.querySelector(".c-preview").hidden,
+    prompt: c.querySelector(".q-prompt").textContent,
+    values: [...c.querySelectorAll(".q-option input")].map((i) => i.value),
+    labels: [...c.querySelectorAll(".q-option-label")].map((e) => e.textContent),
+    chooseDisabled: c.querySelector(".q-submit").disabled,
+    chooseText: c.querySelector(".q-submit").textContent,
+  }));
+  check(select.title === `Restart which ${selectService} instance?`, `select title (${select.title})`);
+  check(/Which one/.test(select.prompt), `select prompt (${select.prompt})`);
+  check(
+    select.values.join() === `${selectService}-1,${selectService}-2` &&
+      select.labels.every((l, i) => l.startsWith(select.values[i])),
+    `one option per instance (${JSON.stringify(select)})`,
+  );
+  check(select.chooseDisabled && select.chooseText === "Choose", "Choose waits for a pick");
+  if (shots) await page.screenshot({ path: join(shots, "select.png") });
+  await page.check(`.select-card input[value="${selectService}-2"]`);
+  await page.click(".select-card .q-submit");
+  await page.waitForSelector(".select-card", { state: "detached", timeout: T });
+  const picked = resumes.shift();
+  check(picked?.decision === "respond" && picked.option === `${selectService}-2`, `posts the option (${JSON.stringify(picked)})`);
+  const chosenCard = await waitCard(page);
+  check(chosenCard.target.includes(`${selectService}-2`), `the confirm card names the chosen one (${chosenCard.target})`);
+  await page.click(".confirm-card .approve");
+  resumes.shift();
+  await waitCompleted(page);
+  log("flow 4: select card, chosen instance restarted");
+
+  // 5. "scale <service>" with no count: a form from the schema; the browser's own min/max check,
+  //    then the server's 422 (the max attribute taken away) next to the form, then a valid fill.
+  await page.click("#new-conversation");
+  await send(page, `scale ${scaleService}`);
+  await page.waitForSelector(".input-card", { state: "visible", timeout: T });
+  const field = "#q-field-replicas";
+  const form = await page.$eval(".input-card", (c) => ({
+    title: c.querySelector(".confirm-title").textContent,
+    prompt: c.querySelector(".q-prompt").textContent,
+    type: c.querySelector("#q-field-replicas").type,
+    min: c.querySelector("#q-field-replicas").min,
+    max: c.querySelector("#q-field-replicas").max,
+    required: c.querySelector("#q-field-replicas").required,
+    mark: c.querySelector(".q-field[data-field=replicas] .q-required")?.textContent,
+    help: c.querySelector(".q-field[data-field=replicas] .q-help")?.textContent,
   }));
   check(
-    fields.title === "Restart payment-api-2?" &&
-      fields.details === "Its open connections are dropped." &&
-      fields.detailsShown &&
-      fields.preview === "POST /instances/payment-api-2/restart" &&
-      fields.previewShown,
-    `confirm card fields (${JSON.stringify(fields)})`,
+    form.title === `Scale ${scaleService}` &&
+      /How many replicas/.test(form.prompt) &&
+      form.type === "number" &&
+      form.min === "0" &&
+      form.max === "50" &&
+      form.required &&
+      form.mark?.trim() === "*" &&
+      form.help === "the new replica count (0-50)",
+    `form from the schema (${JSON.stringify(form)})`,
   );
-  log("flow 4: confirm card shows title, details, preview");
+  await page.fill(field, "99");
+  await page.click(".input-card .q-submit");
+  check(await page.$eval(field, (e) => e.validity.rangeOverflow), "the browser flags 99 > max");
+  check(resumes.length === 0, "the browser's own check sent nothing");
+  await page.$eval(field, (e) => e.removeAttribute("max"));
+  await page.click(".input-card .q-submit");
+  await page.waitForFunction(
+    () => document.querySelector(".input-card .confirm-error")?.textContent,
+    null,
+    { timeout: T },
+  );
+  const error = await page.textContent(".input-card .confirm-error");
+  check(error === "replicas: 99 is greater than the maximum of 50", `the server's 422 shown (${error})`);
+  const bad = resumes.shift();
+  check(bad?.decision === "respond" && bad.fill?.replicas === 99, `posted the fill (${JSON.stringify(bad)})`);
+  check(await page.isVisible(".input-card"), "the form stays open");
+  check((await page.getAttribute(field, "aria-invalid")) === "true", "the failing field is marked");
+  check(!(await page.isDisabled(".input-card .q-submit")), "the form can be sent again");
+  if (shots) await page.screenshot({ path: join(shots, "input-422.png") });
+  await page.fill(field, "4");
+  await page.click(".input-card .q-submit");
+  await page.waitForSelector(".input-card", { state: "detached", timeout: T });
+  const good = resumes.shift();
+  check(JSON.stringify(good?.fill) === '{"replicas":4}', `posted the valid fill (${JSON.stringify(good)})`);
+  await waitCard(page);
+  const params = await page.textContent(".confirm-card .c-params");
+  check(params.includes("replicas=4"), `the confirm card carries the answer (${params})`);
+  await page.click(".confirm-card .approve");
+  resumes.shift();
+  await waitCompleted(page);
+  log("flow 5: input form, server 422 shown, valid answer, scaled");
+
+  // 6. The ledger agent: its write tool's progress bar in its step, then the runtime is killed
+  //    inside the call and the runtime that takes over asks: outcome_unknown, answered abandon.
+  await page.selectOption("#agent", "ledger");
+  await page.click("#new-conversation");
+  await send(page, "send_unkeyed to bob");
+  await waitCard(page);
+  await page.click(".confirm-card .approve");
+  resumes.shift();
+  const running = '.step[data-status="running"]';
+  await page.waitForSelector(`${running} .progress`, { timeout: T });
+  const bar = await page.$eval(running, (li) => ({
+    tool: li.querySelector(".tool").textContent,
+    width: li.querySelector(".progress-bar").style.width,
+    text: li.querySelector(".progress-text").textContent,
+    now: li.querySelector(".progress").getAttribute("aria-valuenow"),
+  }));
+  check(
+    bar.tool === "send_unkeyed" && bar.width === "25%" && bar.text === "asking the ledger" && bar.now === "25",
+    `progress bar in its step (${JSON.stringify(bar)})`,
+  );
+  console.log("KILL-NOW");
+  check((await nextLine()) === "restarted", "the test restarted the runtime");
+  await page.waitForSelector(".outcome-card", { state: "visible", timeout: 60_000 });
+  const question = await page.textContent(".outcome-card .o-question");
+  check(/^We don't know whether send_unkeyed( on .*)? happened\.$/.test(question), `outcome question (${question})`);
+  const labels = await page.$$eval(".outcome-card .confirm-foot button", (els) => els.map((e) => e.textContent));
+  check(labels.join("|") === "Abandon|Mark done|Retry", `three answers (${labels})`);
+  await page.click(".outcome-card .abandon");
+  await page.waitForSelector(".outcome-card", { state: "detached", timeout: T });
+  const abandoned = resumes.shift();
+  check(abandoned?.decision === "abandon", `abandon posted (${JSON.stringify(abandoned)})`);
+  await page.waitForFunction(
+    () => [...document.querySelectorAll(".resolved-note")].some((n) => /Abandoned/.test(n.textContent)),
+    null,
+    { timeout: T },
+  );
+  await waitCompleted(page);
+  log("flow 6: progress bar, outcome_unknown card after a kill, abandoned");
   console.log("UI-FLOW-OK");
 } finally {
+  stdin.close();
   await context.close();
   rmSync(profile, { recursive: true, force: true });
 }

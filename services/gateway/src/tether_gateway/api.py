@@ -11,17 +11,18 @@ from aiohttp import web
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.auth import issue_token, verify_token
-from tether_common.errors import NotFound
+from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json
 
 from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
 from tether_gateway.runtime_client import OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
-from tether_gateway.validation import Field, body, page_size
+from tether_gateway.validation import Field, body, compact_object, page_size, read_json, validate
 from tether_gateway.views import agent_json, conversation_json, message_json
 
 DEV_TOKEN_TTL_S = 12 * 3600.0
+MAX_ANSWER_CHARS = 8000
 
 CREATE_CONVERSATION = {"title": Field(max_len=200)}
 AGENT_NAME = r"[a-z0-9_-]{1,64}"
@@ -38,7 +39,10 @@ RESUME_RUN = {
         # retry / mark_done / abandon answer an outcome_unknown interrupt.
         choices=("approve", "reject", "respond", "retry", "mark_done", "abandon"),
     ),
-    "input": Field(max_len=8000),
+    # With `respond`, the answer's content is one of: `input` (text as it goes to the runtime),
+    # `option` (a select_option's chosen value) or `fill` (a provide_input's JSON object).
+    "input": Field(max_len=MAX_ANSWER_CHARS),
+    "option": Field(max_len=500),
     "idempotencyKey": Field(required=True, max_len=128),
 }
 CANCEL_RUN = {"reason": Field(max_len=500)}
@@ -191,16 +195,34 @@ async def resume_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw)
     await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
-    data = await _body(request, gw, RESUME_RUN)
+    raw = await read_json(request, gw.settings.max_body_bytes)
+    # `fill` is the one field that is not a string: taken out before the string fields' check.
+    fill = raw.pop("fill", None) if isinstance(raw, dict) else None
+    data = validate(raw, RESUME_RUN)
     req = rs.ResumeRunRequest(
         run_id=request.match_info["id"],
         interrupt_id=data["interruptId"],
         decision=_DECISIONS[data["decision"]],
-        input=data.get("input", ""),
+        input=_answer_text(data, fill),
         idempotency_key=data["idempotencyKey"],
     )
     resp = await gw.client().call("ResumeRun", req, caller.token)
     return _json({"run": run_json(resp.run), "replayed": resp.replayed}, 202)
+
+
+def _answer_text(data: dict[str, str], fill: object) -> str:
+    """ResumeRun's `input` from whichever answer field was sent (at most one): a fill becomes
+    compact JSON text. Whether it fits the interrupt is the runtime's check (INVALID_ANSWER)."""
+    given: list[str] = [name for name in ("input", "option") if name in data]
+    if fill is not None:
+        given.append("fill")
+    if len(given) > 1:
+        raise InvalidArgument(f"give at most one of input, option, fill (got {', '.join(given)})")
+    if given in (["option"], ["fill"]) and data["decision"] != "respond":
+        raise InvalidArgument(f"field {given[0]!r} answers only with decision 'respond'")
+    if fill is not None:
+        return compact_object(fill, "fill", MAX_ANSWER_CHARS)
+    return data.get("option", data.get("input", ""))
 
 
 async def cancel_run(request: web.Request) -> web.Response:

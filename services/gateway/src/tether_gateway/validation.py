@@ -99,6 +99,37 @@ def validate(body: object, schema: Schema) -> dict[str, str]:
     return out
 
 
+def compact_object(value: object, name: str, max_len: int) -> str:
+    """A JSON object field (e.g. a form's fill) as the compact JSON text the runtime reads; 400
+    when it is not an object, too long once encoded, or holds text Postgres/protobuf cannot."""
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"field {name!r} must be a JSON object")
+    _check_storable(value, name, depth=0)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if len(text) > max_len:
+        raise InvalidArgument(f"field {name!r} is longer than {max_len} characters as JSON")
+    return text
+
+
+_MAX_DEPTH = 32
+
+
+def _check_storable(value: object, name: str, depth: int) -> None:
+    # Keys and strings at any depth end up in the run's checkpoint (jsonb: no NUL either).
+    if depth > _MAX_DEPTH:
+        raise InvalidArgument(f"field {name!r} is nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        if not storable(value):
+            raise InvalidArgument(f"field {name!r} holds a character that cannot be stored")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(key, name, depth + 1)
+            _check_storable(item, name, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_storable(item, name, depth + 1)
+
+
 async def body(request: web.Request, schema: Schema, max_bytes: int) -> dict[str, str]:
     return validate(await read_json(request, max_bytes), schema)
 

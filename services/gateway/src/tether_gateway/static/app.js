@@ -1,6 +1,8 @@
 // Tether's demo UI: an agent picker, conversations, a chat that streams the assistant's text, a
-// step bar from tool events (with progress), and the cards for interrupts (confirm an action; an
-// action whose outcome is unknown). Everything is rendered with textContent.
+// step bar from tool events (with progress), and the cards for interrupts (confirm an action;
+// choose an option; fill a form; an action whose outcome is unknown). Everything is rendered
+// with textContent.
+import { renderForm, renderOptions } from "./questions.js";
 import { readSse } from "./sse_reader.js";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -21,6 +23,7 @@ const CONTINUES = new Set(["approved", "responded", "retry", "mark_done", "aband
 // What a card says once its POST is accepted (the interrupt_resolved event follows).
 const SENT_TEXT = {
   approve: "Approved, continuing…",
+  respond: "Answered, continuing…",
   reject: "Rejected.",
   retry: "Retrying…",
   mark_done: "Marked done, continuing…",
@@ -285,38 +288,14 @@ class RunView {
     if (this.card?.interruptId === intr.id) return;
     if (this.saved.resolved.includes(intr.id)) return;
     this.closeCard(null);
-    const unknown = intr.kind === "outcome_unknown";
-    const card = $(unknown ? "#tpl-outcome" : "#tpl-card").content.firstElementChild.cloneNode(true);
     const p = intr.payload || {};
-    const risk = $(".risk", card);
-    risk.textContent = `${p.risk || "unknown"} risk`;
-    risk.dataset.risk = p.risk || "";
-    $(".c-params", card).textContent = p.parameterSummary || "—";
-    $(".c-reason", card).textContent = p.reason || "—";
-    if (p.details) {
-      $(".c-details", card).textContent = p.details;
-      $(".c-details", card).hidden = false;
-      $(".c-details-label", card).hidden = false;
-    }
-    let buttons;
-    if (unknown) {
-      const what = p.tool || "the action";
-      $(".o-question", card).textContent = p.target
-        ? `We don't know whether ${what} on ${p.target} happened.`
-        : `We don't know whether ${what} happened.`;
-      buttons = { retry: $(".retry", card), mark_done: $(".mark-done", card), abandon: $(".abandon", card) };
-    } else {
-      $(".confirm-title", card).textContent = p.title || "Confirmation required";
-      $(".c-tool", card).textContent = p.tool || intr.kind;
-      $(".c-target", card).textContent = p.target || "—";
-      if (p.preview) {
-        $(".c-preview", card).textContent = p.preview;
-        $(".c-preview", card).hidden = false;
-      }
-      buttons = { approve: $(".approve", card), reject: $(".reject", card) };
-    }
+    const build = { outcome_unknown: outcomeCard, select_option: selectCard, provide_input: inputCard }[intr.kind];
+    // post(decision, answer) sends the card's answer; the builder wires its buttons or form to it.
+    const built = (build || confirmCard)(p, intr, (decision, answer) => post(decision, answer));
+    const { el: card, controls } = built;
     const enable = (on) => {
-      for (const b of Object.values(buttons)) b.disabled = !on;
+      for (const c of controls) c.disabled = !on;
+      if (on) built.refresh?.();
     };
     const expiry = $(".expiry", card);
     const error = $(".confirm-error", card);
@@ -331,7 +310,7 @@ class RunView {
     };
     tick();
     const timer = setInterval(tick, 1000);
-    const decide = async (decision) => {
+    const post = async (decision, answer = {}) => {
       enable(false);
       error.textContent = "";
       try {
@@ -339,6 +318,7 @@ class RunView {
         await api("POST", `/v1/runs/${this.runId}/resume`, {
           interruptId: intr.id,
           decision,
+          ...answer,
           idempotencyKey: newKey(),
         });
         clearInterval(timer); // the countdown no longer applies: keep the answer's note
@@ -346,13 +326,13 @@ class RunView {
       } catch (err) {
         if (err.code === "INTERRUPT_ALREADY_RESOLVED") return this.closeCard(intr.id, "resolved elsewhere");
         if (err.code === "INTERRUPT_EXPIRED") return this.closeCard(intr.id, "expired");
+        // The server's reason (e.g. INVALID_ANSWER: which field failed), next to the form,
+        // which stays open for another try.
         error.textContent = err.message;
+        built.onError?.(err);
         enable(true);
       }
     };
-    for (const [decision, button] of Object.entries(buttons)) {
-      button.addEventListener("click", () => decide(decision));
-    }
     this.card = { interruptId: intr.id, el: card, timer };
     this.cardSlot.append(card);
     scrollDown();
@@ -430,6 +410,97 @@ class RunView {
     this.abort.abort();
     if (this.card) clearInterval(this.card.timer);
   }
+}
+
+// ---- interrupt cards: each returns its element, the controls a pending answer disables, and
+// hooks; its buttons or form call post(decision, answer) ------------------------------------
+
+function cloneTemplate(id) {
+  return $(id).content.firstElementChild.cloneNode(true);
+}
+
+// The fields the confirm and outcome_unknown cards share.
+function fillCommon(card, p) {
+  const risk = $(".risk", card);
+  risk.textContent = `${p.risk || "unknown"} risk`;
+  risk.dataset.risk = p.risk || "";
+  $(".c-params", card).textContent = p.parameterSummary || "—";
+  $(".c-reason", card).textContent = p.reason || "—";
+  if (p.details) {
+    $(".c-details", card).textContent = p.details;
+    $(".c-details", card).hidden = false;
+    $(".c-details-label", card).hidden = false;
+  }
+}
+
+function confirmCard(p, intr, post) {
+  const card = cloneTemplate("#tpl-card");
+  fillCommon(card, p);
+  $(".confirm-title", card).textContent = p.title || "Confirmation required";
+  $(".c-tool", card).textContent = p.tool || intr.kind;
+  $(".c-target", card).textContent = p.target || "—";
+  if (p.preview) {
+    $(".c-preview", card).textContent = p.preview;
+    $(".c-preview", card).hidden = false;
+  }
+  const buttons = { approve: $(".approve", card), reject: $(".reject", card) };
+  for (const [decision, b] of Object.entries(buttons)) b.addEventListener("click", () => post(decision));
+  return { el: card, controls: Object.values(buttons) };
+}
+
+function outcomeCard(p, intr, post) {
+  const card = cloneTemplate("#tpl-outcome");
+  fillCommon(card, p);
+  const what = p.tool || "the action";
+  $(".o-question", card).textContent = p.target
+    ? `We don't know whether ${what} on ${p.target} happened.`
+    : `We don't know whether ${what} happened.`;
+  const buttons = { retry: $(".retry", card), mark_done: $(".mark-done", card), abandon: $(".abandon", card) };
+  for (const [decision, b] of Object.entries(buttons)) b.addEventListener("click", () => post(decision));
+  return { el: card, controls: Object.values(buttons) };
+}
+
+// A question's card: its title, its prompt (the payload's details), and a form.
+function questionCard(p, fallbackTitle, submitText) {
+  const card = cloneTemplate("#tpl-question");
+  $(".confirm-title", card).textContent = p.title || fallbackTitle;
+  $(".q-prompt", card).textContent = p.details || "";
+  $(".q-prompt", card).hidden = !p.details;
+  $(".q-submit", card).textContent = submitText;
+  return card;
+}
+
+function selectCard(p, intr, post) {
+  const card = questionCard(p, "Choose one", "Choose");
+  card.classList.add("select-card");
+  card.setAttribute("aria-label", "Choose an option");
+  const submit = $(".q-submit", card);
+  let chosen = null;
+  renderOptions($(".q-fields", card), p.options || [], (value) => {
+    chosen = value;
+    submit.disabled = false;
+  });
+  submit.disabled = true; // until an option is picked
+  card.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (chosen !== null) post("respond", { option: chosen });
+  });
+  const radios = [...card.querySelectorAll("input[type=radio]")];
+  return { el: card, controls: [submit, ...radios], refresh: () => (submit.disabled = chosen === null) };
+}
+
+function inputCard(p, intr, post) {
+  const card = questionCard(p, "More input needed", "Submit");
+  card.classList.add("input-card");
+  card.setAttribute("aria-label", "Provide input");
+  const form = renderForm($(".q-fields", card), p.inputSchema || {});
+  // The browser checks required/min/max first; the server checks the schema again (422).
+  card.addEventListener("submit", (e) => {
+    e.preventDefault();
+    post("respond", { fill: form.read() });
+  });
+  const controls = [$(".q-submit", card), ...card.querySelectorAll(".q-field input, .q-field select, .q-field textarea")];
+  return { el: card, controls, onError: (err) => form.markInvalid(err.message) };
 }
 
 function span(cls) {
