@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import asyncpg
 import grpc
@@ -18,30 +16,17 @@ import pytest
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, reason, token, types
+from tether_testkit.ledger import AGENT_ENV, create_ledger_database
 from tether_testkit.processes import Proc, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-AGENT_ENV = {
-    "TETHER_AGENTS": "tether_testkit.ledger_agent:agent",
-    "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH", "")])),
-}
-
 
 @pytest.fixture
 async def ledger_dsn(admin_dsn: str) -> AsyncIterator[str]:
-    """A database of this test's own, with the ledger agent's tables (its migrations) and a
-    grant for alice."""
-    from tether_runtime.provision import migrate_all
-    from tether_runtime.store import grants
-
-    dsn = await stores.create_fresh_database(admin_dsn)
-    await migrate_all(dsn, {**os.environ, **AGENT_ENV})
-    conn = await asyncpg.connect(dsn)
-    await grants.add(conn, "alice", "ledger.send", "*")
-    await conn.close()
+    """A database of this test's own, with the ledger agent's tables and alice's grant."""
+    dsn = await create_ledger_database(admin_dsn)
     yield dsn
     await stores.drop_database(admin_dsn, dsn)
 

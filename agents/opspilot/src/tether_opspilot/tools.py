@@ -104,7 +104,7 @@ async def _restart_card(
         target=f"instance {instance_id}{where}",
         summary=f"instance_id={instance_id}",
         risk="high",
-        details=reason,
+        details="A restart drops the instance's open connections; it is back within a minute.",
         preview=(f"status now: {inst['status']}, restarts so far: {inst['restart_count']}")
         if inst
         else "",
