@@ -72,39 +72,50 @@ async def operation(conn: Conn, key: str) -> dict[str, Any] | None:
     return dict(row["result"]) if row else None
 
 
+async def _once(
+    pool: Pool, key: str, kind: str, target: str, sql: str, *params: Any, missing: str
+) -> dict[str, Any]:
+    """One mutation under an idempotency key: the same key never acts twice (it answers what it
+    did the first time), which is what lets Tether call again after a crash."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
+        done = await operation(conn, key)
+        if done is not None:
+            return done
+        row = await conn.fetchrow(sql, *params)
+        result: dict[str, Any] = (
+            {"ok": True, **dict(row)} if row else {"ok": False, "error": missing}
+        )
+        await conn.execute(
+            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
+            "VALUES ($1, $2, $3, $4)",
+            key,
+            kind,
+            target,
+            result,
+        )
+    return result
+
+
 async def restart_instance(
     pool: Pool, service: str, env: str, instance_id: str, key: str
 ) -> dict[str, Any]:
     delay = _tool_delay()
     if delay:
         await asyncio.sleep(delay / 2)
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
-        done = await operation(conn, key)
-        if done is not None:
-            return done
-        row = await conn.fetchrow(
-            "UPDATE inv_instance SET status = 'healthy', restart_count = restart_count + 1, "
-            "last_restart = now() WHERE id = $1 AND service = $2 AND env = $3 "
-            "RETURNING id, status, restart_count",
-            instance_id,
-            service,
-            env,
-        )
-        if row is None:
-            result: dict[str, Any] = {
-                "ok": False,
-                "error": f"no instance {instance_id} in {service}/{env}",
-            }
-        else:
-            result = {"ok": True, **dict(row)}
-        await conn.execute(
-            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
-            "VALUES ($1, 'restart', $2, $3)",
-            key,
-            instance_id,
-            result,
-        )
+    result = await _once(
+        pool,
+        key,
+        "restart",
+        instance_id,
+        "UPDATE inv_instance SET status = 'healthy', restart_count = restart_count + 1, "
+        "last_restart = now() WHERE id = $1 AND service = $2 AND env = $3 "
+        "RETURNING id, status, restart_count",
+        instance_id,
+        service,
+        env,
+        missing=f"no instance {instance_id} in {service}/{env}",
+    )
     if delay:
         await asyncio.sleep(delay / 2)
     return result
@@ -113,56 +124,32 @@ async def restart_instance(
 async def scale_service(
     pool: Pool, service: str, env: str, replicas: int, key: str
 ) -> dict[str, Any]:
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
-        done = await operation(conn, key)
-        if done is not None:
-            return done
-        row = await conn.fetchrow(
-            "UPDATE inv_service SET replicas = $3 WHERE name = $1 AND env = $2 "
-            "RETURNING name, env, replicas",
-            service,
-            env,
-            replicas,
-        )
-        result: dict[str, Any] = (
-            {"ok": True, **dict(row)} if row else {"ok": False, "error": f"no service {service}"}
-        )
-        await conn.execute(
-            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
-            "VALUES ($1, 'scale', $2, $3)",
-            key,
-            f"{service}/{env}",
-            result,
-        )
-    return result
+    return await _once(
+        pool,
+        key,
+        "scale",
+        f"{service}/{env}",
+        "UPDATE inv_service SET replicas = $3 WHERE name = $1 AND env = $2 "
+        "RETURNING name, env, replicas",
+        service,
+        env,
+        replicas,
+        missing=f"no service {service}",
+    )
 
 
 async def delete_instance(
     pool: Pool, service: str, env: str, instance_id: str, key: str
 ) -> dict[str, Any]:
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
-        done = await operation(conn, key)
-        if done is not None:
-            return done
-        row = await conn.fetchrow(
-            "UPDATE inv_instance SET status = 'stopped' WHERE id = $1 AND service = $2 "
-            "AND env = $3 RETURNING id, status",
-            instance_id,
-            service,
-            env,
-        )
-        result: dict[str, Any] = (
-            {"ok": True, **dict(row)}
-            if row
-            else {"ok": False, "error": f"no instance {instance_id} in {service}/{env}"}
-        )
-        await conn.execute(
-            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
-            "VALUES ($1, 'delete', $2, $3)",
-            key,
-            instance_id,
-            result,
-        )
-    return result
+    return await _once(
+        pool,
+        key,
+        "delete",
+        instance_id,
+        "UPDATE inv_instance SET status = 'stopped' WHERE id = $1 AND service = $2 "
+        "AND env = $3 RETURNING id, status",
+        instance_id,
+        service,
+        env,
+        missing=f"no instance {instance_id} in {service}/{env}",
+    )
