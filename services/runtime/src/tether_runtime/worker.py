@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 
 import asyncpg
 from opentelemetry import trace
@@ -141,8 +142,10 @@ class Worker:
         except asyncio.CancelledError:
             pass  # shutdown or lease loss; the lease is released (or already gone)
         except STORE_ERRORS as err:
-            # The store is unreachable: keep no state; the lease expires and a worker retries.
+            # The store went away under the run: keep no state. Hand it back as soon as the
+            # store answers again (else its lease expires and a worker takes it over).
             log.warning("run interrupted by a store failure: %s", err)
+            await self._give_back(run)
         except Exception:
             log.exception("run failed")
             with contextlib.suppress(Exception):
@@ -151,6 +154,21 @@ class Worker:
             beat.cancel()
             self.tasks.pop(run.id, None)
             self.wake.set()
+
+    async def _give_back(self, run: RunRow) -> None:
+        """Requeue a run a store outage interrupted, with its attempt returned (an outage says
+        nothing about the run, so it must not count toward RUN_ATTEMPTS_EXHAUSTED), while this
+        worker's lease still holds; fenced, so a run taken over meanwhile is left alone."""
+        deadline = time.monotonic() + self.e.settings.lease_ttl_s
+        pause = 0.2
+        while time.monotonic() < deadline and not self._stopping:
+            try:
+                async with self.e.pool.acquire() as conn:
+                    await runs.release(conn, run.id, run.lease_epoch)
+                return
+            except STORE_ERRORS:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     async def _heartbeat(self, run: RunRow, task: asyncio.Task[None], ex: RunExecutor) -> None:
         ttl = self.e.settings.lease_ttl_s
