@@ -25,7 +25,7 @@ from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_testkit import stores
 from tether_testkit.agent_packages import declare_entry_point, env_with_path, write_package
 from tether_testkit.client import Client, assert_dense, reason, token, types
-from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
+from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime, tether_cli
 from tether_testkit.secrets import TEST_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,18 +225,6 @@ async def _grant(dsn: str, rows: list[tuple[str, str, str]]) -> None:
         await conn.close()
 
 
-def _tether(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 async def _start(c: Client, text: str, agent: str) -> str:
     conv = await c.conversation()
     resp = await c.stub.StartRun(
@@ -323,14 +311,14 @@ async def test_an_agent_from_a_package_outside_the_source_tree(
     try:
         assert await conn.fetchval("SELECT to_regclass('echoer_echo')") is None
         for _ in range(2):
-            out = _tether(["migrate"], env)
+            out = tether_cli("migrate", env=env)
             assert out.returncode == 0, out.stderr
         rows = await conn.fetch("SELECT version, name FROM agent_migration WHERE agent = 'echoer'")
         assert [tuple(r) for r in rows] == [(1, "0001_echo.sql")]
         assert await conn.fetchval("SELECT to_regclass('echoer_echo')") == "echoer_echo"
     finally:
         await conn.close()
-    listing = _tether(["agents"], env)
+    listing = tether_cli("agents", env=env)
     assert listing.returncode == 0, listing.stderr
     assert f"echoer\n  from: {source}\n" in listing.stdout
 
@@ -451,7 +439,7 @@ def test_a_tool_without_an_effect_stops_the_runtime_at_start(
     assert "effect='read' (changes nothing; runs at once" in out.stderr
     assert "effect='write' (changes something: needs a grant" in out.stderr
     # `tether agents` refuses it with the same words.
-    listing = _tether(["agents"], env)
+    listing = tether_cli("agents", env=env)
     assert listing.returncode == 2
     runtime_says = out.stderr[out.stderr.index(why) :].strip()
     assert listing.stderr.strip() == f"tether agents: {runtime_says}"
@@ -648,9 +636,9 @@ async def test_the_readme_agent_runs_as_pasted(
         },
         tmp_path,
     )
-    out = _tether(["migrate"], env)
+    out = tether_cli("migrate", env=env)
     assert out.returncode == 0, out.stderr
-    listing = _tether(["agents"], env)
+    listing = tether_cli("agents", env=env)
     assert listing.returncode == 0, listing.stderr
     assert "notes\n  from: TETHER_AGENTS=my_agent:agent\n" in listing.stdout
     await _grant(fresh_dsn, [("alice", "note.write", "notes/todo")])

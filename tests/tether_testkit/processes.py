@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,19 @@ class Proc:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+
+def tether_cli(
+    *args: str, env: Mapping[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`tether ARGS` as a user runs it (a subprocess), this environment plus `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tether_cli.main", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:

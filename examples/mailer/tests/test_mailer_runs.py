@@ -6,9 +6,6 @@ progress streamed as it sends."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 
 import asyncpg
 import pytest
@@ -16,7 +13,7 @@ from tether.runtime.v1 import resources_pb2
 from tether_mailer.seed import CUSTOMERS
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
-from tether_testkit.processes import start_runtime
+from tether_testkit.processes import start_runtime, tether_cli
 from tether_testkit.secrets import TEST_SECRET
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -86,16 +83,6 @@ async def test_a_user_without_the_grant_is_refused_and_nothing_is_sent(env, proc
         await c.close()
 
 
-def _tether(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 async def test_tether_migrate_applies_the_mailers_migrations_only_when_configured(
     admin_dsn, base_env
 ):
@@ -104,23 +91,23 @@ async def test_tether_migrate_applies_the_mailers_migrations_only_when_configure
     try:
         plain = {**base_env, "DATABASE_URL": dsn}
         # No entry point: the default configuration neither lists nor migrates the mailer.
-        listing = await asyncio.to_thread(_tether, ["agents"], plain)
+        listing = await asyncio.to_thread(lambda: tether_cli("agents", env=plain))
         assert listing.returncode == 0, listing.stderr
         assert "mailer" not in listing.stdout
-        out = await asyncio.to_thread(_tether, ["migrate"], plain)
+        out = await asyncio.to_thread(lambda: tether_cli("migrate", env=plain))
         assert out.returncode == 0, out.stderr
         assert await conn.fetchval("SELECT to_regclass('mail_customer')") is None
 
         configured = {**plain, **MAILER_ENV}
         for _ in range(2):  # once each
-            out = await asyncio.to_thread(_tether, ["migrate"], configured)
+            out = await asyncio.to_thread(lambda: tether_cli("migrate", env=configured))
             assert out.returncode == 0, out.stderr
         rows = await conn.fetch("SELECT version, name FROM agent_migration WHERE agent = 'mailer'")
         assert [tuple(r) for r in rows] == [(1, "0001_mailer.sql")]
         for table in ("mail_customer", "mail_campaign", "mail_delivery"):
             assert await conn.fetchval("SELECT to_regclass($1)", table) == table
         for _ in range(2):  # idempotent
-            out = await asyncio.to_thread(_tether, ["seed-demo"], configured)
+            out = await asyncio.to_thread(lambda: tether_cli("seed-demo", env=configured))
             assert out.returncode == 0, out.stderr
         trial = await conn.fetch(
             "SELECT email FROM mail_customer WHERE segment = 'trial' ORDER BY id"

@@ -4,12 +4,10 @@ an agent from a package outside the source tree and one the runtime would refuse
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tether_testkit.agent_packages import declare_entry_point, env_with_path, write_package
+from tether_testkit.processes import tether_cli
 
 MAILER = '''
 from tether_sdk import Agent, Reconciled, ScriptedModel, ToolContext, tool
@@ -71,18 +69,8 @@ agent = Agent("careless", "d", "i", ScriptedModel(lambda request: "ok"), [wipe])
 '''
 
 
-def _tether(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_lists_the_installed_reference_agent_with_its_tools() -> None:
-    out = _tether("agents", env={"TETHER_AGENTS": ""})
+    out = tether_cli("agents", env={"TETHER_AGENTS": ""})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "opspilot (default)"
@@ -99,7 +87,7 @@ def test_an_agent_outside_the_source_tree_by_tether_agents(tmp_path: Path) -> No
     env = env_with_path(
         {"TETHER_AGENTS": "mailer_pkg:agent", "TETHER_TOOL_DENY": "mailer:purge"}, tmp_path
     )
-    out = _tether("agents", env=env)
+    out = tether_cli("agents", env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     # Both the configured one and the installed one; the default stays opspilot.
@@ -115,7 +103,7 @@ def test_an_agent_outside_the_source_tree_by_tether_agents(tmp_path: Path) -> No
     assert "at-most-once: idempotent by key" in section
     assert "Empty the trash.  [switched off by TETHER_TOOL_DENY]" in section
 
-    listing = json.loads(_tether("agents", "--json", env=env).stdout)
+    listing = json.loads(tether_cli("agents", "--json", env=env).stdout)
     assert listing["default"] == "opspilot"
     mailer = next(a for a in listing["agents"] if a["name"] == "mailer")
     assert mailer["source"] == "TETHER_AGENTS=mailer_pkg:agent"
@@ -133,29 +121,29 @@ def test_an_agent_by_entry_point_alone_is_the_default(tmp_path: Path) -> None:
     # Only the entry points: the reference agent is installed too, so it is listed as well;
     # with TETHER_DEFAULT_AGENT the user's agent is the default.
     env = env_with_path({"TETHER_AGENTS": "", "TETHER_DEFAULT_AGENT": "mailer"}, tmp_path)
-    out = _tether("agents", env=env)
+    out = tether_cli("agents", env=env)
     assert out.returncode == 0, out.stderr
     assert "mailer (default)\n  from: entry point mailer = mailer_pkg:agent\n" in out.stdout
     assert "opspilot\n" in out.stdout
 
 
 def test_a_bad_configuration_is_exit_2_with_the_reason() -> None:
-    out = _tether("agents", env={"TETHER_AGENTS": "no_such_module:agent"})
+    out = tether_cli("agents", env={"TETHER_AGENTS": "no_such_module:agent"})
     assert out.returncode == 2
     assert out.stderr.strip() == (
         "tether agents: cannot import 'no_such_module': No module named 'no_such_module'"
     )
-    out = _tether("agents", env={"TETHER_AGENTS": "tether_opspilot:nope"})
+    out = tether_cli("agents", env={"TETHER_AGENTS": "tether_opspilot:nope"})
     assert out.returncode == 2
     assert "module 'tether_opspilot' has no attribute 'nope'" in out.stderr
-    out = _tether("agents", env={"TETHER_AGENTS": "tether_opspilot:tools"})
+    out = tether_cli("agents", env={"TETHER_AGENTS": "tether_opspilot:tools"})
     assert out.returncode == 2
     assert "is a module, not a tether_sdk.Agent" in out.stderr
 
 
 def test_a_tool_without_an_effect_is_refused_with_why(tmp_path: Path) -> None:
     write_package(tmp_path, "careless_pkg", NO_EFFECT)
-    out = _tether("agents", env=env_with_path({"TETHER_AGENTS": "careless_pkg:agent"}, tmp_path))
+    out = tether_cli("agents", env=env_with_path({"TETHER_AGENTS": "careless_pkg:agent"}, tmp_path))
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.startswith(
@@ -179,7 +167,7 @@ def test_migrate_with_a_bad_agent_is_exit_2_with_the_reason_before_touching_the_
         tmp_path,
     )
     for verb in ("migrate", "seed-demo"):
-        out = _tether(verb, env=env)
+        out = tether_cli(verb, env=env)
         assert out.returncode == 2, out.stderr
         assert out.stderr.startswith(f"tether {verb}: TETHER_AGENTS=careless_pkg:agent: ")
         assert "tool 'wipe' declares no effect" in out.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 
 import grpc
@@ -13,21 +12,12 @@ from tether.runtime.v1 import events_pb2
 from tether_runtime import policy
 from tether_testkit.client import Client, token, types
 from tether_testkit.inventory import abnormal_service, executions
+from tether_testkit.processes import tether_cli
 from tether_testkit.secrets import TEST_SECRET
 
 
-def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", *args],
-        env={**env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 async def run_tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(tether, env, *args)
+    return await asyncio.to_thread(lambda: tether_cli(*args, env=env))
 
 
 def cli_env(base_env: dict[str, str]) -> dict[str, str]:
