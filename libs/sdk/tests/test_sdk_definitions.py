@@ -246,3 +246,14 @@ async def test_hooks_get_the_context_and_validated_arguments() -> None:
         ("reconcile", {"n": 3, "flag": False}),
     ]
     assert (await poke.reconcile_for(make_ctx(), {"service": "a"})).status == "unknown"
+
+
+def test_the_question_names_are_reserved() -> None:
+    @tool(effect="read")
+    async def select_option(ctx: ToolContext, value: str) -> str:
+        """Would be taken for a question."""
+        return value
+
+    agent = Agent("picky", "d", "i", ScriptedModel(lambda request: "ok"), [select_option])
+    with pytest.raises(AgentDefinitionError, match="may not be named 'select_option'"):
+        agent.check()

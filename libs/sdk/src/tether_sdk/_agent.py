@@ -16,6 +16,11 @@ _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _MIGRATIONS = re.compile(r"^[A-Za-z_][\w.]*:[\w./-]+$")
 
 
+# The pending calls a question becomes (SelectOption, ProvideInput): a tool of that name would be
+# taken for a question, and a model could raise one by naming it.
+RESERVED_TOOL_NAMES = frozenset({"select_option", "provide_input"})
+
+
 class AgentDefinitionError(Exception):
     """An agent that Tether refuses to load; the message lists every reason."""
 
@@ -97,6 +102,11 @@ class Agent:
                 continue
             if t.name in seen:
                 out.append(f"agent {self.name!r}: two tools are named {t.name!r}")
+            if t.name in RESERVED_TOOL_NAMES:
+                out.append(
+                    f"agent {self.name!r}: a tool may not be named {t.name!r}: the name is the "
+                    "engine's, for a question a step asks a person (SelectOption / ProvideInput)"
+                )
             seen.add(t.name)
             out.extend(t.problems())
         out.extend(self.limits.problems())

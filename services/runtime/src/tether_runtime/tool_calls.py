@@ -31,6 +31,7 @@ from tether_sdk import (
     ToolResult,
     TransientError,
 )
+from tether_sdk._agent import RESERVED_TOOL_NAMES
 
 from tether_runtime import events as ev
 from tether_runtime import metrics, policy, questions
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.tool_calls")
 
-QUESTIONS = frozenset({"select_option", "provide_input"})
+QUESTIONS = RESERVED_TOOL_NAMES  # a question's pending call; no tool may take these names
 
 # What the model is told when a write call did not run, by the decision that stopped it.
 _NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandoned"}
