@@ -625,7 +625,8 @@ def test_the_readme_agent_is_about_thirty_lines() -> None:
 async def test_the_readme_agent_runs_as_pasted(
     tmp_path: Path, base_env: dict[str, str], fresh_dsn: str, alice_of
 ) -> None:
-    (tmp_path / "my_agent.py").write_text(readme_agent())
+    # Pasted into a package of the user's own, outside the source tree.
+    write_package(tmp_path, "my_agent", readme_agent())
     notes = tmp_path / "notes"
     env = env_with_path(
         {
