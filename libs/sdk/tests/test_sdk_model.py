@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from sdk_testing import make_ctx
-from tether_sdk import ModelRequest, ScriptedModel, ToolCall, ToolContext
+from tether_sdk import ModelRequest, ScriptedModel, ToolCall, ToolContext, Usage
 
 
 def _request(messages: list[dict[str, Any]]) -> ModelRequest:
@@ -22,7 +22,34 @@ def _policy(request: ModelRequest) -> Any:
 
 
 async def _step(model: ScriptedModel, request: ModelRequest) -> list[Any]:
-    return [chunk async for chunk in model.stream(request)]
+    return [c async for c in model.stream(request) if not isinstance(c, Usage)]
+
+
+async def test_a_scripted_step_reports_its_estimated_usage() -> None:
+    model = ScriptedModel(lambda r: "three small words", delay_s=0)
+    request = _request([{"role": "user", "content": "x" * 40}])
+    usage = [c async for c in model.stream(request) if isinstance(c, Usage)]
+    assert sum(u.input_tokens for u in usage) == (len("i") + 40 + 3) // 4
+    assert sum(u.output_tokens for u in usage) == (len("three small words") + 3) // 4
+
+
+async def test_a_summary_request_gets_an_extractive_summary_not_the_policy() -> None:
+    def never(r: ModelRequest) -> str:
+        raise AssertionError("the policy is not asked to summarise")
+
+    model = ScriptedModel(never, delay_s=0)
+    request = ModelRequest(
+        instructions="summarise",
+        context="",
+        messages=[
+            {"role": "user", "content": "Restart web-1. It is down."},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Scale api to 3"},
+        ],
+        tools=[],
+        purpose="summary",
+    )
+    assert await _step(model, request) == ["Earlier the user asked: Restart web-1; Scale api to 3"]
 
 
 async def test_call_ids_are_stable_for_the_same_transcript() -> None:

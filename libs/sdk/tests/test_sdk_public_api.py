@@ -10,12 +10,14 @@ import tether_sdk
 PUBLIC = [
     "Agent",
     "AgentDefinitionError",
+    "Anthropic",
     "Confirmation",
     "Effect",
     "Host",
     "InvalidArguments",
     "Limits",
     "Model",
+    "ModelError",
     "ModelRequest",
     "OpenAICompatible",
     "Option",
@@ -32,6 +34,7 @@ PUBLIC = [
     "ToolResult",
     "ToolSchema",
     "TransientError",
+    "Usage",
     "tool",
 ]
 

@@ -13,7 +13,9 @@ whose name starts with an underscore may change without notice."""
 from tether_sdk._agent import Agent, AgentDefinitionError, Host, Limits
 from tether_sdk._context import ToolContext
 from tether_sdk._model import (
+    Anthropic,
     Model,
+    ModelError,
     ModelRequest,
     OpenAICompatible,
     Option,
@@ -23,6 +25,7 @@ from tether_sdk._model import (
     ToolCall,
     ToolOutcome,
     ToolSchema,
+    Usage,
 )
 from tether_sdk._results import Reconciled, ToolError, ToolResult, TransientError
 from tether_sdk._tools import Confirmation, Effect, InvalidArguments, Risk, Tool, tool
@@ -32,12 +35,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentDefinitionError",
+    "Anthropic",
     "Confirmation",
     "Effect",
     "Host",
     "InvalidArguments",
     "Limits",
     "Model",
+    "ModelError",
     "ModelRequest",
     "OpenAICompatible",
     "Option",
@@ -54,5 +59,6 @@ __all__ = [
     "ToolResult",
     "ToolSchema",
     "TransientError",
+    "Usage",
     "tool",
 ]

@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tether_sdk._model import Model, OpenAICompatible
+from tether_sdk._model import Anthropic, Model, OpenAICompatible, Provider
 from tether_sdk._tools import Tool
 
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -38,6 +38,18 @@ class Limits:
     """Extra calls after a TransientError (or a timeout of a read tool)."""
     retry_backoff_s: float = 0.5
     """First wait before a retry; it doubles each time."""
+    model_retries: int = 4
+    """Extra attempts at a model step after a transient provider error (429, 5xx, timeout,
+    dropped stream); backoff doubles from `model_backoff_s` with jitter, at most
+    `model_backoff_max_s`, and never shorter than the provider's Retry-After."""
+    model_backoff_s: float = 1.0
+    model_backoff_max_s: float = 30.0
+    context_tokens: int = 8000
+    """The token budget of what a step sends: instructions, facts, the conversation's summary,
+    recent turns verbatim and the run's own transcript (old tool results are compacted past it)."""
+    max_run_tokens: int = 0
+    """Input plus output tokens per run; past it the run fails with TOKEN_LIMIT_EXCEEDED.
+    0: no limit."""
 
     def problems(self) -> list[str]:
         out = []
@@ -51,6 +63,12 @@ class Limits:
                 out.append(f"limits.{label} must be positive")
         if self.tool_retries < 0 or self.retry_backoff_s < 0:
             out.append("limits.tool_retries and limits.retry_backoff_s cannot be negative")
+        if self.model_retries < 0 or self.model_backoff_s < 0 or self.model_backoff_max_s < 0:
+            out.append("limits.model_retries and the model backoffs cannot be negative")
+        if self.context_tokens < 500:
+            out.append("limits.context_tokens must be at least 500")
+        if self.max_run_tokens < 0:
+            out.append("limits.max_run_tokens cannot be negative (0: no limit)")
         return out
 
 
@@ -70,7 +88,7 @@ class Agent:
     name: str
     description: str
     instructions: str
-    model: Model | OpenAICompatible
+    model: Model | Provider
     tools: Sequence[Tool] = ()
     limits: Limits = field(default_factory=Limits)
     migrations: str | None = None
@@ -92,7 +110,9 @@ class Agent:
                 f"agent name {self.name!r}: 1-64 lowercase letters, digits, '_' or '-', "
                 "starting with a letter"
             )
-        if not isinstance(self.model, OpenAICompatible) and not hasattr(self.model, "stream"):
+        if not isinstance(self.model, OpenAICompatible | Anthropic) and not hasattr(
+            self.model, "stream"
+        ):
             out.append(f"agent {self.name!r}: model must have stream(request) or be a provider")
         seen: set[str] = set()
         for item in self.tools:

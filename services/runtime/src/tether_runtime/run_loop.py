@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
-from tether_sdk import ModelRequest, ProvideInput, SelectOption, ToolCall
+from tether_sdk import ModelRequest, ProvideInput, SelectOption, ToolCall, Usage
 
 from tether_runtime import events as ev
 from tether_runtime import metrics, questions
@@ -254,6 +254,8 @@ class RunExecutor:
             last_flush = time.monotonic()
 
         async for chunk in self.loaded.model.stream(request):
+            if isinstance(chunk, Usage):
+                continue
             if isinstance(chunk, ToolCall):
                 calls.append((chunk.name, dict(chunk.args)))
                 continue
