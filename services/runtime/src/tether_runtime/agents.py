@@ -103,6 +103,8 @@ def make_model(agent: Agent, settings: Settings) -> Model:
             os.environ.get(p.api_key_env, ""),
             p.model,
         )
+    if not isinstance(agent.model, Model):
+        raise AgentLoadError(f"agent {agent.name!r}: provider {agent.model!r} is not supported yet")
     return agent.model
 
 
