@@ -131,6 +131,15 @@ def run_json(r: resources_pb2.Run) -> dict[str, Any]:
         else None,
         "createdAt": timestamp_json(r.create_time),
         "updatedAt": timestamp_json(r.update_time),
+        "usage": usage_json(r.usage),
+    }
+
+
+def usage_json(u: resources_pb2.TokenUsage) -> dict[str, int]:
+    return {
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "modelSteps": u.model_steps,
     }
 
 
@@ -177,6 +186,7 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
         )
     elif kind == "done":
         out["messageId"] = ev.done.message_id
+        out["usage"] = usage_json(ev.done.usage)
     elif kind == "error":
         out.update(code=ev.error.code, message=ev.error.message)
     elif kind == "cancelled":

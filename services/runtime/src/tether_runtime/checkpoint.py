@@ -17,6 +17,9 @@ class PendingCall:
     tool: str
     args: dict[str, Any]
     interrupt_id: str = ""
+    invalid: str = ""
+    """Why the model's arguments could not be read (not JSON): the call is answered with an
+    error for the model, and nothing runs."""
 
 
 @dataclass
@@ -31,6 +34,21 @@ class Checkpoint:
     active_s: float = 0.0
     """Execution time spent by earlier workers, not counting waits for a person."""
     started: bool = True
+    input_tokens: int = 0
+    output_tokens: int = 0
+    """Tokens the run's model steps used, retried attempts included (the run's `usage`)."""
+    step_usage: list[list[int]] = field(default_factory=list)
+    """[input, output] per model step, oldest first."""
+
+    def add_usage(self, input_tokens: int, output_tokens: int) -> None:
+        """One model step's tokens."""
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.step_usage.append([input_tokens, output_tokens])
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
     def to_json(self) -> str:
         return json.dumps({"v": VERSION, **asdict(self)})
@@ -52,12 +70,16 @@ class Checkpoint:
                     str(p["tool"]),
                     dict(p.get("args") or {}),
                     str(p.get("interrupt_id") or ""),
+                    str(p.get("invalid") or ""),
                 )
                 for p in raw.get("pending") or []
             ],
             text=str(raw.get("text") or ""),
             steps=int(raw.get("steps") or 0),
             active_s=float(raw.get("active_s") or 0.0),
+            input_tokens=int(raw.get("input_tokens") or 0),
+            output_tokens=int(raw.get("output_tokens") or 0),
+            step_usage=[[int(a), int(b)] for a, b in raw.get("step_usage") or []],
         )
 
 

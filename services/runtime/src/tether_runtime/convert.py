@@ -66,6 +66,9 @@ def run_pb(r: RunView) -> resources_pb2.Run:
         cancel_requested=r.cancel_requested,
         create_time=_ts(r.created_at),
         update_time=_ts(r.updated_at),
+        usage=resources_pb2.TokenUsage(
+            input_tokens=r.input_tokens, output_tokens=r.output_tokens, model_steps=r.model_steps
+        ),
     )
     if r.pending_interrupt is not None:
         msg.pending_interrupt.CopyFrom(interrupt_pb(r.pending_interrupt))

@@ -115,8 +115,13 @@ def interrupt_resolved(interrupt_id: str, decision: str) -> RunEvent:
     )
 
 
-def done(message_id: str) -> RunEvent:
-    return RunEvent(done=events_pb2.Done(message_id=message_id))
+def done(
+    message_id: str, input_tokens: int = 0, output_tokens: int = 0, model_steps: int = 0
+) -> RunEvent:
+    usage = resources_pb2.TokenUsage(
+        input_tokens=input_tokens, output_tokens=output_tokens, model_steps=model_steps
+    )
+    return RunEvent(done=events_pb2.Done(message_id=message_id, usage=usage))
 
 
 def error(code: str, message: str) -> RunEvent:

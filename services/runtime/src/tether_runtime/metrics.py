@@ -38,3 +38,18 @@ GRPC_LATENCY = Histogram(
     ["method", "code"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+MODEL_TOKENS = Counter(
+    "tether_model_tokens_total",
+    "Tokens model steps used, as the provider counted them",
+    ["agent", "provider", "model", "direction"],
+)
+MODEL_RETRIES = Counter(
+    "tether_model_retries_total",
+    "Model steps tried again after a transient provider error",
+    ["agent", "provider", "code"],
+)
+MODEL_FAILURES = Counter(
+    "tether_model_failures_total",
+    "Runs a provider error ended (permanent, or transient past the retries)",
+    ["agent", "provider", "code"],
+)

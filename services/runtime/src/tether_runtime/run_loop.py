@@ -14,14 +14,16 @@ from typing import Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
-from tether_sdk import ModelRequest, ProvideInput, SelectOption, ToolCall, Usage
+from tether_sdk import ModelRequest
 
 from tether_runtime import events as ev
-from tether_runtime import metrics, questions
+from tether_runtime import metrics
 from tether_runtime.agent import context
 from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine import Engine
+from tether_runtime.model_step import ModelStep, StepResult, describe
+from tether_runtime.run_outcomes import Finished, Paused, RunFailure
 from tether_runtime.run_writer import RunWriter
 from tether_runtime.store import conversations, runs
 from tether_runtime.store.db import Conn
@@ -31,23 +33,6 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.run_loop")
 
 Apply = Callable[[Conn], Awaitable[None]]
-
-
-class Paused(Exception):
-    """The run is waiting for a person; the worker lets it go."""
-
-
-class Finished(Exception):
-    """The run reached a terminal state."""
-
-
-class RunFailure(Exception):
-    """The run cannot go on: it fails with `code` and a message for a person."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class RunExecutor:
@@ -136,7 +121,7 @@ class RunExecutor:
                 await self._start()
             while True:
                 if self.cancel_requested:
-                    await self._end_cancelled()
+                    await self.end_cancelled()
                 self._check_deadline()
                 if self.checkpoint.pending:
                     await self.calls.process(self.checkpoint.pending[0])
@@ -191,18 +176,36 @@ class RunExecutor:
         metrics.RUNS_FINISHED.labels(status=status).inc()
         raise Finished(status)
 
-    async def _end_cancelled(self) -> None:
+    async def end_cancelled(self) -> None:
         async with self.e.pool.acquire() as conn:
             reason = await runs.cancel_reason(conn, self.run.id)
         await self.end("cancelled", [ev.cancelled(reason or "cancelled by the user")])
 
     async def fail(self, code: str, message: str) -> None:
         """The run fails with a message for a person (also called by the worker when execution
-        raised)."""
+        raised). The checkpoint is saved with it: what the run spent (tokens, steps) stays on
+        record."""
         try:
-            await self.end("failed", [ev.error(code, message)])
+            await self.end("failed", [ev.error(code, message)], save=True)
         except Finished:
             pass
+
+    def count_usage(self, step: StepResult) -> None:
+        """A model step's tokens: on the checkpoint (saved with the step), and counted."""
+        self.checkpoint.add_usage(step.input_tokens, step.output_tokens)
+        provider, model = describe(self.loaded.model)
+        for direction, n in (("input", step.input_tokens), ("output", step.output_tokens)):
+            if n:
+                metrics.MODEL_TOKENS.labels(self.loaded.name, provider, model, direction).inc(n)
+
+    def _check_tokens(self) -> None:
+        limit = self.loaded.agent.limits.max_run_tokens
+        used = self.checkpoint.total_tokens
+        if limit and used > limit:
+            raise RunFailure(
+                "TOKEN_LIMIT_EXCEEDED",
+                f"The run used {used} tokens, more than its limit of {limit}; it was stopped.",
+            )
 
     # -- model steps -----------------------------------------------------------------------
 
@@ -235,59 +238,35 @@ class RunExecutor:
         request = self._request(context.system_text(conv), conv.facts)
         # Text of this step that an earlier, crashed attempt already streamed (first step only).
         skip, self.resume_skip = self.resume_skip, 0
+        step = await ModelStep(self, request, skip).run()
         msg_id = cp.message_id
-        step_text = ""
-        sent = 0
-        calls: list[tuple[str, dict[str, Any]]] = []
-        last_flush = time.monotonic()
-
-        async def flush() -> None:
-            nonlocal sent, last_flush
-            start = max(sent, skip)
-            if len(step_text) > start:
-                piece = step_text[start:]
-                await self.writer.emit([ev.text_delta(msg_id, piece)], streamed=len(piece))
-                if self.writer.cancel_requested:
-                    self.cancel_requested = True
-                    await self._end_cancelled()
-            sent = max(sent, len(step_text))
-            last_flush = time.monotonic()
-
-        async for chunk in self.loaded.model.stream(request):
-            if isinstance(chunk, Usage):
-                continue
-            if isinstance(chunk, ToolCall):
-                calls.append((chunk.name, dict(chunk.args)))
-                continue
-            if isinstance(chunk, SelectOption | ProvideInput):
-                calls.append(questions.as_call(chunk))
-                continue
-            step_text += chunk
-            if time.monotonic() - last_flush >= self.e.settings.coalesce_s:
-                await flush()
-        await flush()
+        step_text = step.text
         cp.text += step_text
         cp.steps += 1
-        if calls:
+        self.count_usage(step)
+        if step.calls:
             # The engine names each call by its step: unique within the run whatever the model
             # sends (some OpenAI-compatible servers send no id, or the same one every step), and
             # stable once this checkpoint is saved, so the call's idempotency key is too.
-            ids = [f"call_{cp.steps}_{i}" for i in range(len(calls))]
+            ids = [f"call_{cp.steps}_{i}" for i in range(len(step.calls))]
             cp.messages.append(
                 {
                     "role": "assistant",
                     "content": step_text,
                     "tool_calls": [
-                        {"id": i, "name": name, "args": args}
-                        for i, (name, args) in zip(ids, calls, strict=True)
+                        {"id": i, "name": c.name, "args": c.args}
+                        for i, c in zip(ids, step.calls, strict=True)
                     ],
                 }
             )
             cp.pending = [
-                PendingCall(i, name, args) for i, (name, args) in zip(ids, calls, strict=True)
+                PendingCall(i, c.name, c.args, invalid=c.invalid)
+                for i, c in zip(ids, step.calls, strict=True)
             ]
             await self.commit([], self.save(reset_streamed=True))
+            self._check_tokens()
             return
+        self._check_tokens()
         text = cp.text
         conv_id = self.run.conversation_id
 
@@ -297,4 +276,5 @@ class RunExecutor:
             )
             await context.update_summary(conn, conv_id)
 
-        await self.end("completed", [ev.done(msg_id)], store_answer, save=True)
+        done = ev.done(msg_id, cp.input_tokens, cp.output_tokens, cp.steps)
+        await self.end("completed", [done], store_answer, save=True)

@@ -36,7 +36,7 @@ from tether_sdk._agent import RESERVED_TOOL_NAMES
 from tether_runtime import events as ev
 from tether_runtime import metrics, policy, questions
 from tether_runtime.checkpoint import PendingCall
-from tether_runtime.run_loop import Paused
+from tether_runtime.run_outcomes import Paused
 from tether_runtime.store import conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import ToolCallRow
@@ -97,6 +97,11 @@ class ToolCalls:
             return
         agent = self.x.loaded.agent
         tool = agent.tool(call.tool)
+        if call.invalid:
+            metrics.TOOL_CALLS.labels(tool=call.tool, status="invalid").inc()
+            why = f"the arguments for {call.tool} could not be read ({call.invalid})"
+            await self._skip(call, failure(f"{why}; send them again as one JSON object", "invalid"))
+            return
         declared = [t.name for t in agent.tools]
         if not self.x.e.gate.allows(agent.name, declared, call.tool, self.x.run.user_id):
             await self._skip(call, failure(f"{call.tool}: blocked by the tool policy", "blocked"))

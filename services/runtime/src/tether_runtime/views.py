@@ -49,9 +49,13 @@ class RunView:
     created_at: str
     updated_at: str
     pending_interrupt: InterruptView | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_steps: int = 0
 
     @classmethod
     def of(cls, r: RunRow, pending: InterruptRow | None = None) -> RunView:
+        cp = r.checkpoint or {}
         return cls(
             r.id,
             r.conversation_id,
@@ -64,6 +68,9 @@ class RunView:
             r.created_at.isoformat(),
             r.updated_at.isoformat(),
             InterruptView.of(pending) if pending else None,
+            int(cp.get("input_tokens") or 0),
+            int(cp.get("output_tokens") or 0),
+            int(cp.get("steps") or 0),
         )
 
     def to_json(self) -> dict[str, Any]:
