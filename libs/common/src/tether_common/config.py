@@ -28,6 +28,9 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(_float(env, name, default))
 
 
+MODEL_CHOICES = ("agent", "openai", "anthropic")
+
+
 @dataclass(frozen=True)
 class Settings:
     env: Literal["dev", "production"] = "dev"
@@ -68,13 +71,21 @@ class Settings:
     # the API's event loop is not shared with agent loops (README, "Splitting the runtime"):
     # accepting RPCs and streaming stay prompt however busy the runs are.
     runtime_role: Literal["all", "api", "worker"] = "all"
-    model: str = "scripted"
+    # "agent": each agent's own model (its ScriptedModel or provider); "openai" / "anthropic":
+    # every agent on the provider configured below. Anything else is refused at start.
+    model: str = "agent"
     scripted_delay_s: float = 0.02
     # Text deltas arriving within this window become one text_delta event (0: one per delta).
     coalesce_s: float = 0.04
     openai_base_url: str = ""
     openai_api_key: str = field(default="", repr=False)
+    # A mounted secret holding the key (wins over TETHER_OPENAI_API_KEY).
+    openai_api_key_file: str = ""
     openai_model: str = "gpt-4o-mini"
+    anthropic_base_url: str = ""
+    anthropic_api_key: str = field(default="", repr=False)
+    anthropic_api_key_file: str = ""
+    anthropic_model: str = "claude-sonnet-4-5"
     stream_quiet_check_s: float = 1.0
     # Runtime: close HTTP/2 connections after this age, so clients rebalance over new pods.
     grpc_max_connection_age_s: float = 300.0
@@ -97,6 +108,13 @@ class Settings:
         gate = e.get("TETHER_TOOL_GATE", "enforce")
         if gate not in ("observe", "enforce"):
             raise UnsafeSettings(f"TETHER_TOOL_GATE must be 'observe' or 'enforce', not {gate!r}")
+        model = e.get("TETHER_MODEL", cls.model) or cls.model
+        model = "agent" if model == "scripted" else model  # the name it had before providers
+        if model not in MODEL_CHOICES:
+            raise UnsafeSettings(
+                f"TETHER_MODEL must be one of {', '.join(MODEL_CHOICES)}, not {model!r} "
+                "(agent: each agent's own model; openai / anthropic: every agent on that provider)"
+            )
         role = e.get("TETHER_RUNTIME_ROLE", cls.runtime_role)
         if role not in ("all", "api", "worker"):
             raise UnsafeSettings(
@@ -139,12 +157,17 @@ class Settings:
             agent_entry_points=e.get("TETHER_AGENT_ENTRY_POINTS", "1") not in ("0", "false"),
             conformance_plan=e.get("TETHER_CONFORMANCE_PLAN", ""),
             runtime_role=role,  # type: ignore[arg-type]
-            model=e.get("TETHER_MODEL", cls.model),
+            model=model,
             scripted_delay_s=_float(e, "TETHER_SCRIPTED_DELAY_S", cls.scripted_delay_s),
             coalesce_s=_float(e, "TETHER_COALESCE_MS", cls.coalesce_s * 1000) / 1000,
             openai_base_url=e.get("TETHER_OPENAI_BASE_URL", ""),
             openai_api_key=e.get("TETHER_OPENAI_API_KEY", ""),
+            openai_api_key_file=e.get("TETHER_OPENAI_API_KEY_FILE", ""),
             openai_model=e.get("TETHER_OPENAI_MODEL", cls.openai_model),
+            anthropic_base_url=e.get("TETHER_ANTHROPIC_BASE_URL", ""),
+            anthropic_api_key=e.get("TETHER_ANTHROPIC_API_KEY", ""),
+            anthropic_api_key_file=e.get("TETHER_ANTHROPIC_API_KEY_FILE", ""),
+            anthropic_model=e.get("TETHER_ANTHROPIC_MODEL", cls.anthropic_model),
             stream_quiet_check_s=_float(e, "TETHER_STREAM_QUIET_CHECK_S", cls.stream_quiet_check_s),
             grpc_max_connection_age_s=_float(
                 e, "TETHER_GRPC_MAX_CONNECTION_AGE_S", cls.grpc_max_connection_age_s

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from importlib import metadata
@@ -14,8 +13,9 @@ from typing import Any
 
 from tether_common.config import Settings
 from tether_common.errors import AgentNotFound
-from tether_sdk import Agent, AgentDefinitionError, Host, Model, OpenAICompatible
+from tether_sdk import Agent, AgentDefinitionError, Host, Model
 
+from tether_runtime.model_choice import ModelConfigError, make_model
 from tether_runtime.views import AgentToolView, AgentView
 
 log = logging.getLogger(__name__)
@@ -88,26 +88,6 @@ def discover(settings: Settings) -> list[tuple[Agent, str]]:
     return out
 
 
-def make_model(agent: Agent, settings: Settings) -> Model:
-    """The agent's model; TETHER_MODEL=openai points every agent at the configured server."""
-    from tether_runtime.agent.openai_compat import OpenAICompatModel
-
-    if settings.model == "openai":
-        return OpenAICompatModel(
-            settings.openai_base_url, settings.openai_api_key, settings.openai_model
-        )
-    if isinstance(agent.model, OpenAICompatible):
-        p = agent.model
-        return OpenAICompatModel(
-            p.base_url or settings.openai_base_url,
-            os.environ.get(p.api_key_env, ""),
-            p.model,
-        )
-    if not isinstance(agent.model, Model):
-        raise AgentLoadError(f"agent {agent.name!r}: provider {agent.model!r} is not supported yet")
-    return agent.model
-
-
 class AgentRegistry:
     def __init__(self, loaded: list[LoadedAgent], default: str) -> None:
         self.agents = {a.name: a for a in loaded}
@@ -117,7 +97,10 @@ class AgentRegistry:
     @classmethod
     def load(cls, settings: Settings) -> AgentRegistry:
         found = discover(settings)
-        loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
+        try:
+            loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
+        except ModelConfigError as err:
+            raise AgentLoadError(str(err)) from err
         plan = settings.conformance_plan
         if plan:
             # `tether conformance` only: one tool of one agent, driven and watched (never in

@@ -23,6 +23,7 @@ from tether_sdk import ModelError, ModelRequest, ProvideInput, SelectOption, Too
 from tether_runtime import events as ev
 from tether_runtime import metrics, questions
 from tether_runtime.run_outcomes import RunFailure
+from tether_runtime.store import event_log
 
 if TYPE_CHECKING:
     from tether_runtime.run_loop import RunExecutor
@@ -95,6 +96,8 @@ class ModelStep:
     async def run(self) -> StepResult:
         limits = self.x.loaded.agent.limits
         attempt = 0
+        if self.skip and self.continues:
+            await self._recover_shown_text()
         while True:
             try:
                 await self._attempt()
@@ -128,6 +131,17 @@ class ModelStep:
                 },
             )
             await asyncio.sleep(wait)
+
+    async def _recover_shown_text(self) -> None:
+        """A crashed worker streamed part of this step. A provider would not answer the same
+        words again, so skipping by length would garble the text: it continues from exactly
+        what the browsers were shown, read back from the event log."""
+        cp = self.x.checkpoint
+        async with self.x.e.pool.acquire() as conn:
+            shown = await event_log.streamed_text(conn, self.x.run.id, cp.message_id)
+        self.text = shown[len(cp.text) :]
+        self.sent = len(self.text)
+        self.skip = 0
 
     def _message(self, err: ModelError, retries: int) -> str:
         after = f" (after {retries} retries)" if retries else ""

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 from tether_common.errors import InvalidArgument
 from tether_common.redaction import redact
-from tether_sdk import ProvideInput, SelectOption
+from tether_sdk import ProvideInput, SelectOption, ToolSchema
 
 MAX_OPTIONS = 50
 
@@ -100,3 +100,57 @@ def answer(kind: str, card: dict[str, Any], user: str, text: str) -> dict[str, A
         data = {"fill": fill}
         summary = f"{user} answered"
     return {"ok": True, "summary": summary, "data": data, "facts": {}, "outcome": "answered"}
+
+
+# What a provider model is offered besides the agent's tools, so a real model can ask a person
+# too: calling one of these raises the same interrupt as a ScriptedModel's SelectOption /
+# ProvideInput (the names are reserved: no agent tool may take them).
+TOOL_SCHEMAS = (
+    ToolSchema(
+        name="select_option",
+        description=(
+            "Ask the user to pick one of a few options when the request is ambiguous (for "
+            "example two matching instances). The run pauses until they answer; the answer "
+            "comes back as this call's result, data.option."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string", "description": "The question, for a person."},
+                "title": {"type": "string"},
+                "options": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_OPTIONS,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "value": {"type": "string"},
+                            "label": {"type": "string"},
+                            "description": {"type": "string"},
+                        },
+                        "required": ["value"],
+                    },
+                },
+            },
+            "required": ["prompt", "options"],
+        },
+    ),
+    ToolSchema(
+        name="provide_input",
+        description=(
+            "Ask the user for information you are missing, as a form: `schema` is a JSON "
+            "schema of type object. The run pauses until they answer; the answer comes back as "
+            "this call's result, data.fill."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string"},
+                "title": {"type": "string"},
+                "schema": {"type": "object"},
+            },
+            "required": ["prompt", "schema"],
+        },
+    ),
+)

@@ -17,7 +17,7 @@ from tether_common.ids import new_id
 from tether_sdk import ModelRequest
 
 from tether_runtime import events as ev
-from tether_runtime import metrics
+from tether_runtime import metrics, questions
 from tether_runtime.agent import context
 from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
@@ -222,6 +222,8 @@ class RunExecutor:
     def _request(self, conv_system: str, facts: dict[str, Any]) -> ModelRequest:
         agent = self.loaded.agent
         offered = [t.schema() for t in agent.tools if not self.e.gate.denied(agent.name, t.name)]
+        if getattr(self.loaded.model, "provider", None):
+            offered += questions.TOOL_SCHEMAS  # a provider's model asks a person by a tool call
         return ModelRequest(
             instructions=agent.instructions,
             context=conv_system,

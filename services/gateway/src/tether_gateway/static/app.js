@@ -250,6 +250,10 @@ class RunView {
         if (CONTINUES.has(ev.decision)) this.setStatus("running");
         break;
       case "done":
+        if (ev.usage && ev.usage.inputTokens + ev.usage.outputTokens > 0) {
+          const u = ev.usage;
+          this.setNote(`${u.inputTokens} tokens in, ${u.outputTokens} out, ${u.modelSteps} model steps.`);
+        }
         this.setStatus("completed");
         break;
       case "error":

@@ -181,3 +181,18 @@ async def read_after(conn: Conn, run_id: str, after: int, limit: int) -> list[tu
         limit,
     )
     return [(int(r["sequence"]), bytes(r["data"])) for r in rows]
+
+
+async def streamed_text(conn: Conn, run_id: str, message_id: str) -> str:
+    """The text a run streamed under `message_id`, as its browsers saw it (a worker taking over
+    a step that a crashed one had half streamed asks a provider to continue from it)."""
+    rows = await conn.fetch(
+        "SELECT data FROM run_event WHERE run_id = $1 AND type = 'text_delta' ORDER BY sequence",
+        run_id,
+    )
+    out = []
+    for row in rows:
+        ev = RunEvent.FromString(row["data"])
+        if ev.text_delta.message_id == message_id:
+            out.append(ev.text_delta.delta)
+    return "".join(out)
