@@ -38,3 +38,8 @@ GRPC_LATENCY = Histogram(
     ["method", "code"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+CONVERSATION_SUMMARIES = Counter(
+    "tether_conversation_summaries_total",
+    "Background summaries of earlier turns: stored, superseded (another pod's was newer), failed",
+    ["result"],
+)

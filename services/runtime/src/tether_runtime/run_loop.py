@@ -166,7 +166,10 @@ class RunExecutor:
         build it and persist it before streaming under its message id."""
         async with self.e.pool.acquire() as conn:
             messages = await context.initial_messages(
-                conn, self.run.conversation_id, self.run.user_message_id
+                conn,
+                self.run.conversation_id,
+                self.run.user_message_id,
+                budget=context.budget_for(self.loaded),
             )
         self.cp = Checkpoint(new_id("msg"), messages)
         await self.commit([], self.save())
@@ -232,7 +235,7 @@ class RunExecutor:
         async with self.e.pool.acquire() as conn:
             conv = await conversations.get(conn, self.run.conversation_id)
         assert conv is not None
-        request = self._request(context.system_text(conv), conv.facts)
+        request = self._request(context.step_context(self.loaded, conv, cp.messages), conv.facts)
         # Text of this step that an earlier, crashed attempt already streamed (first step only).
         skip, self.resume_skip = self.resume_skip, 0
         msg_id = cp.message_id
@@ -295,6 +298,9 @@ class RunExecutor:
             await conversations.add_message(
                 conn, conv_id, "assistant", text, run_id=self.run.id, message_id=msg_id
             )
-            await context.update_summary(conn, conv_id)
 
-        await self.end("completed", [ev.done(msg_id)], store_answer, save=True)
+        try:
+            await self.end("completed", [ev.done(msg_id)], store_answer, save=True)
+        except Finished:
+            self.e.summaries.run_completed(conv_id, self.loaded)  # in the background
+            raise
