@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
 
 import pytest
@@ -49,7 +51,11 @@ def test_messages_cost_their_overhead_and_their_tool_call_arguments() -> None:
     assert c.count_messages([]) == REPLY_OVERHEAD
     plain = [{"role": "user", "content": "abcd" * 5}]
     assert c.count_messages(plain) == REPLY_OVERHEAD + MESSAGE_OVERHEAD + 5
-    small = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "name": "f", "args": {}}]}
+    small = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c", "name": "f", "args": {}}],
+    }
     large = {
         "role": "assistant",
         "content": "",
@@ -68,7 +74,7 @@ def test_openai_counts_with_the_models_tiktoken_encoding(monkeypatch: pytest.Mon
     monkeypatch.setattr(tiktoken, "encoding_for_model", encoding_for_model)
     name = model_name()
     counter = counter_for("openai", name)
-    assert isinstance(counter, TiktokenCounter) and asked == [name]
+    assert isinstance(counter, TiktokenCounter) and counter.wait(5) and asked == [name]
     assert counter.count("abab") == 2  # the merge: the encoding counted, not the estimator
     assert counter.count("xyz!") == 4
     assert counter.count("<|end|>") == 7  # special-token text is ordinary text
@@ -88,7 +94,7 @@ def test_an_unknown_openai_model_counts_with_o200k_base(monkeypatch: pytest.Monk
     monkeypatch.setattr(tiktoken, "encoding_for_model", unknown)
     monkeypatch.setattr(tiktoken, "get_encoding", get_encoding)
     counter = counter_for("openai", model_name())
-    assert isinstance(counter, TiktokenCounter) and loaded == ["o200k_base"]
+    assert isinstance(counter, TiktokenCounter) and counter.wait(5) and loaded == ["o200k_base"]
     assert counter.count("abab") == 2
 
 
@@ -104,9 +110,32 @@ def test_an_encoding_that_cannot_load_falls_back_to_the_estimate_with_one_warnin
     with caplog.at_level(logging.WARNING, logger=tokens.__name__):
         first = counter_for("openai", model_name())
         second = counter_for("openai", model_name())
-    assert first is ESTIMATE and second is ESTIMATE
+        assert isinstance(first, TiktokenCounter) and isinstance(second, TiktokenCounter)
+        assert not first.wait(5) and not second.wait(5)
+    text = "counted by estimate, as the estimator would"
+    assert first.count(text) == ESTIMATE.count(text)
+    assert first.count_messages([{"role": "user", "content": text}]) == ESTIMATE.count_messages(
+        [{"role": "user", "content": text}]
+    )
     warnings = [r for r in caplog.records if r.name == tokens.__name__]
     assert len(warnings) == 1 and "TIKTOKEN_CACHE_DIR" in warnings[0].getMessage()
+
+
+def test_a_slow_encoding_load_never_blocks_counting(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+
+    def slow(model: str) -> tiktoken.Encoding:
+        release.wait(10)  # a download that hangs
+        return tiny_encoding()
+
+    monkeypatch.setattr(tiktoken, "encoding_for_model", slow)
+    started = time.monotonic()
+    counter = counter_for("openai", model_name())
+    assert counter.count("abab") == ESTIMATE.count("abab")  # estimating meanwhile
+    assert time.monotonic() - started < 1
+    release.set()
+    assert isinstance(counter, TiktokenCounter) and counter.wait(5)
+    assert counter.count("abab") == 2
 
 
 def test_other_providers_use_the_estimator() -> None:
@@ -130,7 +159,12 @@ def tool_result(n: int, size: int) -> dict:
         "facts": {},
         "outcome": "ok",
     }
-    return {"role": "tool", "tool_call_id": f"call_{n}_0", "name": "lookup", "content": json.dumps(body)}
+    return {
+        "role": "tool",
+        "tool_call_id": f"call_{n}_0",
+        "name": "lookup",
+        "content": json.dumps(body),
+    }
 
 
 def transcript(results: int, size: int) -> list[dict]:
@@ -161,7 +195,12 @@ def test_compaction_cuts_the_oldest_tool_results_first_within_the_budget() -> No
     bodies = [json.loads(m["content"]) for m in results]
     flags = [bool(b.get("compacted")) for b in bodies]
     assert flags == [True, True, False, False, False]  # oldest first, only as far as needed
-    assert bodies[0] == {"ok": True, "outcome": "ok", "summary": "looked up item 1", "compacted": True}
+    assert bodies[0] == {
+        "ok": True,
+        "outcome": "ok",
+        "summary": "looked up item 1",
+        "compacted": True,
+    }
     # Everything but those contents is as it was: the user's messages, the calls' structure.
     for m, old in zip(messages, before, strict=True):
         if m["role"] != "tool":

@@ -1,9 +1,9 @@
 """Counting tokens for the context budget (Limits.context_tokens).
 
 OpenAI models are counted with tiktoken, the tokenizer they use. tiktoken downloads its BPE
-files on first use; a pod without that network (or without TIKTOKEN_CACHE_DIR pointing at the
-files) falls back to the estimator with one warning: a count that is a little off is better than
-a run that fails. Every other provider (Anthropic publishes no local tokenizer; scripted and
+files on first use, so the encoding loads in a thread (counting by estimate meanwhile); a pod
+without that network (or without TIKTOKEN_CACHE_DIR pointing at the files) keeps the estimator,
+with one warning: a count that is a little off is better than a run that fails. Every other provider (Anthropic publishes no local tokenizer; scripted and
 custom models have none) uses the estimator, which is deterministic so tests can count exactly
 what the engine counted."""
 
@@ -70,16 +70,6 @@ class EstimateCounter(_Messages):
         return (ascii_chars + 2 * other_bytes + 3) // 4
 
 
-class TiktokenCounter(_Messages):
-    """Exact counts with a tiktoken encoding (special-token text counts as ordinary text)."""
-
-    def __init__(self, encoding: Any) -> None:
-        self.encoding = encoding
-
-    def count(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text)) if text else 0
-
-
 ESTIMATE = EstimateCounter()
 TRUNCATED = " [...truncated]"
 
@@ -99,6 +89,38 @@ def truncate(text: str, max_tokens: int, counter: TokenCounter) -> str:
     return text[:lo] + TRUNCATED if lo else ""
 
 
+class TiktokenCounter(_Messages):
+    """Exact counts with the model's tiktoken encoding (special-token text counts as ordinary
+    text). The encoding loads in a thread of its own: a first load downloads the BPE file, which
+    can hang where there is no network, and must never stall the event loop. Until it has
+    loaded, and for good if it cannot, this counts by estimate."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.encoding: Any = None
+        self._done = threading.Event()
+        threading.Thread(target=self._load, name=f"tiktoken {model}", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            self.encoding = _openai_encoding(self.model)
+        except Exception as err:  # noqa: BLE001 - no network, no cache, a broken file: estimate
+            _warn_once(self.model, err)
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the load; True if the encoding counts (False: estimating)."""
+        self._done.wait(timeout)
+        return self.encoding is not None
+
+    def count(self, text: str) -> int:
+        encoding = self.encoding
+        if encoding is None:
+            return ESTIMATE.count(text)
+        return len(encoding.encode_ordinary(text)) if text else 0
+
+
 _cache: dict[tuple[str, str], TokenCounter] = {}
 _lock = threading.Lock()
 _warned = False
@@ -113,19 +135,17 @@ def _openai_encoding(model: str) -> Any:
         return tiktoken.get_encoding("o200k_base")
 
 
-def _openai(model: str) -> TokenCounter:
+def _warn_once(model: str, err: Exception) -> None:
     global _warned
-    try:
-        return TiktokenCounter(_openai_encoding(model))
-    except Exception as err:  # noqa: BLE001 - no network, no cache, a broken file: estimate
-        if not _warned:
-            _warned = True
-            log.warning(
-                "tiktoken could not load its encoding; counting tokens by estimate. Set "
-                "TIKTOKEN_CACHE_DIR to a folder holding the encoding files to count exactly",
-                extra={"model": model, "error": type(err).__name__},
-            )
-        return ESTIMATE
+    with _lock:
+        if _warned:
+            return
+        _warned = True
+    log.warning(
+        "tiktoken could not load its encoding; counting tokens by estimate. Set "
+        "TIKTOKEN_CACHE_DIR to a folder holding the encoding files to count exactly",
+        extra={"model": model, "error": type(err).__name__},
+    )
 
 
 def counter_for(provider: str, model: str) -> TokenCounter:
@@ -134,6 +154,6 @@ def counter_for(provider: str, model: str) -> TokenCounter:
     with _lock:
         counter = _cache.get(key)
         if counter is None:
-            counter = _openai(model) if provider == "openai" else ESTIMATE
+            counter = TiktokenCounter(model) if provider == "openai" else ESTIMATE
             _cache[key] = counter
         return counter
