@@ -238,3 +238,19 @@ async def test_background_summaries_run_one_at_a_time_and_stop_on_close(
     assert task.cancelled()
     summaries.run_completed(conv_id, loaded(model))  # closed: nothing starts
     assert not summaries._tasks
+
+
+async def test_a_huge_old_turn_is_folded_by_its_beginning(pool: asyncpg.Pool) -> None:
+    conv_id, _ = await conversation(pool, 1, size=40_000)  # far more than a budget
+    async with pool.acquire() as conn:
+        for n in range(30):
+            for role in ("user", "assistant"):
+                await conversations.add_message(
+                    conn, conv_id, role, f"{role} later {n}: " + "y" * 120
+                )
+                await asyncio.sleep(0.002)  # ids sort by creation across milliseconds
+        plan = await context.summary_plan(conn, conv_id, budget_for(loaded(Recorder())))
+    assert plan is not None
+    assert plan.turns[0]["content"].startswith("user turn 0: xxx")
+    assert plan.turns[0]["content"].endswith("[...truncated]")
+    assert ESTIMATE.count_messages(plan.turns[:1]) <= BUDGET // 2 + 10

@@ -188,6 +188,7 @@ async def summary_plan(conn: Conn, conversation_id: str, budget: Budget) -> Summ
         conversation_id,
         conv.summary,
         conv.summary_through,
-        [{"role": m.role, "content": m.content} for m in folded],
+        # A turn longer than a summary request may carry is folded by its beginning.
+        [{"role": m.role, "content": truncate(m.content, limit, counter)} for m in folded],
         folded[-1].id,
     )
