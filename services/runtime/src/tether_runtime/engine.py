@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tether_common.config import Settings
 
 from tether_runtime.agent.gate import ToolGate
+from tether_runtime.agent.summaries import Summaries
 from tether_runtime.agents import AgentRegistry
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
@@ -22,6 +23,13 @@ class Engine:
     gate: ToolGate
     agents: AgentRegistry
     sink: EventSink = field(init=False)
+    summaries: Summaries = field(init=False)
+    """Background summaries of conversations (agent/summaries.py)."""
 
     def __post_init__(self) -> None:
         self.sink = EventSink(self.pool, self.bus)
+        self.summaries = Summaries(self.pool)
+
+    async def close(self) -> None:
+        """Stop the engine's background work (before the pool closes)."""
+        await self.summaries.close()

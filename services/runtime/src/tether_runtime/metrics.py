@@ -53,3 +53,8 @@ MODEL_FAILURES = Counter(
     "Runs a provider error ended (permanent, or transient past the retries)",
     ["agent", "provider", "code"],
 )
+CONVERSATION_SUMMARIES = Counter(
+    "tether_conversation_summaries_total",
+    "Background summaries of earlier turns: stored, superseded (another pod's was newer), failed",
+    ["result"],
+)

@@ -151,7 +151,10 @@ class RunExecutor:
         build it and persist it before streaming under its message id."""
         async with self.e.pool.acquire() as conn:
             messages = await context.initial_messages(
-                conn, self.run.conversation_id, self.run.user_message_id
+                conn,
+                self.run.conversation_id,
+                self.run.user_message_id,
+                budget=context.budget_for(self.loaded),
             )
         self.cp = Checkpoint(new_id("msg"), messages)
         await self.commit([], self.save())
@@ -237,7 +240,7 @@ class RunExecutor:
         async with self.e.pool.acquire() as conn:
             conv = await conversations.get(conn, self.run.conversation_id)
         assert conv is not None
-        request = self._request(context.system_text(conv), conv.facts)
+        request = self._request(context.step_context(self.loaded, conv, cp.messages), conv.facts)
         # Text of this step that an earlier, crashed attempt already streamed (first step only).
         skip, self.resume_skip = self.resume_skip, 0
         step = await ModelStep(self, request, skip).run()
@@ -276,7 +279,10 @@ class RunExecutor:
             await conversations.add_message(
                 conn, conv_id, "assistant", text, run_id=self.run.id, message_id=msg_id
             )
-            await context.update_summary(conn, conv_id)
 
-        done = ev.done(msg_id, cp.input_tokens, cp.output_tokens, cp.steps)
-        await self.end("completed", [done], store_answer, save=True)
+        try:
+            done = ev.done(msg_id, cp.input_tokens, cp.output_tokens, cp.steps)
+            await self.end("completed", [done], store_answer, save=True)
+        except Finished:
+            self.e.summaries.run_completed(conv_id, self.loaded)  # in the background
+            raise

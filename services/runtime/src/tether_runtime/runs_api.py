@@ -115,7 +115,8 @@ async def start_run(
         # The run's starting state, stored with it: its context as of now, and its answer's id
         # (sorting after the question). Read outside the ownership check, which the insert does;
         # on another user's conversation nothing is stored and nothing of this is returned.
-        messages = await context.initial_messages(conn, conv_id, message_id, text)
+        budget = context.budget_for(agents.get(agent))
+        messages = await context.initial_messages(conn, conv_id, message_id, text, budget=budget)
         checkpoint = started_checkpoint(new_id_after("msg", message_id), messages)
         # Without an idempotency key the start is one statement (atomic on its own).
         async with conn.transaction() if key else contextlib.nullcontext():

@@ -111,6 +111,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     if worker is not None:
         await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
     await server.stop(grace=settings.drain_s / 2)
+    await engine.close()
     await bus.close()
     await agents.close()
     await pool.close()

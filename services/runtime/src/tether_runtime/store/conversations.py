@@ -102,21 +102,51 @@ async def merge_facts(conn: Conn, conversation_id: str, facts: dict[str, Any]) -
     )
 
 
-async def older_questions(conn: Conn, conversation_id: str, skip: int, limit: int) -> list[str]:
-    """The user's questions before the newest `skip`, oldest first (for the summary)."""
+async def turns_before(
+    conn: Conn, conversation_id: str, up_to_id: str | None, before_id: str | None, limit: int
+) -> list[MessageRow]:
+    """User/assistant messages newest first: up to and including `up_to_id` (None: the newest)
+    and before `before_id` (the next page), at most `limit`."""
     rows = await conn.fetch(
-        "SELECT content FROM message WHERE conversation_id = $1 AND role = 'user' "
-        "ORDER BY id DESC OFFSET $2 LIMIT $3",
+        "SELECT * FROM message WHERE conversation_id = $1 AND role IN ('user', 'assistant') "
+        "AND ($2::text IS NULL OR id <= $2) AND ($3::text IS NULL OR id < $3) "
+        "ORDER BY id DESC LIMIT $4",
         conversation_id,
-        skip,
+        up_to_id,
+        before_id,
         limit,
     )
-    return [r["content"] for r in reversed(rows)]
+    return [MessageRow.of(r) for r in rows]
 
 
-async def set_summary(conn: Conn, conversation_id: str, summary: str) -> None:
-    await conn.execute(
-        "UPDATE conversation SET summary = $2, updated_at = now() WHERE id = $1",
+async def turns_between(
+    conn: Conn, conversation_id: str, after_id: str, before_id: str | None, limit: int
+) -> list[MessageRow]:
+    """User/assistant messages after `after_id` ('' : from the first) and before `before_id`
+    (None: to the newest), oldest first, at most `limit`."""
+    rows = await conn.fetch(
+        "SELECT * FROM message WHERE conversation_id = $1 AND role IN ('user', 'assistant') "
+        "AND id > $2 AND ($3::text IS NULL OR id < $3) ORDER BY id LIMIT $4",
+        conversation_id,
+        after_id,
+        before_id,
+        limit,
+    )
+    return [MessageRow.of(r) for r in rows]
+
+
+async def store_summary(
+    conn: Conn, conversation_id: str, summary: str, through: str, expected_through: str
+) -> bool:
+    """The summary of every turn up to `through`, stored only if the stored one still covers
+    exactly `expected_through` (compare-and-set): a slower pod never replaces a newer summary
+    with an older one. False: someone else's summary won."""
+    status = await conn.execute(
+        "UPDATE conversation SET summary = $2, summary_through = $3, updated_at = now() "
+        "WHERE id = $1 AND summary_through = $4 AND $3 > $4",
         conversation_id,
         summary,
+        through,
+        expected_through,
     )
+    return bool(status == "UPDATE 1")

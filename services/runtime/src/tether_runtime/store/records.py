@@ -130,6 +130,8 @@ class ConversationRow:
     title: str
     facts: dict[str, Any]
     summary: str
+    summary_through: str
+    """The newest message the model-written summary covers ('': none yet; migration 0006)."""
     version: int
     created_at: datetime
     updated_at: datetime
@@ -142,6 +144,7 @@ class ConversationRow:
             title=r["title"],
             facts=r["facts"] or {},
             summary=r["summary"],
+            summary_through=r["summary_through"],
             version=r["version"],
             created_at=r["created_at"],
             updated_at=r["updated_at"],
