@@ -18,7 +18,10 @@ _STOP = {"end": "end_turn", "tool": "tool_use", "length": "max_tokens"}
 _ERRORS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "Invalid request."),
     401: ("authentication_error", "invalid x-api-key"),
-    403: ("permission_error", "Your API key does not have permission to use the specified resource."),
+    403: (
+        "permission_error",
+        "Your API key does not have permission to use the specified resource.",
+    ),
     404: ("not_found_error", "model: not found"),
     413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
     429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit."),
@@ -54,9 +57,7 @@ class FakeAnthropic(FakeLLM):
             "error": {"type": kind or default_kind, "message": message or default_message},
             "request_id": request_id,
         }
-        return web.json_response(
-            body, status=status, headers={"request-id": request_id, **headers}
-        )
+        return web.json_response(body, status=status, headers={"request-id": request_id, **headers})
 
     def stream_error(self, reply: Reply) -> bytes:
         error = {
@@ -109,7 +110,11 @@ class FakeAnthropic(FakeLLM):
         last = messages[-1]
         if last.get("role") == "assistant":
             content = last.get("content")
-            tail = content if isinstance(content, str) else (content[-1].get("text", "x") if content else "x")
+            tail = (
+                content
+                if isinstance(content, str)
+                else (content[-1].get("text", "x") if content else "x")
+            )
             if tail != tail.rstrip():
                 return "messages: final assistant content cannot end with trailing whitespace"
         if uses_tools and not body.get("tools"):
@@ -118,7 +123,7 @@ class FakeAnthropic(FakeLLM):
 
     async def stream(self, out: Sender, reply: Reply, body: dict[str, Any]) -> None:
         sent, made = reply.tokens(body)
-        message = {
+        message: dict[str, Any] = {
             "id": random_id("msg_01"),
             "type": "message",
             "role": "assistant",
@@ -138,19 +143,29 @@ class FakeAnthropic(FakeLLM):
         pieces = reply.pieces()
         if pieces:
             await out.event(
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
                 "content_block_start",
             )
             await out.event({"type": "ping"}, "ping")
             for piece in pieces:
                 delta = {"type": "text_delta", "text": piece}
                 await out.event(
-                    {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                    "content_block_delta",
                 )
             await out.event({"type": "content_block_stop", "index": 0}, "content_block_stop")
             index = 1
         for call in reply.calls:
-            block = {"type": "tool_use", "id": call.id or random_id("toolu_01", 22), "name": call.name, "input": {}}
+            block = {
+                "type": "tool_use",
+                "id": call.id or random_id("toolu_01", 22),
+                "name": call.name,
+                "input": {},
+            }
             await out.event(
                 {"type": "content_block_start", "index": index, "content_block": block},
                 "content_block_start",

@@ -192,13 +192,15 @@ class FakeLLM:
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        self.requests.append(Recorded(request.path, headers, body if isinstance(body, dict) else {}))
+        self.requests.append(
+            Recorded(request.path, headers, body if isinstance(body, dict) else {})
+        )
         if not isinstance(body, dict):
             return self.error(400, "", "the request body is not a JSON object", {})
         if self.api_key is not None:
             sent = self.sent_key(headers)
             if sent != self.api_key:
-                shown = sent if self.echo_key_in_errors else mask(sent or "")
+                shown = (sent or "") if self.echo_key_in_errors else mask(sent or "")
                 return self.error(401, "", self.wrong_key_message(shown), {})
         problem = self.validate(body)
         if problem:
@@ -210,7 +212,11 @@ class FakeLLM:
                 extra["retry-after"] = reply.retry_after
             return self.error(reply.status, reply.error_type, reply.error_message, extra)
         resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **reply.headers}
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                **reply.headers,
+            }
         )
         await resp.prepare(request)
         sender = Sender(request, resp, reply, self.stream_error(reply), self.garbage)
@@ -231,7 +237,9 @@ class FakeLLM:
             got = await answer if inspect.isawaitable(answer) else answer
         else:
             n = len(self.requests)
-            return Reply(status=400, error_message=f"fake server: no reply scripted for request #{n}")
+            return Reply(
+                status=400, error_message=f"fake server: no reply scripted for request #{n}"
+            )
         return Reply(text=got) if isinstance(got, str) else got
 
     # Provider specifics ------------------------------------------------------------------

@@ -19,11 +19,23 @@ _ERRORS: dict[int, tuple[str, str | None, str]] = {
     400: ("invalid_request_error", None, "Invalid request."),
     401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
     403: ("invalid_request_error", "unsupported_country_region_territory", "Forbidden."),
-    404: ("invalid_request_error", "model_not_found", "The model does not exist or you do not have access to it."),
+    404: (
+        "invalid_request_error",
+        "model_not_found",
+        "The model does not exist or you do not have access to it.",
+    ),
     413: ("invalid_request_error", None, "Request too large."),
     422: ("invalid_request_error", None, "Unprocessable request."),
-    429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again in 2s."),
-    500: ("server_error", None, "The server had an error while processing your request. Sorry about that!"),
+    429: (
+        "requests",
+        "rate_limit_exceeded",
+        "Rate limit reached for requests. Please try again in 2s.",
+    ),
+    500: (
+        "server_error",
+        None,
+        "The server had an error while processing your request. Sorry about that!",
+    ),
     503: ("server_error", None, "The engine is currently overloaded, please try again later."),
 }
 
@@ -65,7 +77,8 @@ class FakeOpenAI(FakeLLM):
 
     def stream_error(self, reply: Reply) -> bytes:
         error = {
-            "message": reply.error_message or "The server had an error while processing your request.",
+            "message": reply.error_message
+            or "The server had an error while processing your request.",
             "type": reply.error_type or "server_error",
             "param": None,
             "code": None,
@@ -111,14 +124,20 @@ class FakeOpenAI(FakeLLM):
                 "created": created,
                 "model": model,
                 "system_fingerprint": "fp_fake",
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
             }
             if with_usage:
                 c["usage"] = None
             return c
 
         pieces = reply.pieces()
-        first: dict[str, Any] = {"role": "assistant", "content": "" if pieces else None, "refusal": None}
+        first: dict[str, Any] = {
+            "role": "assistant",
+            "content": "" if pieces else None,
+            "refusal": None,
+        }
         await out.event(chunk(first))
         for piece in pieces:
             await out.event(chunk({"content": piece}))
@@ -131,7 +150,9 @@ class FakeOpenAI(FakeLLM):
             }
             await out.event(chunk({"tool_calls": [head]}))
             for part in split(call.arguments(), call.pieces):
-                await out.event(chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}))
+                await out.event(
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+                )
         stop = reply.stop_reason()
         await out.event(chunk({}, _STOP.get(stop, stop)))
         if with_usage:

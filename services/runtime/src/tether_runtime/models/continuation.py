@@ -42,7 +42,11 @@ class RepeatFilter:
         if len(held) < _PROBE and not final:
             return ""
         overlap = next(
-            (k for k in range(min(len(held), len(seen)), _MIN_OVERLAP - 1, -1) if seen.endswith(held[:k])),
+            (
+                k
+                for k in range(min(len(held), len(seen)), _MIN_OVERLAP - 1, -1)
+                if seen.endswith(held[:k])
+            ),
             0,
         )
         if final and seen.startswith(held):

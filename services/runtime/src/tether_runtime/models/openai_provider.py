@@ -8,7 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
@@ -57,14 +57,14 @@ class OpenAIProvider:
         self._origin = Origin(
             "OpenAI" if official else "OpenAI-compatible server", config.model, agent, key
         )
-        # A keyless local server: send no Authorization header at all.
-        headers = {} if key else {"Authorization": openai.Omit()}
+        # A keyless local server: the SDK insists on a key, so it gets a placeholder and every
+        # request omits the Authorization header (the SDK checks that per request).
+        self._headers: dict[str, Any] = {} if key else {"Authorization": openai.Omit()}
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url,
-            api_key=key.reveal(),
+            api_key=key.reveal() or "no-key",
             max_retries=0,
             timeout=httpx2.Timeout(config.timeout_s, connect=min(config.timeout_s, 10.0)),
-            default_headers=cast(dict[str, str], headers),
         )
 
     def __repr__(self) -> str:
@@ -106,7 +106,9 @@ class OpenAIProvider:
         # `from None` throughout: the SDK's exception text can quote the provider's answer
         # (which may echo a masked key); only the mapped ModelError travels on.
         try:
-            stream = await self._client.chat.completions.create(**self.params(request))
+            stream = await self._client.chat.completions.create(
+                **self.params(request), extra_headers=self._headers or None
+            )
         except Exception as err:
             raise to_model_error(err, self._origin) from None
         try:
@@ -161,7 +163,9 @@ class _Reading:
         try:
             return self._take(chunk)
         except (AttributeError, TypeError, ValueError, KeyError, IndexError):
-            raise protocol_error(origin, "a chunk without the chat.completion.chunk shape") from None
+            raise protocol_error(
+                origin, "a chunk without the chat.completion.chunk shape"
+            ) from None
 
     def _take(self, chunk: Any) -> str:
         usage = getattr(chunk, "usage", None)

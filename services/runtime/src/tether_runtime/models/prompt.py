@@ -40,4 +40,3 @@ def summary_transcript(request: ModelRequest) -> str:
             args = json.dumps(call.get("args") or {}, ensure_ascii=False, sort_keys=True)
             lines.append(f"[{role} called {call.get('name')}] {args}")
     return SUMMARY_INSTRUCTION + "\n\n" + "\n".join(lines)
-
