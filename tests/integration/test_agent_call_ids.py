@@ -1,5 +1,5 @@
 """A model that reuses a tool-call id across the steps of one run. OpenAI-compatible servers that
-send no id get `call_{index}` from the engine's client (openai_compat.py), so every step's first
+send no id would get `call_{index}` from a naive client, so every step's first
 call is `call_0`; a scripted policy may also name its own ids. Each call must still be its own
 call: the second must reach its own tool (here: a card for a write), never be answered with the
 stored result of an earlier, different call that happened to have the same id."""

@@ -123,6 +123,10 @@ class AgentRegistry:
 
     async def close(self) -> None:
         await self._stack.aclose()
+        for a in self.agents.values():
+            aclose = getattr(a.model, "aclose", None)
+            if aclose is not None:
+                await aclose()  # a provider's HTTP client
 
     def resolve(self, name: str) -> str:
         """The agent a run asks for ('' is the default), or AGENT_NOT_FOUND."""

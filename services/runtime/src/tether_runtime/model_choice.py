@@ -60,7 +60,10 @@ def make_model(agent: Agent, settings: Settings) -> Model:
             settings.openai_base_url if config.provider == "openai" else settings.anthropic_base_url
         )
         model = build_provider(
-            config, base_url=config.base_url or default_url, api_key=_key(config, settings)
+            config,
+            base_url=config.base_url or default_url,
+            api_key=_key(config, settings),
+            agent=agent.name,
         )
         log.info(
             "agent model",

@@ -37,6 +37,8 @@ class AnthropicProvider:
     on from the exact character the user saw."""
 
     provider = "anthropic"
+    continues_text = True
+    """Honours ModelRequest.continue_from: the engine retries a dropped step from the text shown."""
 
     def __init__(
         self,

@@ -37,6 +37,8 @@ class OpenAIProvider:
     backoff and with what the user has already seen."""
 
     provider = "openai"
+    continues_text = True
+    """Honours ModelRequest.continue_from: the engine retries a dropped step from the text shown."""
 
     def __init__(
         self,
