@@ -721,6 +721,49 @@ async def idle_sse(ctx: Ctx) -> dict[str, Any]:
     }
 
 
+async def provider_stream(ctx: Ctx) -> dict[str, Any]:
+    """A run whose model is a streaming OpenAI-compatible server (fake_provider.py, driven by the
+    runtime through the official `openai` SDK): N tokens, read over SSE. The same stream read
+    straight from the server with the same SDK is the baseline; the difference per token is
+    Tether's overhead (adapter, engine, event log, bus, gateway, SSE)."""
+    from openai import AsyncOpenAI
+
+    n, samples = int(ctx.params["deltas"]), int(ctx.params["samples"])
+    client = AsyncOpenAI(base_url=ctx.params["provider_url"], api_key="bench", max_retries=0)
+    rows = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        stream = await client.chat.completions.create(
+            model="bench-model",
+            messages=[{"role": "user", "content": f"stream {n} deltas"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        tokens = 0
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                tokens += 1
+        raw = time.perf_counter() - t0
+        conv = await ctx.create_conversation()
+        t0, reader = await read_run(ctx, conv, f"stream {n} deltas")
+        assert reader.last is not None and reader.last.type == "done", "run did not complete"
+        dur = reader.last.mono - t0
+        rows.append(
+            {
+                "tokens": tokens,
+                "deltas_produced": _deltas(reader.events),
+                "events_delivered": reader.count,
+                "direct_sdk_ms": raw * 1000,
+                "through_tether_ms": dur * 1000,
+                "tokens_per_s": n / dur,
+                "overhead_us_per_token": (dur - raw) / n * 1e6,
+                "usage_output_tokens": reader.last.json().get("usage", {}).get("outputTokens", 0),
+            }
+        )
+    await client.close()
+    return {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+
+
 SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "first_event": first_event,
     "resume": resume_to_tool_started,
@@ -729,6 +772,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "replay": replay,
     "fanout": fanout,
     "idle_sse": idle_sse,
+    "provider_stream": provider_stream,
 }
 
 

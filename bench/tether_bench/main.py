@@ -58,6 +58,7 @@ MODES: dict[str, dict[str, Any]] = {
                 "deltas": 50,
                 "count_rows": False,
             },
+            "provider_stream": {"provider": True, "deltas": 500, "samples": 1},
         },
     },
     "full": {
@@ -95,6 +96,16 @@ MODES: dict[str, dict[str, Any]] = {
                 "runs": 200,
                 "deltas": 200,
                 "count_rows": False,
+            },
+            # A real streaming provider (fake_provider.py, over the official `openai` SDK):
+            # every token its own event, and with the default 40 ms coalescing window.
+            "provider_stream": {"provider": True, "deltas": 5000, "samples": 5},
+            "provider_stream_coalesced": {
+                "scenario": "provider_stream",
+                "provider": True,
+                "env": {"TETHER_COALESCE_MS": "40"},
+                "deltas": 5000,
+                "samples": 5,
             },
         },
     },
@@ -179,6 +190,37 @@ class Bench:
         self.secret = secrets.token_urlsafe(48)
         self.dsn = ""
         self.procs: list[stack.Proc] = []
+        self.provider: asyncio.subprocess.Process | None = None
+        self.provider_url = ""
+
+    async def start_provider(self) -> dict[str, str]:
+        """The fake streaming provider (once per bench), and the runtime settings pointing at
+        it."""
+        if self.provider is None:
+            port = stack.free_port()
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH", "")) if p
+                ),
+            }
+            self.provider = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tether_bench.fake_provider", str(port), env=env
+            )
+            self.provider_url = f"http://127.0.0.1:{port}/v1"
+            await _wait_port(port, 20)
+        return {
+            "TETHER_MODEL": "openai",
+            "TETHER_OPENAI_BASE_URL": self.provider_url,
+            "TETHER_OPENAI_API_KEY": "bench",
+            "TETHER_OPENAI_MODEL": "bench-model",
+        }
+
+    async def stop_provider(self) -> None:
+        if self.provider is not None and self.provider.returncode is None:
+            self.provider.terminate()
+            await self.provider.wait()
+        self.provider = None
 
     async def start_processes(
         self, extra_env: dict[str, str] | None = None, *, split: bool = False
@@ -224,8 +266,11 @@ class Bench:
             "deadline_s": self.spec["deadline_s"],
             "params": {
                 **{
-                    k: v for k, v in params.items() if k not in ("scenario", "env", "runtime_split")
+                    k: v
+                    for k, v in params.items()
+                    if k not in ("scenario", "env", "runtime_split", "provider")
                 },
+                "provider_url": self.provider_url,
                 "heartbeat_s": self.spec["heartbeat_s"],
             },
         }
@@ -237,11 +282,14 @@ class Bench:
             for name, params in self.spec["scenarios"].items():
                 if only and name not in only:
                     continue
-                if params.get("env") or params.get("runtime_split"):
+                if params.get("env") or params.get("runtime_split") or params.get("provider"):
                     # a variant: fresh processes with these settings or this topology
                     await self.stop_processes()
+                    env = dict(params.get("env") or {})
+                    if params.get("provider"):
+                        env.update(await self.start_provider())
                     runtime, gateway = await self.start_processes(
-                        params.get("env"), split=bool(params.get("runtime_split"))
+                        env, split=bool(params.get("runtime_split"))
                     )
                 t0 = time.monotonic()
                 cfg = self.config(params.get("scenario", name), runtime, gateway, params)
@@ -340,6 +388,7 @@ class Bench:
                 profile = await self.profile(profile_dir, native)
         finally:
             await self.stop_processes()
+            await self.stop_provider()
             await stack.drop_database(self.admin_dsn, self.dsn)
         doc = self.document(reps, pg_version, redis_version, time.monotonic() - started)
         if out is not None:
@@ -396,6 +445,12 @@ class Bench:
                 else {}
             ),
             "grpc_stream_events_per_s": med("grpc_stream"),
+            "provider_stream": med("provider_stream"),
+            **(
+                {"provider_stream_coalesced": med("provider_stream_coalesced")}
+                if "provider_stream_coalesced" in sizes
+                else {}
+            ),
             "db_rows_per_event": med("fanout", "db_rows_per_event"),
             "redis_messages_per_event": med("fanout", "redis_messages_per_event"),
             "elapsed_s": round(elapsed, 1),
@@ -424,6 +479,12 @@ class Bench:
                 "replaced in one transaction by run_started + N-2 text_delta + done, encoded by "
                 "tether_runtime.events and written by store.event_log.insert (no run size yields "
                 "10k events at delay 0); then GET /events with Last-Event-ID: 0 until the last",
+                "provider_stream": "a run whose model is a streaming OpenAI-compatible server "
+                "(bench/tether_bench/fake_provider.py) driven through the official openai SDK: "
+                "direct_sdk_ms = the same stream read straight from the server with the SDK; "
+                "overhead_us_per_token = (through_tether_ms - direct_sdk_ms) / tokens: Tether's "
+                "adapter, engine, event log, bus, gateway and SSE per token; _coalesced: with "
+                "the default 40 ms window",
                 "fanout": "commit->arrival = client wall clock at arrival minus the event's "
                 "`time` (stamped by the runtime as it writes the event); same host clock",
                 "db_rows_per_event": "pg_stat_user_tables n_tup_ins / n_tup_upd deltas over the "
@@ -439,6 +500,19 @@ class Bench:
             },
         }
         return doc
+
+
+async def _wait_port(port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the fake provider did not listen on {port}") from None
+            await asyncio.sleep(0.1)
 
 
 def git_revision() -> str:

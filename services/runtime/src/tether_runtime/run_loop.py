@@ -219,6 +219,7 @@ class RunExecutor:
                 "STEP_LIMIT_EXCEEDED",
                 f"The agent took {limit} steps without finishing, its limit; the run was stopped.",
             )
+        self._check_tokens()  # before spending more: the steps so far are saved
         with tracer.start_as_current_span("model.step"):
             await self._model_step_inner()
 
@@ -269,9 +270,7 @@ class RunExecutor:
                 for i, c in zip(ids, step.calls, strict=True)
             ]
             await self.commit([], self.save(reset_streamed=True))
-            self._check_tokens()
             return
-        self._check_tokens()
         text = cp.text
         conv_id = self.run.conversation_id
 
