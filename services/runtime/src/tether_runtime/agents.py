@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
@@ -33,6 +33,8 @@ class LoadedAgent:
     """Where it came from: "TETHER_AGENTS=mod:attr" or "entry point name = mod:attr"."""
     model: Model
     state: Any = None
+    cache: dict[str, Any] = field(default_factory=dict)
+    """What the engine derives from the agent once per process (its context budget)."""
 
     @property
     def name(self) -> str:

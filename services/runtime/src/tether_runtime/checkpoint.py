@@ -39,6 +39,9 @@ class Checkpoint:
     """Tokens the run's model steps used, retried attempts included (the run's `usage`)."""
     step_usage: list[list[int]] = field(default_factory=list)
     """[input, output] per model step, oldest first."""
+    context_cut: bool = True
+    """Older turns of the conversation fell out of the run's starting transcript: only then is
+    a summary worth checking for when the run ends (unknown for older checkpoints: True)."""
 
     def add_usage(self, input_tokens: int, output_tokens: int) -> None:
         """One model step's tokens."""
@@ -80,11 +83,14 @@ class Checkpoint:
             input_tokens=int(raw.get("input_tokens") or 0),
             output_tokens=int(raw.get("output_tokens") or 0),
             step_usage=[[int(a), int(b)] for a, b in raw.get("step_usage") or []],
+            context_cut=bool(raw.get("context_cut", True)),
         )
 
 
-def started(message_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+def started(
+    message_id: str, messages: list[dict[str, Any]], context_cut: bool = True
+) -> dict[str, Any]:
     """The state a run's first step starts from: its context and the id its answer streams
     under. StartRun stores it with the run, so a worker (or one that takes over after a crash)
     starts from the same state without a write of its own."""
-    return Checkpoint(message_id, messages).as_dict()
+    return Checkpoint(message_id, messages, context_cut=context_cut).as_dict()

@@ -283,5 +283,6 @@ class RunExecutor:
             done = ev.done(msg_id, cp.input_tokens, cp.output_tokens, cp.steps)
             await self.end("completed", [done], store_answer, save=True)
         except Finished:
-            self.e.summaries.run_completed(conv_id, self.loaded)  # in the background
+            if cp.context_cut:  # a short conversation has nothing to summarise
+                self.e.summaries.run_completed(conv_id, self.loaded)  # in the background
             raise

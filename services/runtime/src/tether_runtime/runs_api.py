@@ -116,8 +116,10 @@ async def start_run(
         # (sorting after the question). Read outside the ownership check, which the insert does;
         # on another user's conversation nothing is stored and nothing of this is returned.
         budget = context.budget_for(agents.get(agent))
-        messages = await context.initial_messages(conn, conv_id, message_id, text, budget=budget)
-        checkpoint = started_checkpoint(new_id_after("msg", message_id), messages)
+        messages, cut = await context.initial_context(
+            conn, conv_id, message_id, text, budget=budget
+        )
+        checkpoint = started_checkpoint(new_id_after("msg", message_id), messages, cut)
         # Without an idempotency key the start is one statement (atomic on its own).
         async with conn.transaction() if key else contextlib.nullcontext():
             run = await runs.start(

@@ -65,11 +65,17 @@ def counter_of(loaded: LoadedAgent) -> TokenCounter:
 
 
 def budget_for(loaded: LoadedAgent) -> Budget:
+    """The agent's budget, computed once per process (every run start and step asks for it)."""
+    cached = loaded.cache.get("budget")
+    if isinstance(cached, Budget) and cached.counter is counter_of(loaded):
+        return cached
     agent = loaded.agent
     counter = counter_of(loaded)
     tools = json.dumps([asdict(t.schema()) for t in agent.tools], default=str)
     fixed = counter.count(agent.instructions) + (counter.count(tools) if agent.tools else 0)
-    return Budget(agent.limits.context_tokens, counter, fixed)
+    budget = Budget(agent.limits.context_tokens, counter, fixed)
+    loaded.cache["budget"] = budget
+    return budget
 
 
 def system_text(conv: ConversationRow, budget: Budget = DEFAULT_BUDGET) -> str:
@@ -97,8 +103,15 @@ def _cost(counter: TokenCounter, role: str, content: str) -> int:
 async def _window(
     conn: Conn, conversation_id: str, before_id: str | None, room: int, counter: TokenCounter
 ) -> list[MessageRow]:
+    return (await _window_cut(conn, conversation_id, before_id, room, counter))[0]
+
+
+async def _window_cut(
+    conn: Conn, conversation_id: str, before_id: str | None, room: int, counter: TokenCounter
+) -> tuple[list[MessageRow], bool]:
     """The newest turns (before `before_id`; None: all) whose messages fit in `room` tokens
-    together, newest first; stops at the first that does not fit (the window has no holes)."""
+    together, newest first; stops at the first that does not fit (the window has no holes).
+    And whether older turns were left out."""
     out: list[MessageRow] = []
     used = 0
     while True:
@@ -106,11 +119,11 @@ async def _window(
         for m in page:
             cost = _cost(counter, m.role, m.content)
             if used + cost > room:
-                return out
+                return out, True
             out.append(m)
             used += cost
         if len(page) < PAGE:
-            return out
+            return out, False
         before_id = page[-1].id
 
 
@@ -122,7 +135,22 @@ async def initial_messages(
     *,
     budget: Budget = DEFAULT_BUDGET,
 ) -> list[dict[str, Any]]:
-    """The run's starting transcript: the recent turns verbatim before its own message, newest
+    messages, _ = await initial_context(conn, conversation_id, user_message_id, text, budget=budget)
+    return messages
+
+
+async def initial_context(
+    conn: Conn,
+    conversation_id: str,
+    user_message_id: str,
+    text: str | None = None,
+    *,
+    budget: Budget = DEFAULT_BUDGET,
+) -> tuple[list[dict[str, Any]], bool]:
+    """(transcript, cut): the run's starting transcript (below), and whether older turns fell
+    out of it (only then can the conversation need a summary when the run ends).
+
+    The run's starting transcript: the recent turns verbatim before its own message, newest
     last, within the budget less the instructions and tools, the system context and the reserve;
     then its own message, always there (cut only if it alone exceeds its room). `text`: the
     run's own message when it is not stored yet (StartRun builds the context before it inserts
@@ -136,9 +164,9 @@ async def initial_messages(
     own_room = max(room, budget.tokens // RESERVE_SHARE) - REPLY_OVERHEAD
     own = truncate(text, own_room - _cost(counter, "user", ""), counter)
     left = room - REPLY_OVERHEAD - _cost(counter, "user", own)
-    earlier = await _window(conn, conversation_id, user_message_id, left, counter)
+    earlier, cut = await _window_cut(conn, conversation_id, user_message_id, left, counter)
     out = [{"role": m.role, "content": m.content} for m in reversed(earlier)]
-    return [*out, {"role": "user", "content": own}]
+    return [*out, {"role": "user", "content": own}], cut
 
 
 def step_context(loaded: LoadedAgent, conv: ConversationRow, messages: list[dict[str, Any]]) -> str:
