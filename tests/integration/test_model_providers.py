@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import pytest
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
@@ -35,6 +36,7 @@ class Rig:
     llm: FakeLLM
     proc: Proc
     client: Client
+    dsn: str
 
     def script(self, *replies: Reply) -> None:
         self.llm.replies = list(replies)
@@ -78,7 +80,7 @@ async def rig(
     )
     client = Client(proc.addr, token(TEST_SECRET, "alice"))
     try:
-        yield Rig(provider, llm, proc, client)
+        yield Rig(provider, llm, proc, client, dsn)
     finally:
         await client.close()
         proc.terminate()
@@ -133,6 +135,14 @@ async def test_a_full_approve_flow(rig: Rig) -> None:
     assert (usage.input_tokens, usage.output_tokens, usage.model_steps) == (320, 42, 2)
     got = await rig.client.stub.GetRun(pb.GetRunRequest(run_id=run_id), metadata=rig.client.md)
     assert got.run.usage.input_tokens == 320 and got.run.usage.output_tokens == 42
+    conn = await asyncpg.connect(rig.dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT input_tokens, output_tokens FROM run WHERE id = $1", run_id
+        )
+    finally:
+        await conn.close()
+    assert (row["input_tokens"], row["output_tokens"]) == (320, 42), "queryable on the run row"
     # The second request carried the approved call's result back in the provider's shape, the
     # system prompt led with the agent's instructions, and the engine's question tools were
     # offered beside the agent's own.

@@ -235,6 +235,13 @@ async def release(conn: Conn, run_id: str, epoch: int) -> bool:
     return False
 
 
+# The run's token columns follow the checkpoint being saved (alias `c`, column `j`).
+_USAGE_FROM_C = (
+    "input_tokens = coalesce((c.j ->> 'input_tokens')::bigint, 0), "
+    "output_tokens = coalesce((c.j ->> 'output_tokens')::bigint, 0)"
+)
+
+
 async def save_checkpoint(
     conn: Conn,
     run_id: str,
@@ -247,8 +254,9 @@ async def save_checkpoint(
     encoded once."""
     encoded = checkpoint if isinstance(checkpoint, str) else json.dumps(checkpoint)
     await conn.execute(
-        "UPDATE run SET checkpoint = $3::text::jsonb, step_streamed = CASE WHEN $4 THEN 0 "
-        "ELSE step_streamed END, updated_at = now() WHERE id = $1 AND lease_epoch = $2",
+        "UPDATE run SET checkpoint = c.j, step_streamed = CASE WHEN $4 THEN 0 "
+        f"ELSE step_streamed END, {_USAGE_FROM_C}, updated_at = now() "
+        "FROM (SELECT $3::text::jsonb AS j) c WHERE id = $1 AND lease_epoch = $2",
         run_id,
         epoch,
         encoded,
@@ -264,9 +272,12 @@ async def finish(
     The run's attempts start over: a run that paused or ended is not a poison run."""
     await conn.execute(
         "UPDATE run SET status = $3, lease_owner = NULL, lease_expires_at = NULL, attempts = 0, "
-        "checkpoint = coalesce($4::text::jsonb, checkpoint), "
-        "step_streamed = CASE WHEN $4::text IS NULL THEN step_streamed ELSE 0 END, "
-        "updated_at = now() WHERE id = $1 AND lease_epoch = $2",
+        "checkpoint = coalesce(c.j, checkpoint), "
+        "step_streamed = CASE WHEN c.j IS NULL THEN step_streamed ELSE 0 END, "
+        "input_tokens = coalesce((c.j ->> 'input_tokens')::bigint, input_tokens), "
+        "output_tokens = coalesce((c.j ->> 'output_tokens')::bigint, output_tokens), "
+        "updated_at = now() FROM (SELECT $4::text::jsonb AS j) c "
+        "WHERE id = $1 AND lease_epoch = $2",
         run_id,
         epoch,
         status,

@@ -1,8 +1,7 @@
--- Token usage per run (issue #14). The checkpoint holds it, written by the same statements that
--- save the state the tokens produced; these generated columns make it queryable and indexable
--- (`SELECT agent, sum(input_tokens) ...`) without a second write path.
+-- Token usage per run (issue #14), queryable (`SELECT agent, sum(input_tokens) ...`). The
+-- checkpoint holds the figures; the statements that save a checkpoint copy them here. Plain
+-- columns, not generated ones: a generated column would be recomputed, detoasting the whole
+-- checkpoint, by every update of the run row (one per committed event batch).
 ALTER TABLE run
-  ADD COLUMN input_tokens bigint
-    GENERATED ALWAYS AS (coalesce((checkpoint ->> 'input_tokens')::bigint, 0)) STORED,
-  ADD COLUMN output_tokens bigint
-    GENERATED ALWAYS AS (coalesce((checkpoint ->> 'output_tokens')::bigint, 0)) STORED;
+  ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0,
+  ADD COLUMN output_tokens bigint NOT NULL DEFAULT 0;
