@@ -107,15 +107,23 @@ async def _window(
 
 
 async def _window_cut(
-    conn: Conn, conversation_id: str, before_id: str | None, room: int, counter: TokenCounter
+    conn: Conn,
+    conversation_id: str,
+    before_id: str | None,
+    room: int,
+    counter: TokenCounter,
+    first_page: list[MessageRow] | None = None,
 ) -> tuple[list[MessageRow], bool]:
     """The newest turns (before `before_id`; None: all) whose messages fit in `room` tokens
     together, newest first; stops at the first that does not fit (the window has no holes).
-    And whether older turns were left out."""
+    And whether older turns were left out. `first_page`: the first PAGE turns, already read."""
     out: list[MessageRow] = []
     used = 0
     while True:
-        page = await conversations.turns_before(conn, conversation_id, None, before_id, PAGE)
+        if first_page is not None:
+            page, first_page = first_page, None
+        else:
+            page = await conversations.turns_before(conn, conversation_id, None, before_id, PAGE)
         for m in page:
             cost = _cost(counter, m.role, m.content)
             if used + cost > room:
@@ -156,15 +164,22 @@ async def initial_context(
     run's own message when it is not stored yet (StartRun builds the context before it inserts
     the message, in the same statement as the run); else it is read by `user_message_id`."""
     counter = budget.counter
-    conv = await conversations.get(conn, conversation_id)
-    room = turn_room(budget, system_text(conv, budget) if conv is not None else "")
+    first_page: list[MessageRow] | None = None
     if text is None:
+        conv = await conversations.get(conn, conversation_id)
         rows = await conversations.turns_before(conn, conversation_id, user_message_id, None, 1)
         text = rows[0].content if rows and rows[0].id == user_message_id else ""
+    else:  # StartRun: the run's own message is not stored yet; one round trip for the rest
+        conv, first_page = await conversations.get_with_turns(
+            conn, conversation_id, user_message_id, PAGE
+        )
+    room = turn_room(budget, system_text(conv, budget) if conv is not None else "")
     own_room = max(room, budget.tokens // RESERVE_SHARE) - REPLY_OVERHEAD
     own = truncate(text, own_room - _cost(counter, "user", ""), counter)
     left = room - REPLY_OVERHEAD - _cost(counter, "user", own)
-    earlier, cut = await _window_cut(conn, conversation_id, user_message_id, left, counter)
+    earlier, cut = await _window_cut(
+        conn, conversation_id, user_message_id, left, counter, first_page
+    )
     out = [{"role": m.role, "content": m.content} for m in reversed(earlier)]
     return [*out, {"role": "user", "content": own}], cut
 

@@ -119,6 +119,40 @@ async def turns_before(
     return [MessageRow.of(r) for r in rows]
 
 
+async def get_with_turns(
+    conn: Conn, conversation_id: str, before_id: str | None, limit: int
+) -> tuple[ConversationRow | None, list[MessageRow]]:
+    """The conversation and its newest user/assistant messages before `before_id` (newest
+    first, at most `limit`) in one round trip: a run's start needs both on its critical path."""
+    rows = await conn.fetch(
+        "SELECT c.*, m.id AS m_id, m.run_id AS m_run_id, m.role AS m_role, "
+        "m.content AS m_content, m.tool_call_id AS m_tool_call_id, "
+        "m.created_at AS m_created_at FROM conversation c LEFT JOIN LATERAL ("
+        "SELECT * FROM message WHERE conversation_id = c.id AND role IN ('user', 'assistant') "
+        "AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3) m ON true "
+        "WHERE c.id = $1 ORDER BY m.id DESC",
+        conversation_id,
+        before_id,
+        limit,
+    )
+    if not rows:
+        return None, []
+    turns = [
+        MessageRow(
+            id=r["m_id"],
+            conversation_id=conversation_id,
+            run_id=r["m_run_id"],
+            role=r["m_role"],
+            content=r["m_content"],
+            tool_call_id=r["m_tool_call_id"],
+            created_at=r["m_created_at"],
+        )
+        for r in rows
+        if r["m_id"] is not None
+    ]
+    return ConversationRow.of(rows[0]), turns
+
+
 async def turns_between(
     conn: Conn, conversation_id: str, after_id: str, before_id: str | None, limit: int
 ) -> list[MessageRow]:
