@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 import jwt
 from aiohttp import web
-from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.auth import issue_token, verify_token
 from tether_common.errors import InvalidArgument, NotFound
@@ -191,6 +191,35 @@ async def get_run(request: web.Request) -> web.Response:
     return _json({"run": run_json(resp.run)})
 
 
+_RUN_STATUS_FILTER = {
+    "queued": resources_pb2.RUN_STATUS_QUEUED,
+    "running": resources_pb2.RUN_STATUS_RUNNING,
+    "interrupted": resources_pb2.RUN_STATUS_INTERRUPTED,
+    "completed": resources_pb2.RUN_STATUS_COMPLETED,
+    "failed": resources_pb2.RUN_STATUS_FAILED,
+    "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
+}
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
+    gw = state(request)
+    caller = _caller(request, gw, cookie=True)
+    status = request.query.get("status", "")
+    if status and status not in _RUN_STATUS_FILTER:
+        raise InvalidArgument(f"status must be one of {', '.join(_RUN_STATUS_FILTER)}")
+    req = rs.ListRunsRequest(
+        conversation_id=request.query.get("conversationId", ""),
+        status=_RUN_STATUS_FILTER.get(status, resources_pb2.RUN_STATUS_UNSPECIFIED),
+        page_size=page_size(request),
+        page_token=request.query.get("pageToken", ""),
+    )
+    resp = await gw.client().call("ListRuns", req, caller.token)
+    return _json(
+        {"runs": [run_json(r) for r in resp.runs], "nextPageToken": resp.next_page_token or None}
+    )
+
+
 async def resume_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw)
@@ -330,6 +359,7 @@ def add_routes(app: web.Application, *, dev: bool) -> None:
     app.router.add_get("/v1/conversations/{id}", get_conversation)
     app.router.add_get("/v1/conversations/{id}/messages", list_messages)
     app.router.add_post("/v1/conversations/{id}/runs", start_run)
+    app.router.add_get("/v1/runs", list_runs)
     app.router.add_get("/v1/runs/{id}", get_run)
     app.router.add_get("/v1/runs/{id}/events", run_events)
     app.router.add_post("/v1/runs/{id}/resume", resume_run)

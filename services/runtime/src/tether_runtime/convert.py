@@ -20,6 +20,8 @@ RUN_STATUS = {
     "failed": resources_pb2.RUN_STATUS_FAILED,
     "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
 }
+# RUN_STATUS_UNSPECIFIED (0) is absent: a filter that names no status.
+RUN_STATUS_NAME = {v: k for k, v in RUN_STATUS.items()}
 INTERRUPT_STATUS = {
     "pending": resources_pb2.INTERRUPT_STATUS_PENDING,
     "resolved": resources_pb2.INTERRUPT_STATUS_RESOLVED,

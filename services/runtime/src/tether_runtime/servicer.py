@@ -220,6 +220,25 @@ class RuntimeServicer:
 
         return await self._call(context, "ListAgents", run)
 
+    async def ListRuns(self, request: pb.ListRunsRequest, context: Any) -> pb.ListRunsResponse:
+        async def run(p: Principal) -> pb.ListRunsResponse:
+            views, token = await runs_api.list_runs(
+                self.e.pool,
+                p,
+                request.conversation_id,
+                # An enum value this runtime does not know is refused, not read as "any".
+                convert.RUN_STATUS_NAME.get(request.status, str(request.status))
+                if request.status
+                else "",
+                request.page_size,
+                request.page_token,
+            )
+            return pb.ListRunsResponse(
+                runs=[convert.run_pb(v) for v in views], next_page_token=token
+            )
+
+        return await self._call(context, "ListRuns", run)
+
     async def StreamRunEvents(
         self, request: pb.StreamRunEventsRequest, context: Any
     ) -> AsyncIterator[bytes]:

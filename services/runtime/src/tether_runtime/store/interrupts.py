@@ -52,6 +52,16 @@ async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:
     return InterruptRow.of(row) if row else None
 
 
+async def pending_for_runs(conn: Conn, run_ids: list[str]) -> dict[str, InterruptRow]:
+    """Each of these runs' pending interrupt (at most one per run), by run id."""
+    if not run_ids:
+        return {}
+    rows = await conn.fetch(
+        "SELECT * FROM interrupt WHERE run_id = ANY($1::text[]) AND status = 'pending'", run_ids
+    )
+    return {r["run_id"]: InterruptRow.of(r) for r in rows}
+
+
 async def lock_with_run(
     conn: Conn, run_id: str, interrupt_id: str | None = None
 ) -> tuple[RunRow | None, InterruptRow | None]:

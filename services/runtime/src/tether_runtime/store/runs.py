@@ -99,6 +99,40 @@ async def get(conn: Conn, run_id: str) -> RunRow | None:
     return RunRow.of(row) if row else None
 
 
+# A listing's columns: the checkpoint reduced to the usage figures a RunView reads, so a page of
+# runs does not detoast every run's whole transcript.
+_LISTED = (
+    "id, conversation_id, user_id, user_message_id, agent, status, lease_owner, lease_epoch, "
+    "cancel_requested, cancel_reason, last_sequence, step_streamed, trace_context, attempts, "
+    "created_at, updated_at, jsonb_build_object('input_tokens', input_tokens, 'output_tokens', "
+    "output_tokens, 'steps', checkpoint->'steps') AS checkpoint"
+)
+
+
+async def list_for_user(
+    conn: Conn,
+    user_id: str,
+    limit: int,
+    before_id: str | None,
+    *,
+    conversation_id: str | None = None,
+    status: str | None = None,
+) -> list[RunRow]:
+    """The user's runs, newest first, after the cursor `before_id` (a run id), optionally of one
+    conversation and one status."""
+    rows = await conn.fetch(
+        f"SELECT {_LISTED} FROM run WHERE user_id = $1 AND ($2::text IS NULL OR id < $2) "
+        "AND ($3::text IS NULL OR conversation_id = $3) AND ($4::text IS NULL OR status = $4) "
+        "ORDER BY id DESC LIMIT $5",
+        user_id,
+        before_id,
+        conversation_id,
+        status,
+        limit,
+    )
+    return [RunRow.of(r) for r in rows]
+
+
 async def lock(conn: Conn, run_id: str) -> RunRow | None:
     """The first lock of every path that moves a run and its interrupt (resume, cancel, expiry,
     raising or resolving an interrupt): the run row, then the interrupt, in one transaction. One
