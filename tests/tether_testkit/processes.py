@@ -125,9 +125,16 @@ def start_runtime(
 
 
 def start_gateway(
-    env: dict[str, str], runtime_target: str, *, name: str = "gateway", timeout: float = 30
+    env: dict[str, str],
+    runtime_target: str,
+    *,
+    name: str = "gateway",
+    timeout: float = 30,
+    port: int = 0,
 ) -> Proc:
-    port = free_port()
+    """`port` lets a gateway started after a kill take its predecessor's address, as a restarted
+    pod behind one service address would."""
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _spawn(
         name,

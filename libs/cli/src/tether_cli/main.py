@@ -8,7 +8,7 @@ import sys
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 
-from tether_cli import commands
+from tether_cli import commands, connect, runs
 
 EXIT_UNSAFE_SETTINGS = 2
 
@@ -73,7 +73,98 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--scope", required=True, help="e.g. payment-api/prod, payment-api/*, *")
     ls = ops.add_parser("list", help="print the grants as a table")
     ls.add_argument("--user", help="only this user's grants")
+    _add_chat(verbs)
+    _add_runs(verbs)
     return parser
+
+
+CHAT_EPILOG = """\
+interactive: type a prompt at `you>`; the answer streams as it comes, each step on a dim line.
+  A question is asked inline: an approval with y/n, a choice by number, a form field by field
+  (or one JSON object on a line), an unknown outcome with r(etry)/d(one)/a(bandon). Ctrl-C
+  during a run offers to cancel it; Ctrl-D leaves.
+
+scripts: without a terminal, prompts are read one per line from stdin and each question's answer
+  is the next line (the same words as above); --once sends one prompt and exits. Flags answer
+  every question of their kind without asking: --approve / --reject, --option, --fill,
+  --on-unknown. --json prints each event as one JSON line on stdout (the gateway's objects);
+  cards, questions and notices go to stderr.
+    tether chat --user alice --json --approve --once "restart the abnormal payment-api instance"
+    printf 'scale payment-api\\n{"replicas": 4}\\n' | tether chat --user alice
+
+exit status: 0 every run done; 1 a run failed (or the gateway stayed unreachable); 2 bad usage
+  or a refused request; 3 a run left waiting for an answer (input ended); 4 a run cancelled;
+  130 Ctrl-C."""
+
+
+def _add_chat(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    chat = verbs.add_parser(
+        "chat",
+        help="talk to an agent through the gateway: streamed answers, approvals inline",
+        description="An operator's terminal client over the gateway's HTTP API. A dropped "
+        "connection or a gateway restart is resumed after the last event shown (nothing is "
+        "shown twice).",
+        epilog=CHAT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    connect.add_arguments(chat)
+    chat.add_argument("--agent", default="", help="the agent to run (default: the gateway's)")
+    chat.add_argument(
+        "--conversation",
+        metavar="ID",
+        default="",
+        help="continue this conversation (its runs still going or waiting are shown first)",
+    )
+    chat.add_argument("--json", action="store_true", help="events as JSON lines on stdout")
+    chat.add_argument("--once", metavar="TEXT", help="send this one prompt, see its run through")
+    decide = chat.add_mutually_exclusive_group()
+    decide.add_argument("--approve", action="store_true", help="approve every confirm_action")
+    decide.add_argument("--reject", action="store_true", help="reject every confirm_action")
+    chat.add_argument(
+        "--option", metavar="VALUE", help="answer select_option: an option's value or number"
+    )
+    chat.add_argument(
+        "--fill", metavar="JSON", help="answer provide_input with this JSON object"
+    )
+    chat.add_argument(
+        "--on-unknown",
+        choices=["retry", "mark_done", "abandon"],
+        help="answer outcome_unknown (a write whose effect nobody knows)",
+    )
+    color = chat.add_mutually_exclusive_group()
+    color.add_argument("--color", dest="color", action="store_true", default=None)
+    color.add_argument("--no-color", dest="color", action="store_false")
+    chat.add_argument(
+        "--patience",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up reaching the gateway after this long (120); the run carries on",
+    )
+
+
+def _add_runs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    runs_p = verbs.add_parser("runs", help="get, list, cancel a run or read its events")
+    ops = runs_p.add_subparsers(dest="op", required=True, metavar="OP")
+    get = ops.add_parser("get", help="a run's state, with the question it waits on, if any")
+    get.add_argument("run_id", metavar="RUN_ID")
+    ls = ops.add_parser("list", help="your runs, newest first")
+    ls.add_argument("--conversation", metavar="ID", help="only this conversation's runs")
+    ls.add_argument("--status", choices=list(runs.STATUSES), help="only runs in this status")
+    ls.add_argument("--limit", type=int, default=20, help="at most this many (1-200, 20)")
+    ls.add_argument("--page-token", help="the next page, as a previous listing printed it")
+    cancel = ops.add_parser("cancel", help="cancel a queued, running or waiting run")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument("--reason", help="recorded with the run's cancelled event")
+    ev = ops.add_parser("events", help="a run's events: those so far, or --follow to its end")
+    ev.add_argument("run_id", metavar="RUN_ID")
+    ev.add_argument("--after", type=int, default=0, help="only events after this sequence")
+    ev.add_argument(
+        "--follow", action="store_true", help="keep following to the run's end (reconnecting)"
+    )
+    for p in (get, ls, cancel, ev):
+        connect.add_arguments(p)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     except UnsafeSettings as err:
         print(f"tether {args.verb}: {err.message}", file=sys.stderr)
         return EXIT_UNSAFE_SETTINGS
+    if args.verb in ("chat", "runs"):
+        return _speak_http(args, settings)
     if args.verb == "dev":
         from tether_cli.dev import run_dev
 
@@ -123,6 +216,44 @@ def main(argv: list[str] | None = None) -> int:
             getattr(args, "scope", None),
         )
     return commands.token(settings, args.user, args.ttl, args.scope)
+
+
+def _speak_http(args: argparse.Namespace, settings: Settings) -> int:
+    """`tether chat` and `tether runs`: clients of a gateway, not parts of the system."""
+    import json
+
+    try:
+        token = connect.bearer(args, settings)
+    except connect.NoCredentials as err:
+        print(f"tether {args.verb}: {err}", file=sys.stderr)
+        return 2
+    if args.verb == "runs":
+        return runs.run(runs.RunsOptions(args.url, token, as_json=args.json), args.op, args)
+    from tether_cli.chat import ChatOptions, run_chat
+    from tether_cli.chat_answers import Preset
+
+    fill = None
+    if args.fill is not None:
+        try:
+            fill = json.loads(args.fill)
+        except ValueError:
+            fill = None
+        if not isinstance(fill, dict):
+            print("tether chat: --fill takes a JSON object, e.g. '{\"replicas\": 4}'", file=sys.stderr)
+            return 2
+    confirm = "approve" if args.approve else "reject" if args.reject else None
+    opts = ChatOptions(
+        url=args.url,
+        token=token,
+        agent=args.agent,
+        conversation=args.conversation,
+        as_json=args.json,
+        once=args.once,
+        preset=Preset(confirm=confirm, option=args.option, fill=fill, unknown=args.on_unknown),
+        color=args.color,
+        patience_s=args.patience,
+    )
+    return run_chat(opts)
 
 
 if __name__ == "__main__":
