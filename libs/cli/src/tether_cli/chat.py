@@ -14,7 +14,7 @@ import contextlib
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
 
@@ -188,7 +188,9 @@ class Chat:
         await self.api.get_conversation(self.conversation)  # 404 now, not at the first prompt
         runs, _ = await self.api.list_runs(conversation_id=self.conversation, page_size=20)
         code = EXIT_OK
-        for run in reversed([r for r in runs if r["status"] in ("queued", "running", "interrupted")]):
+        for run in reversed(
+            [r for r in runs if r["status"] in ("queued", "running", "interrupted")]
+        ):
             self.view.notice(f"run {run['id']} is {run['status']}: showing it from its start")
             self.last = 0
             pending = (run.get("pendingInterrupt") or {}).get("id")
@@ -266,8 +268,8 @@ class Chat:
     async def _consume(
         self, run_id: str, opened: aiohttp.ClientResponse | None, pending_id: str | None
     ) -> tuple[Pause, Event | None]:
-        events: AsyncIterator[Event] = self.api.follow(run_id, self.last, opened)
-        async with contextlib.aclosing(events):  # type: ignore[type-var]
+        events: AsyncGenerator[Event, None] = self.api.follow(run_id, self.last, opened)
+        async with contextlib.aclosing(events):
             async for ev in events:
                 kind = ev.get("type")
                 if kind == "reset":

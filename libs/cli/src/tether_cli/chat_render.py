@@ -94,7 +94,9 @@ class Renderer:
         u = ev.get("usage") or {}
         steps = u.get("modelSteps", 0)
         tokens = f"{u.get('inputTokens', 0)} in / {u.get('outputTokens', 0)} out tokens"
-        self.line(self.style(f"  (done · {steps} model steps · {tokens} · {ev.get('runId')})", "dim"))
+        self.line(
+            self.style(f"  (done · {steps} model steps · {tokens} · {ev.get('runId')})", "dim")
+        )
         self._message = ""
 
     def card(self, ev: Event) -> None:

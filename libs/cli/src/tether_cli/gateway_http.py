@@ -6,10 +6,9 @@ the last sequence handed out, so no event is ever given twice and none is skippe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +67,15 @@ class Backoff:
 
 
 def describe(err: BaseException) -> str:
+    """A failure in a few words (the operator needs what happened, not aiohttp's internals)."""
     if isinstance(err, ApiError):
         return f"HTTP {err.status} {err.code}"
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return "cannot connect"
+    if isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return "the gateway dropped the connection"
+    if isinstance(err, TimeoutError):
+        return "no answer in time"
     text = str(err).strip()
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
@@ -141,7 +147,9 @@ class GatewayApi:
                 await asyncio.sleep(delay)
 
     async def create_conversation(self, title: str = "") -> dict[str, Any]:
-        _, body = await self._send("POST", "/v1/conversations", body={"title": title} if title else {})
+        _, body = await self._send(
+            "POST", "/v1/conversations", body={"title": title} if title else {}
+        )
         conversation: dict[str, Any] = body["conversation"]
         return conversation
 
@@ -247,7 +255,7 @@ class GatewayApi:
 
     async def follow(
         self, run_id: str, after: int, opened: aiohttp.ClientResponse | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The run's events after `after`, to its terminal event, across gateway restarts and
         dropped connections: each reconnect resumes after the last sequence handed out (and
         skips anything at or below it), with backoff; GaveUp past the patience. `opened` is a
@@ -299,7 +307,7 @@ class GatewayApi:
                     resp.close()
 
 
-async def sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[Event]:
+async def sse_events(resp: aiohttp.ClientResponse) -> AsyncGenerator[Event, None]:
     """The `data:` JSON of each SSE message of `resp`, as the spec splits them: lines end in LF,
     CRLF or CR, a blank line ends a message, `:` lines are comments, data lines join with LF."""
     buf = ""
@@ -342,14 +350,3 @@ class _Utf8:
 
     def feed(self, chunk: bytes) -> str:
         return str(self._dec.decode(chunk))
-
-
-@contextlib.asynccontextmanager
-async def gateway(
-    url: str, token: str, *, notice: Notice | None = None
-) -> AsyncIterator[GatewayApi]:
-    api = GatewayApi(url, token, notice=notice)
-    try:
-        yield api
-    finally:
-        await api.close()

@@ -123,9 +123,7 @@ def _add_chat(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     chat.add_argument(
         "--option", metavar="VALUE", help="answer select_option: an option's value or number"
     )
-    chat.add_argument(
-        "--fill", metavar="JSON", help="answer provide_input with this JSON object"
-    )
+    chat.add_argument("--fill", metavar="JSON", help="answer provide_input with this JSON object")
     chat.add_argument(
         "--on-unknown",
         choices=["retry", "mark_done", "abandon"],
@@ -239,7 +237,9 @@ def _speak_http(args: argparse.Namespace, settings: Settings) -> int:
         except ValueError:
             fill = None
         if not isinstance(fill, dict):
-            print("tether chat: --fill takes a JSON object, e.g. '{\"replicas\": 4}'", file=sys.stderr)
+            print(
+                "tether chat: --fill takes a JSON object, e.g. '{\"replicas\": 4}'", file=sys.stderr
+            )
             return 2
     confirm = "approve" if args.approve else "reject" if args.reject else None
     opts = ChatOptions(

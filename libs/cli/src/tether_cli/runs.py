@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,14 +139,18 @@ def event_summary(ev: dict[str, Any]) -> str:
         detail = f"{ev.get('interruptId')}: {ev.get('decision')}"
     elif kind == "done":
         u = ev.get("usage") or {}
-        detail = f"{u.get('modelSteps')} steps, {u.get('inputTokens')}/{u.get('outputTokens')} tokens"
+        detail = (
+            f"{u.get('modelSteps')} steps, {u.get('inputTokens')}/{u.get('outputTokens')} tokens"
+        )
     elif kind == "error":
         detail = f"{ev.get('code')}: {ev.get('message')}"
     elif kind == "cancelled":
         detail = str(ev.get("reason") or "")
     elif kind == "run_started":
         detail = str(ev.get("conversationId"))
-    return f"{ev.get('sequence', '-'):>5}  {ev.get('time') or '':<27}  {kind:<18}  {detail}".rstrip()
+    return (
+        f"{ev.get('sequence', '-'):>5}  {ev.get('time') or '':<27}  {kind:<18}  {detail}".rstrip()
+    )
 
 
 async def events(
@@ -156,8 +160,8 @@ async def events(
     until = None if follow else int((await api.get_run(run_id))["lastSequence"])
     if until is not None and until <= after:
         return 0
-    stream: AsyncIterator[dict[str, Any]] = api.follow(run_id, after)
-    async with contextlib.aclosing(stream):  # type: ignore[type-var]
+    stream: AsyncGenerator[dict[str, Any], None] = api.follow(run_id, after)
+    async with contextlib.aclosing(stream):
         async for ev in stream:
             print(json_line(ev) if opts.as_json else event_summary(ev), flush=True)
             if until is not None and int(ev.get("sequence") or 0) >= until:
