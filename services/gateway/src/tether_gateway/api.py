@@ -205,12 +205,12 @@ async def list_runs(request: web.Request) -> web.Response:
     """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
     gw = state(request)
     caller = _caller(request, gw, cookie=True)
-    status = request.query.get("status", "")
-    if status and status not in _RUN_STATUS_FILTER:
+    status = request.query.get("status")
+    if status is not None and status not in _RUN_STATUS_FILTER:
         raise InvalidArgument(f"status must be one of {', '.join(_RUN_STATUS_FILTER)}")
     req = rs.ListRunsRequest(
         conversation_id=request.query.get("conversationId", ""),
-        status=_RUN_STATUS_FILTER.get(status, resources_pb2.RUN_STATUS_UNSPECIFIED),
+        status=_RUN_STATUS_FILTER.get(status or "", resources_pb2.RUN_STATUS_UNSPECIFIED),
         page_size=page_size(request),
         page_token=request.query.get("pageToken", ""),
     )
