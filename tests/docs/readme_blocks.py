@@ -71,7 +71,9 @@ def parse(text: str) -> list[Block]:
             above -= 1
         if above >= 0 and (m := _MARKER.match(lines[above].strip())):
             marker, argument = m.group(1), m.group(2)
-        blocks.append(Block(fence.group(1).lower(), "\n".join(body) + "\n", start + 1, marker, argument))
+        blocks.append(
+            Block(fence.group(1).lower(), "\n".join(body) + "\n", start + 1, marker, argument)
+        )
         i += 1
     return blocks
 

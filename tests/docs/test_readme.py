@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from readme_blocks import Block, read
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +119,9 @@ def _approve(out: str) -> None:
     assert json.loads(lines[0]) == {"replayed": False, "status": "queued"}, out
     assert json.loads(lines[1])["replayed"] is True, out  # the double click: same answer
     events = _sse(out)
-    restarts = [e for e in events if e["type"] == "tool_finished" and e["tool"] == "restart_instance"]
+    restarts = [
+        e for e in events if e["type"] == "tool_finished" and e["tool"] == "restart_instance"
+    ]
     assert [e["status"] for e in restarts] == ["success"], events
     assert [e["decision"] for e in events if e["type"] == "interrupt_resolved"] == ["approved"]
     assert _types(out)[-1] == "done", out
@@ -151,12 +152,12 @@ def _grpc_python(out: str) -> None:
 
 # A block is found by a line it holds; each must match exactly one block that runs.
 CHECKS: dict[str, Callable[[str], None]] = {
-    "-d '{\"text\": \"show me the recent errors of payment-api\"}'": _read_only,
+    '-d \'{"text": "show me the recent errors of payment-api"}\'': _read_only,
     "jq .run.pendingInterrupt\n": _card,
     "for click in 1 2; do": _approve,
-    "\"$TETHER_URL/v1/conversations/$conv/runs\"\n": _nothing_left,
+    '"$TETHER_URL/v1/conversations/$conv/runs"\n': _nothing_left,
     "tether seed-demo --reset": _reset,
-    "\"$TETHER_URL/v1/conversations/$bot_conv/runs\"\n": _refused,
+    '"$TETHER_URL/v1/conversations/$bot_conv/runs"\n': _refused,
     "tether grants add --user billing-bot": _granted,
     "idempotency_key=str(uuid.uuid4())": _grpc_python,
 }

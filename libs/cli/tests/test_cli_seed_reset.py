@@ -34,7 +34,9 @@ async def _state(db) -> dict[str, object]:
             "SELECT count(*) FROM inv_error WHERE service = 'payment-api' AND env = 'prod'"
         ),
         "logs": await db.fetchval("SELECT count(*) FROM inv_log WHERE instance_id = $1", BAD),
-        "alice_may_restart": await policy.granted(db, "alice", "instance.restart", "payment-api/prod"),
+        "alice_may_restart": await policy.granted(
+            db, "alice", "instance.restart", "payment-api/prod"
+        ),
     }
 
 
@@ -64,11 +66,21 @@ async def test_reset_puts_the_demo_back_and_leaves_the_rest(base_env: dict[str, 
         "last_restart = now() WHERE id = $1",
         BAD,
     )
-    await db.execute("UPDATE inv_service SET replicas = 7 WHERE name = 'payment-api' AND env = 'prod'")
+    await db.execute(
+        "UPDATE inv_service SET replicas = 7 WHERE name = 'payment-api' AND env = 'prod'"
+    )
     await db.execute("DELETE FROM inv_error WHERE service = 'payment-api' AND env = 'prod' AND id IN "
                      "(SELECT id FROM inv_error WHERE service = 'payment-api' LIMIT 5)")  # fmt: skip
     revoked = await run_tether(
-        base_env, "grants", "revoke", "--user", "alice", "--action", "instance.restart", "--scope", "*"
+        base_env,
+        "grants",
+        "revoke",
+        "--user",
+        "alice",
+        "--action",
+        "instance.restart",
+        "--scope",
+        "*",
     )
     assert revoked.returncode == 0, revoked.stderr
     changed = await _state(db)
@@ -96,9 +108,9 @@ async def test_reset_puts_the_demo_back_and_leaves_the_rest(base_env: dict[str, 
         "abnormal"
     )
     assert await db.fetchval("SELECT count(*) FROM inv_service WHERE name = $1", other) == 1
-    assert await db.fetchval(
-        "SELECT count(*) FROM inv_operation WHERE idempotency_key = $1", key
-    ) == 1
+    assert (
+        await db.fetchval("SELECT count(*) FROM inv_operation WHERE idempotency_key = $1", key) == 1
+    )
 
 
 async def test_seed_demo_help_says_what_reset_does(base_env: dict[str, str]) -> None:

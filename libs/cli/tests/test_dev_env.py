@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tether_cli import dev_env
 
 ADDRS = dev_env.DevAddresses(
@@ -28,7 +27,7 @@ def test_sourced_by_bash_it_sets_the_addresses_and_puts_tether_on_path(tmp_path:
     assert env_file == tmp_path / "env"
     assert env_file.stat().st_mode & 0o777 == 0o600  # it holds a token
     script = (
-        f"source {env_file} && printf '%s\\n' \"$TETHER_URL\" \"$TETHER_GRPC_TARGET\" "
+        f'source {env_file} && printf \'%s\\n\' "$TETHER_URL" "$TETHER_GRPC_TARGET" '
         '"$TETHER_TOKEN" "$DATABASE_URL" "$REDIS_URL" "$TETHER_AGENTS" '
         '"${TETHER_DEV_EMBEDDED_REDIS_URL-unset}" && command -v tether'
     )

@@ -54,7 +54,9 @@ def seed_demo(settings: Settings, *, reset: bool = False) -> int:
         return 2
     log.info("demo data loaded", extra={"reset": reset, "agents": names})
     if reset:
-        print(f"demo reset: {', '.join(names) or 'no agents'} as first seeded; demo grants restored")
+        print(
+            f"demo reset: {', '.join(names) or 'no agents'} as first seeded; demo grants restored"
+        )
     return 0
 
 
