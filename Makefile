@@ -10,7 +10,7 @@ GEN_OUT := libs/common/src
 PROTOS := $(shell find proto -name '*.proto')
 GEN_STAMP := libs/common/src/tether/.generated
 
-.PHONY: setup gen lint fmt typecheck test run bench bench-quick chaos conformance clean buf-lint buf-breaking k8s-validate
+.PHONY: setup gen lint fmt typecheck test test-deps run token bench bench-quick chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
 
 setup: .venv/.synced node_modules/.installed
 
@@ -38,11 +38,17 @@ $(GEN_STAMP): $(PROTOS) .venv/.synced
 buf-lint: node_modules/.installed
 	npx buf lint
 
-# Breaking-change check against main (skipped only when there is no main to compare with yet).
+# The released wire API, as a buf image committed to the repository: every change is checked
+# against it, on any clone (a fresh CI clone has nothing else to compare with). A breaking change
+# goes into a new version package (tether.runtime.v2), never into v1. `make buf-baseline` writes
+# the image again: run it only when releasing (docs/DESIGN.md, "The wire API and its baseline").
+BUF_BASELINE := proto/baseline/tether-v1.binpb
+
 buf-breaking: node_modules/.installed
-	@if git rev-parse --verify -q origin/main >/dev/null; then npx buf breaking --against '.git#branch=origin/main'; \
-	elif git rev-parse --verify -q main >/dev/null && [ -n "$$(git ls-tree -r main --name-only proto)" ]; then npx buf breaking --against '.git#branch=main'; \
-	else echo "buf breaking: no main branch with protos to compare against"; fi
+	npx buf breaking --against $(BUF_BASELINE)
+
+buf-baseline: node_modules/.installed
+	npx buf build --exclude-source-info -o $(BUF_BASELINE)
 
 lint: gen buf-lint buf-breaking
 	$(PY) ruff check .
@@ -56,11 +62,22 @@ fmt: .venv/.synced
 	$(PY) ruff check --fix .
 	$(PY) ruff format .
 
-test: gen node_modules/.installed
+# Everything the tests need that is not Python or Node: Chromium for the browser tests (installed
+# when root or passwordless sudo can; otherwise it stops before any test with the command to run).
+test-deps:
+	@$(CURDIR)/.ci/ensure_chromium
+
+test: test-deps gen node_modules/.installed
 	$(PY) pytest -q
 
 run: gen
 	$(PY) tether dev
+
+# A bearer token without uv on PATH: `make token USER=alice` (SCOPE=service for a service).
+TOKEN_FOR := $(if $(filter command line,$(origin USER)),$(USER),alice)
+SCOPE ?= user
+token: .venv/.synced
+	@$(CURDIR)/.venv/bin/tether token --user $(TOKEN_FOR) --scope $(SCOPE)
 
 # Benchmarks (bench/README.md): real processes, a separate load generator, one JSON document.
 # Stores: TETHER_BENCH_DATABASE_URL (admin DSN), TETHER_BENCH_REDIS_URL.

@@ -12,7 +12,7 @@ import asyncpg
 from tether_sdk import Agent, Host, Limits, ScriptedModel
 
 from tether_opspilot import policy, tools
-from tether_opspilot.seed import seed_inventory
+from tether_opspilot.seed import reset_inventory, seed_inventory
 
 
 async def _json_codecs(conn: asyncpg.Connection) -> None:
@@ -53,4 +53,5 @@ agent = Agent(
     migrations="tether_opspilot:migrations",
     lifespan=inventory_pool,
     seed=seed_inventory,
+    reset=reset_inventory,
 )

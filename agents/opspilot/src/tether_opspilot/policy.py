@@ -129,6 +129,13 @@ def _restart(
     # Whatever was attempted after the lookup (a restart, or a call the gate blocked) ends it.
     restarts = [r for r in results if r["tool"] not in ("find_instances", *QUESTIONS)]
     if restarts:
+        if not instance:  # found by the lookup ("the abnormal one"), or picked by a person
+            chosen = [r for r in results if r["tool"] == "select_option"]
+            finds = [r for r in results if r["tool"] == "find_instances"]
+            if chosen and chosen[-1]["outcome"] == "answered":
+                instance = str(chosen[-1]["data"]["option"])
+            elif finds and len(finds[-1]["data"].get("instances", [])) == 1:
+                instance = finds[-1]["data"]["instances"][0]["id"]
         return _after_mutation(restarts[-1], f"instance {instance or 'it'}")
     picked = [r for r in results if r["tool"] == "select_option"]
     if picked and picked[-1]["outcome"] != "answered":

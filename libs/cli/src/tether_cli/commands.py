@@ -34,17 +34,29 @@ def migrate(settings: Settings) -> int:
     return 0
 
 
-def seed_demo(settings: Settings) -> int:
+def seed_demo(settings: Settings, *, reset: bool = False) -> int:
+    """`tether seed-demo [--reset]`: each configured agent's demo data and the demo grants
+    (the mailer's too, when the mailer example is loaded)."""
     from tether_runtime.agents import AgentLoadError
+    from tether_runtime.provision import configured_agents
     from tether_runtime.provision import seed_demo as seed
+
+    from tether_cli import demo_mailer
 
     setup_logging("tether-seed", settings.log_level)
     try:
-        asyncio.run(seed(settings.database_url, settings))
+        names = [a.name for a in configured_agents(settings)]
+        asyncio.run(seed(settings.database_url, settings, reset=reset))
+        if "mailer" in names:
+            asyncio.run(demo_mailer.grant(settings.database_url))
     except AgentLoadError as err:
         print(f"tether seed-demo: {err}", file=sys.stderr)
         return 2
-    log.info("demo data loaded")
+    log.info("demo data loaded", extra={"reset": reset, "agents": names})
+    if reset:
+        print(
+            f"demo reset: {', '.join(names) or 'no agents'} as first seeded; demo grants restored"
+        )
     return 0
 
 

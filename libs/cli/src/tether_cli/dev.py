@@ -24,7 +24,7 @@ from typing import IO
 from tether_common.config import Settings
 from tether_common.logging import setup_logging
 
-from tether_cli import demo_mailer
+from tether_cli import demo_mailer, dev_env
 from tether_cli.demo_mailer import MailerDemo
 from tether_cli.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedStoreError
 from tether_cli.supervisor import Supervisor
@@ -104,6 +104,10 @@ def run_dev(settings: Settings) -> int:
         with _exclusive(dev_dir), contextlib.ExitStack() as stack:
             stack.callback(print, "Tether stopped.", flush=True)
             try:
+                dev_env.remove(dev_dir)  # an earlier `tether dev` killed with -9 left it
+                for name in dev_env.forget_stale(os.environ):
+                    print(f"tether dev: ignoring {name}: it names the embedded store of an "
+                          "earlier `tether dev` (from a sourced env file)", file=sys.stderr)  # fmt: skip
                 stores = _start_stores(dev_dir, stack)
                 # Before migrate and seed: they, and every child, load the agents it names.
                 mailer = demo_mailer.configure(os.environ)

@@ -18,7 +18,17 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     verbs.add_parser("dev", help="the whole system here: embedded stores, migrate, seed, services")
     verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
-    verbs.add_parser("seed-demo", help="load the OpsPilot demo inventory and grants (idempotent)")
+    seed = verbs.add_parser(
+        "seed-demo",
+        help="load each agent's demo data and the demo users' grants (idempotent)",
+        description="Without --reset, missing demo rows and grants are added and nothing else "
+        "changes. With --reset, each agent's demo data is put back as first seeded (OpsPilot: "
+        "payment-api-2 abnormal again, replicas, fresh errors and logs) and the demo grants "
+        "are restored; other rows and grants stay.",
+    )
+    seed.add_argument(
+        "--reset", action="store_true", help="put the demo back as first seeded (try it again)"
+    )
     ag = verbs.add_parser(
         "agents", help="list the agents this configuration loads, their tools and effects"
     )
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "migrate":
         return commands.migrate(settings)
     if args.verb == "seed-demo":
-        return commands.seed_demo(settings)
+        return commands.seed_demo(settings, reset=args.reset)
     if args.verb == "agents":
         return commands.agents(settings, as_json=args.json)
     if args.verb in ("runtime", "gateway"):

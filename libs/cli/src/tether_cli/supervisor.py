@@ -14,6 +14,7 @@ import aiohttp
 from tether_common.auth import issue_token
 from tether_common.config import Settings
 
+from tether_cli import dev_env
 from tether_cli.demo_mailer import MailerDemo
 from tether_cli.embedded import EmbeddedPostgres, EmbeddedRedis
 from tether_cli.embedded._process import die_with_parent, free_port, port_is_free
@@ -27,15 +28,17 @@ SERVICES = ("runtime", "gateway")
 MAIL_SINK = "mail-sink"
 
 
-def listen_addr(name: str, default: str) -> str:
-    """The address from the environment, else the default if it is free, else a free port."""
+def listen_addr(name: str, default: str) -> tuple[str, bool]:
+    """The address from the environment, else the default if it is free, else a free port; and
+    whether the default was busy (then every example that names it is wrong, which `tether dev`
+    says loudly)."""
     configured = os.environ.get(name)
     if configured:
-        return configured
+        return configured, False
     host, _, port = default.rpartition(":")
     if port_is_free(host, int(port)):
-        return default
-    return f"{host}:{free_port(host)}"
+        return default, False
+    return f"{host}:{free_port(host)}", True
 
 
 def http_url(addr: str) -> str:
@@ -60,8 +63,16 @@ class Supervisor:
         self.mailer = mailer
         self.embedded = embedded
         self.dev_dir = dev_dir
-        self.grpc_addr = listen_addr("TETHER_GRPC_ADDR", Settings.grpc_addr)
-        self.http_addr = listen_addr("TETHER_HTTP_ADDR", Settings.http_addr)
+        self.grpc_addr, grpc_moved = listen_addr("TETHER_GRPC_ADDR", Settings.grpc_addr)
+        self.http_addr, http_moved = listen_addr("TETHER_HTTP_ADDR", Settings.http_addr)
+        self.moved = [
+            (what, default, addr)
+            for what, default, addr, moved in (
+                ("gateway (HTTP)", Settings.http_addr, self.http_addr, http_moved),
+                ("runtime (gRPC)", Settings.grpc_addr, self.grpc_addr, grpc_moved),
+            )
+            if moved
+        ]
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url,
@@ -106,6 +117,7 @@ class Supervisor:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await self._kill_all()
+            dev_env.remove(self.dev_dir)
 
     async def _spawn(self, name: str) -> asyncio.subprocess.Process:
         return await self._spawn_python(name, ("-m", "tether_cli.main", name))
@@ -152,6 +164,21 @@ class Supervisor:
     def _announce(self) -> None:
         token = issue_token(self.settings.jwt_secret, DEV_USER, ttl_s=DEV_TOKEN_TTL_S)
         url = http_url(self.http_addr)
+        env_file = dev_env.write(
+            self.dev_dir,
+            dev_env.DevAddresses(
+                url=url,
+                grpc_target=self.grpc_addr,
+                token=token,
+                database_url=self.env["DATABASE_URL"],
+                redis_url=self.env["REDIS_URL"],
+                embedded_database=any(isinstance(s, EmbeddedPostgres) for s in self.embedded),
+                embedded_redis=any(isinstance(s, EmbeddedRedis) for s in self.embedded),
+            ),
+            self.env,
+        )
+        for what, default, addr in self.moved:
+            print(dev_env.busy_warning(what, default, addr, env_file), file=sys.stderr, flush=True)
         stores = (
             f"  Postgres   {self.env['DATABASE_URL']} (embedded, data in {self.dev_dir}/postgres)\n"
             if any(isinstance(s, EmbeddedPostgres) for s in self.embedded)
@@ -169,8 +196,12 @@ class Supervisor:
             f"{self.mailer.announce() if self.mailer is not None else ''}"
             f"  Dev token for user {DEV_USER} (7 days):\n"
             f"export TETHER_TOKEN={token}\n"
+            f"export TETHER_URL={url} TETHER_GRPC_TARGET={self.grpc_addr}\n"
+            f"  In another terminal, `source {dev_env.shown(env_file)}` sets TETHER_URL, "
+            "TETHER_GRPC_TARGET, TETHER_TOKEN, DATABASE_URL, REDIS_URL\n"
+            "  and puts `tether` on PATH; the README's examples use them.\n"
             f'  Try: curl -s -X POST -H "Authorization: Bearer $TETHER_TOKEN" '
-            f"-H 'Content-Type: application/json' -d '{{}}' {url}/v1/conversations\n"
+            f"-H 'Content-Type: application/json' -d '{{}}' $TETHER_URL/v1/conversations\n"
             "Press Ctrl-C to stop.\n",
             flush=True,
         )

@@ -74,7 +74,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Host:
-    """What the runtime tells an agent's `lifespan` and `seed` about where it runs."""
+    """What the runtime tells an agent's `lifespan`, `seed` and `reset` about where it runs."""
 
     database_url: str
     """Tether's database, where `tether migrate` created the agent's own tables."""
@@ -99,6 +99,9 @@ class Agent:
     `ctx.state` in every tool call (a connection pool, an API client), closed at shutdown."""
     seed: Callable[[Any], Awaitable[None]] | None = None
     """Loads demo data (given `ctx.state`); `tether seed-demo` runs it. Must be idempotent."""
+    reset: Callable[[Any], Awaitable[None]] | None = None
+    """Puts the demo data back as `seed` first made it (given `ctx.state`), undoing what runs
+    changed since: `tether seed-demo --reset` runs it (an agent without one is seeded again)."""
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

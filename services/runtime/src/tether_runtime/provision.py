@@ -38,17 +38,20 @@ async def migrate_all(dsn: str, config: Config = None) -> list[str]:
     return await migrate(dsn, [(a.name, a.migrations) for a in agents if a.migrations])
 
 
-async def seed_demo(dsn: str, config: Config = None) -> None:
-    """Idempotent: run it as often as you like."""
+async def seed_demo(dsn: str, config: Config = None, *, reset: bool = False) -> None:
+    """Idempotent: run it as often as you like. With `reset` (`tether seed-demo --reset`), each
+    agent's `reset` puts its demo data back as first seeded (an agent without one is seeded
+    again), and the demo grants are restored if someone revoked them."""
     host = Host(database_url=dsn)
     for agent in configured_agents(config):
-        if agent.seed is None:
+        load = (agent.reset or agent.seed) if reset else agent.seed
+        if load is None:
             continue
         if agent.lifespan is None:
-            await agent.seed(None)
+            await load(None)
             continue
         async with agent.lifespan(host) as state:
-            await agent.seed(state)
+            await load(state)
     conn = await asyncpg.connect(dsn)
     try:
         for user, action, scope in DEMO_GRANTS:
