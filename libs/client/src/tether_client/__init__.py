@@ -1,0 +1,1 @@
+"""Tether client."""
