@@ -35,8 +35,10 @@ def channel_target(target: str) -> str:
     """`host:port` with a DNS name becomes `dns:///host:port` so every resolved pod gets calls."""
     if "://" in target or target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
         return target
-    host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
-    host = host.strip("[]")
+    if target.startswith("["):  # [v6 address]:port
+        host = target[1:].split("]", 1)[0]
+    else:
+        host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
     try:
         ipaddress.ip_address(host)
     except ValueError:
