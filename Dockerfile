@@ -28,6 +28,7 @@ WORKDIR /src
 
 # 1) Third-party dependencies only, from the lock file (cached until uv.lock or a pyproject changes).
 COPY pyproject.toml uv.lock ./
+COPY libs/client/pyproject.toml libs/client/pyproject.toml
 COPY libs/common/pyproject.toml libs/common/pyproject.toml
 COPY libs/cli/pyproject.toml libs/cli/pyproject.toml
 COPY services/runtime/pyproject.toml services/runtime/pyproject.toml
@@ -44,32 +45,21 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace --package tether-cli --package tether-opspilot \
       ${SKIP_PACKAGES}
 
-# 2) Code generator: grpcio-tools is a dev dependency, so it goes into a throwaway venv at the
-#    exact versions in uv.lock (the generated code must match the protobuf runtime).
-RUN --mount=type=cache,target=/root/.cache/uv \
-    uv export --frozen --only-group dev --no-hashes --no-emit-workspace --no-annotate --no-header \
-      | grep -E '^(grpcio-tools|grpcio|protobuf|setuptools)==' > /tmp/gen-requirements.txt \
- && grep -q '^grpcio-tools==' /tmp/gen-requirements.txt \
- && uv venv /opt/protoc \
- && uv pip install --python /opt/protoc/bin/python -r /tmp/gen-requirements.txt
-
-# 3) Sources, generated protobuf code, then the workspace packages as real (non-editable) installs.
+# 2) Sources, then the workspace packages as real (non-editable) installs. tether-client's wheel
+#    build (libs/client/hatch_build.py) generates the protobuf/gRPC code from proto/ with the
+#    grpcio-tools its [build-system] pins, so there is no separate generator step.
 COPY proto proto
 COPY libs libs
 COPY services services
 # OpsPilot, the demo agent (found through its entry point); your own agents install the same way.
 COPY agents agents
-RUN rm -rf libs/common/src/tether \
- && /opt/protoc/bin/python -m grpc_tools.protoc -Iproto \
-      --python_out=libs/common/src --pyi_out=libs/common/src --grpc_python_out=libs/common/src \
-      $(find proto -name '*.proto') \
- && test -f libs/common/src/tether/runtime/v1/runtime_service_pb2_grpc.py
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable --package tether-cli --package tether-opspilot \
       ${SKIP_PACKAGES}
 
-# Fail the build, not the pod, if the entry point cannot import.
-RUN /app/.venv/bin/tether --help >/dev/null
+# Fail the build, not the pod, if the entry point or the generated code cannot import.
+RUN /app/.venv/bin/tether --help >/dev/null \
+ && /app/.venv/bin/python -c "import tether.runtime.v1.runtime_service_pb2_grpc"
 
 ############################ base (shared by both targets) ############################
 FROM ${PYTHON_IMAGE} AS base

@@ -6,9 +6,11 @@ UV_LOCAL := $(CURDIR)/.tools/uv/bin/uv
 UV ?= $(or $(shell command -v uv 2>/dev/null),$(UV_LOCAL))
 UV_BOOTSTRAP := $(filter $(UV_LOCAL),$(UV))
 PY := $(UV) run --frozen
-GEN_OUT := libs/common/src
+# The generated code ships in tether-client (libs/client), whose wheel build (hatch_build.py)
+# runs the same generator; `make gen` writes it into the source tree for the workspace.
+GEN_OUT := libs/client/src
 PROTOS := $(shell find proto -name '*.proto')
-GEN_STAMP := libs/common/src/tether/.generated
+GEN_STAMP := libs/client/src/tether/.generated
 
 .PHONY: setup gen lint fmt typecheck test test-deps run token bench bench-quick chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
 
@@ -33,7 +35,7 @@ $(GEN_STAMP): $(PROTOS) .venv/.synced
 	rm -rf $(GEN_OUT)/tether
 	$(PY) python -m grpc_tools.protoc -Iproto --python_out=$(GEN_OUT) --pyi_out=$(GEN_OUT) \
 		--grpc_python_out=$(GEN_OUT) $(PROTOS)
-	@touch $@
+	@touch $(GEN_OUT)/tether/runtime/v1/py.typed $@
 
 buf-lint: node_modules/.installed
 	npx buf lint
@@ -56,7 +58,7 @@ lint: gen buf-lint buf-breaking
 	$(MAKE) --no-print-directory typecheck
 
 typecheck: gen
-	$(PY) mypy libs/common/src/tether_common libs/cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer services/runtime/src/tether_runtime services/gateway/src/tether_gateway
+	$(PY) mypy libs/client/src/tether_client libs/common/src/tether_common libs/cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer services/runtime/src/tether_runtime services/gateway/src/tether_gateway
 
 fmt: .venv/.synced
 	$(PY) ruff check --fix .

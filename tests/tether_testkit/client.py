@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import grpc
 from tether.runtime.v1 import events_pb2, runtime_service_pb2_grpc
 from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether_client.errors import reason_of
 from tether_common.auth import issue_token
 from tether_common.event_json import event_type
 
@@ -114,13 +115,4 @@ def assert_dense(evs: list[events_pb2.RunEvent], start: int = 1) -> None:
 
 def reason(err: grpc.aio.AioRpcError) -> str:
     """The ErrorInfo reason carried in the status details."""
-    from google.rpc import error_details_pb2, status_pb2
-
-    for key, value in err.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info):
-                    return str(info.reason)
-    return ""
+    return reason_of(err) or ""

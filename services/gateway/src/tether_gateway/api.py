@@ -79,7 +79,7 @@ async def create_conversation(request: web.Request) -> web.Response:
     caller = _caller(request, gw)
     data = await _body(request, gw, CREATE_CONVERSATION)
     req = rs.CreateConversationRequest(title=data.get("title", ""))
-    resp = await gw.client().call("CreateConversation", req, caller.token)
+    resp = await gw.client().create_conversation(req, caller.token)
     return _json({"conversation": conversation_json(resp.conversation)}, 201)
 
 
@@ -89,7 +89,7 @@ async def list_conversations(request: web.Request) -> web.Response:
     req = rs.ListConversationsRequest(
         page_size=page_size(request), page_token=request.query.get("pageToken", "")
     )
-    resp = await gw.client().call("ListConversations", req, caller.token)
+    resp = await gw.client().list_conversations(req, caller.token)
     return _json(
         {
             "conversations": [conversation_json(c) for c in resp.conversations],
@@ -102,7 +102,7 @@ async def get_conversation(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw, cookie=True)
     req = rs.GetConversationRequest(conversation_id=request.match_info["id"])
-    resp = await gw.client().call("GetConversation", req, caller.token)
+    resp = await gw.client().get_conversation(req, caller.token)
     return _json({"conversation": conversation_json(resp.conversation)})
 
 
@@ -114,7 +114,7 @@ async def list_messages(request: web.Request) -> web.Response:
         page_size=page_size(request, default=100, maximum=500),
         page_token=request.query.get("pageToken", ""),
     )
-    resp = await gw.client().call("ListMessages", req, caller.token)
+    resp = await gw.client().list_messages(req, caller.token)
     return _json(
         {
             "messages": [message_json(m) for m in resp.messages],
@@ -151,7 +151,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     if opened is not None:
         run, replayed = opened.first.run, opened.first.replayed
     else:
-        resp = await gw.client().call("StartRun", rs.StartRunRequest(**fields), caller.token)
+        resp = await gw.client().start_run(rs.StartRunRequest(**fields), caller.token)
         run, replayed = resp.run, resp.replayed
     location = f"/v1/runs/{run.id}"
     if opened is not None:
@@ -187,7 +187,7 @@ async def get_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw, cookie=True)
     req = rs.GetRunRequest(run_id=request.match_info["id"])
-    resp = await gw.client().call("GetRun", req, caller.token)
+    resp = await gw.client().get_run(req, caller.token)
     return _json({"run": run_json(resp.run)})
 
 
@@ -235,7 +235,7 @@ async def resume_run(request: web.Request) -> web.Response:
         input=_answer_text(data, fill),
         idempotency_key=data["idempotencyKey"],
     )
-    resp = await gw.client().call("ResumeRun", req, caller.token)
+    resp = await gw.client().resume_run(req, caller.token)
     return _json({"run": run_json(resp.run), "replayed": resp.replayed}, 202)
 
 
@@ -259,7 +259,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     caller = _caller(request, gw)
     data = await _body(request, gw, CANCEL_RUN)
     req = rs.CancelRunRequest(run_id=request.match_info["id"], reason=data.get("reason", ""))
-    resp = await gw.client().call("CancelRun", req, caller.token)
+    resp = await gw.client().cancel_run(req, caller.token)
     run = run_json(resp.run)
     # 200: the run is cancelled now. 202: a worker holds it (e.g. an approval won the race and
     # the run is running again); the cancel is recorded and ends it at the worker's next step.
@@ -272,7 +272,7 @@ async def stream_token(request: web.Request) -> web.Response:
     caller = _caller(request, gw)
     run_id = request.match_info["id"]
     # Only a caller who may read the run gets a token for it (404/403 come from the runtime).
-    await gw.client().call("GetRun", rs.GetRunRequest(run_id=run_id), caller.token)
+    await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
     ttl = STREAM_TOKEN_TTL_S
     token = issue_token(
         gw.settings.jwt_secret, caller.principal.user_id, ttl_s=ttl, scope="stream", run_id=run_id
@@ -305,7 +305,7 @@ async def _open_events(request: web.Request, gw: GatewayState) -> tuple[str, str
     if p.scope == "stream" and p.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
     after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
-    resp = await gw.client().call("GetRun", rs.GetRunRequest(run_id=run_id), caller.token)
+    resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
     if is_finished(resp.run, after):
         return None
     # A resume point ahead of the run gets a `reset` built for it: a dedicated stream. Any

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 import grpc
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from google.rpc import error_details_pb2, status_pb2
+from tether_client.errors import reason_of
 from tether_common.errors import STATUS_BY_REASON, TetherError
 from tether_common.redaction import redact
 
 log = logging.getLogger(__name__)
-
-_DETAILS_KEY = "grpc-status-details-bin"
 
 # A gRPC error without an ErrorInfo reason is mapped by its canonical code alone.
 _REASON_BY_CODE: dict[grpc.StatusCode, str] = {
@@ -48,24 +45,6 @@ _CODE_BY_HTTP = {
     415: "UNSUPPORTED_MEDIA_TYPE",
     429: "RATE_LIMITED",
 }
-
-
-def reason_of(err: grpc.aio.AioRpcError) -> str | None:
-    """The ErrorInfo reason from the trailing `grpc-status-details-bin`, if the runtime sent one."""
-    metadata: Any = err.trailing_metadata() or ()
-    for key, value in metadata:
-        if key != _DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        try:
-            status = status_pb2.Status.FromString(value)
-        except Exception:  # noqa: BLE001 - a malformed detail is just no detail
-            return None
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                return info.reason or None
-    return None
 
 
 class UpstreamError(TetherError):

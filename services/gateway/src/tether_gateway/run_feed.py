@@ -18,11 +18,11 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
-from tether.runtime.v1 import resources_pb2
+from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
 from tether_gateway.runtime_client import OpenedRun, follow_events
@@ -162,11 +162,11 @@ class RunFeed:
                     self.close()
                     return
 
-    def _deliver(self, events: object) -> bool:
+    def _deliver(self, events: Sequence[events_pb2.RunEvent]) -> bool:
         """Encode a batch once, keep it in the ring, fan it out. True after the terminal event."""
         frames: list[tuple[int, bytes]] = []
         end = False
-        for ev in events:  # type: ignore[attr-defined]
+        for ev in events:
             kind = ev.WhichOneof("event")
             if kind == "reset":
                 # The feed's position was not in the log (retention): every follower redraws from

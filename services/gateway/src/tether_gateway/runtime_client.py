@@ -1,92 +1,106 @@
-"""The gateway's gRPC channel to the runtime: load-balanced, kept alive, unary calls bounded."""
+"""The gateway's gRPC channel to the runtime, on tether_client: its channel settings (round_robin,
+keepalive, message size) and its typed calls (`RuntimeApi`). The gateway keeps its own policy:
+each call forwards the browser's bearer token, unary calls get the gateway's deadline, and a
+failed call stays a `grpc.aio.AioRpcError` for the error middleware to map to HTTP."""
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import json
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tether.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_client import channel as client_channel
+from tether_client.rpc import EOF_MARK, EventCall, RuntimeApi, StartStreamCall
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
 
 UNARY_DEADLINE_S = 5.0
 HEALTH_DEADLINE_S = 1.0
-# Pings every 30 s keep NATs and idle SSE-backing streams alive; the runtime's server accepts
-# pings this often (grpc.http2.min_ping_interval_without_data_ms <= 30 s), else it would GOAWAY.
-KEEPALIVE_TIME_MS = 30_000
-KEEPALIVE_TIMEOUT_MS = 10_000
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
-# What a stream's read() returns at its end (the typing stubs do not know it).
-_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
-
-_SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
-
-
-def channel_target(target: str) -> str:
-    """`host:port` with a DNS name becomes `dns:///host:port` so every resolved pod gets calls."""
-    if "://" in target or target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
-        return target
-    host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return f"dns:///{target}"
-    return target
-
-
-def channel_options() -> Sequence[tuple[str, Any]]:
-    return (
-        ("grpc.service_config", _SERVICE_CONFIG),
-        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.keepalive_permit_without_calls", 0),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.enable_retries", 1),
-    )
+Metadata = tuple[tuple[str, str], ...]
 
 
 class RuntimeClient:
-    """The stubs the handlers use, and the metadata that forwards the caller's bearer token."""
+    """Typed calls with the metadata that forwards the caller's bearer token."""
 
     def __init__(self, channel: grpc.aio.Channel, deadline_s: float = UNARY_DEADLINE_S) -> None:
         self.channel = channel
         self.deadline_s = deadline_s
-        self.stub: Any = runtime_service_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+        self.api = RuntimeApi(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
 
     @staticmethod
-    def metadata(token: str) -> tuple[tuple[str, str], ...]:
+    def metadata(token: str) -> Metadata:
         # The current trace (the browser's request) continues in the runtime.
         return (("authorization", f"Bearer {token}"), *inject_carrier().items())
 
-    async def call(self, method: str, request: Any, token: str) -> Any:
-        """One unary RPC by name, with the caller's token and the gateway's deadline."""
-        rpc = getattr(self.stub, method)
-        return await rpc(request, metadata=self.metadata(token), timeout=self.deadline_s)
-
-    async def list_agents(self, token: str) -> runtime_service_pb2.ListAgentsResponse:
-        resp: runtime_service_pb2.ListAgentsResponse = await self.call(
-            "ListAgents", runtime_service_pb2.ListAgentsRequest(), token
+    async def create_conversation(
+        self, request: rs.CreateConversationRequest, token: str
+    ) -> rs.CreateConversationResponse:
+        return await self.api.create_conversation(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
         )
-        return resp
 
-    def stream_events(self, request: Any, token: str) -> Any:
+    async def get_conversation(
+        self, request: rs.GetConversationRequest, token: str
+    ) -> rs.GetConversationResponse:
+        return await self.api.get_conversation(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def list_conversations(
+        self, request: rs.ListConversationsRequest, token: str
+    ) -> rs.ListConversationsResponse:
+        return await self.api.list_conversations(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def list_messages(
+        self, request: rs.ListMessagesRequest, token: str
+    ) -> rs.ListMessagesResponse:
+        return await self.api.list_messages(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def start_run(self, request: rs.StartRunRequest, token: str) -> rs.StartRunResponse:
+        return await self.api.start_run(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def resume_run(self, request: rs.ResumeRunRequest, token: str) -> rs.ResumeRunResponse:
+        return await self.api.resume_run(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def get_run(self, request: rs.GetRunRequest, token: str) -> rs.GetRunResponse:
+        return await self.api.get_run(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def cancel_run(self, request: rs.CancelRunRequest, token: str) -> rs.CancelRunResponse:
+        return await self.api.cancel_run(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def list_agents(self, token: str) -> rs.ListAgentsResponse:
+        return await self.api.list_agents(
+            rs.ListAgentsRequest(), metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    def stream_events(self, request: rs.StreamRunEventsRequest, token: str) -> EventCall:
         # No deadline: the stream lives as long as the run; keepalive detects dead peers.
-        return self.stub.StreamRunEvents(request, metadata=self.metadata(token))
+        return self.api.stream_run_events(request, metadata=self.metadata(token))
 
-    async def start_run_streaming(self, request: Any, token: str) -> OpenedRun:
+    async def start_run_streaming(
+        self, request: rs.StartRunAndStreamEventsRequest, token: str
+    ) -> OpenedRun:
         """StartRunAndStreamEvents up to its first message (the run as started), within the
         unary deadline; the call then streams on without one, as StreamRunEvents does."""
-        call = self.stub.StartRunAndStreamEvents(request, metadata=self.metadata(token))
+        call = self.api.start_run_and_stream_events(request, metadata=self.metadata(token))
         try:
             async with asyncio.timeout(self.deadline_s):
                 first = await call.read()
@@ -96,8 +110,9 @@ class RuntimeClient:
         except BaseException:
             call.cancel()
             raise
-        if first is _EOF:  # a runtime never ends this call before its first message
+        if first is EOF_MARK:  # a runtime never ends this call before its first message
             raise Unavailable("the runtime ended the call before starting the run")
+        assert isinstance(first, rs.StartRunAndStreamEventsResponse)
         return OpenedRun(first, call)
 
     async def serving(self) -> bool:
@@ -111,15 +126,16 @@ class RuntimeClient:
 
 
 def open_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(channel_target(target), options=channel_options())
+    """tether_client's channel: round_robin over a DNS name's pods, keepalive, 16 MiB."""
+    return client_channel.open_channel(target)
 
 
 @dataclass
 class OpenedRun:
     """A started run's event stream, its first message read (it carries the run)."""
 
-    first: runtime_service_pb2.StartRunAndStreamEventsResponse
-    call: Any
+    first: rs.StartRunAndStreamEventsResponse
+    call: StartStreamCall
 
     def close(self) -> None:
         self.call.cancel()
@@ -136,7 +152,7 @@ async def follow_events(
     token: str,
     position: Callable[[], int],
     opened: OpenedRun | None = None,
-) -> AsyncGenerator[Sequence[Any], None]:
+) -> AsyncGenerator[Sequence[events_pb2.RunEvent], None]:
     """The run's events as StreamRunEvents batches, surviving the end of one runtime's stream:
     each (re)open resumes after `position()`, the last sequence the caller consumed. `opened`,
     a StartRunAndStreamEvents call, is followed first. The caller stops iterating at the
@@ -144,20 +160,19 @@ async def follow_events(
     MAX_RETRIES times in a row."""
     retries = 0
     while True:
+        call: EventCall | StartStreamCall
         if opened is not None:
             call, head = opened.call, opened.first.events
             opened = None
         else:
-            request = runtime_service_pb2.StreamRunEventsRequest(
-                run_id=run_id, after_sequence=position()
-            )
+            request = rs.StreamRunEventsRequest(run_id=run_id, after_sequence=position())
             call, head = client().stream_events(request, token), None
         try:
             if head:
                 yield head
-            while (batch := await call.read()) is not _EOF:
+            while (batch := await call.read()) is not EOF_MARK:
                 retries = 0
-                yield batch.events
+                yield batch.events  # type: ignore[attr-defined]
         except grpc.aio.AioRpcError as err:
             if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
                 raise

@@ -1,0 +1,73 @@
+"""The channel to Tether's runtime, configured as the runtime expects its callers to be.
+
+- **Load balancing**: a `host:port` with a DNS name becomes `dns:///host:port` with the
+  `round_robin` policy, so every resolved runtime pod gets calls (a headless Kubernetes Service
+  resolves to all of them). An IP address, or any target with a scheme (`dns:`, `ipv4:`,
+  `unix:`, ...), is used as given: `ipv4:10.0.0.1:50051,10.0.0.2:50051` spreads calls over
+  both addresses.
+- **Keepalive**: an HTTP/2 ping every 30 s (only while a call is open) keeps NATs and idle event
+  streams alive and notices a dead peer within 10 s more; the runtime accepts pings this often
+  (`grpc.http2.min_ping_interval_without_data_ms` <= 30 s), a shorter interval would be answered
+  with GOAWAY.
+- **Message size**: up to 16 MiB received (a replayed event batch, a long run).
+- **Deadlines**: every unary call gets one (`DEFAULT_DEADLINE_S` unless the caller passes
+  `timeout=`); event streams get none, as they live as long as the run.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+DEFAULT_DEADLINE_S = 10.0
+KEEPALIVE_TIME_MS = 30_000
+KEEPALIVE_TIMEOUT_MS = 10_000
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+_SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+
+
+def channel_target(target: str) -> str:
+    """`host:port` with a DNS name becomes `dns:///host:port` so every resolved pod gets calls."""
+    if "://" in target or target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
+        return target
+    if target.startswith("["):  # [v6 address]:port
+        host = target[1:].split("]", 1)[0]
+    else:
+        host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return f"dns:///{target}"
+    return target
+
+
+def channel_options() -> Sequence[tuple[str, Any]]:
+    """round_robin, keepalive, message size and transparent retries, as the gateway uses them."""
+    return (
+        ("grpc.service_config", _SERVICE_CONFIG),
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.enable_retries", 1),
+    )
+
+
+def open_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """An asyncio channel to `target` (TLS when `credentials` are given); `options` replace
+    the defaults of the same keys."""
+    given = {key for key, _ in options}
+    merged = [*(o for o in channel_options() if o[0] not in given), *options]
+    if credentials is None:
+        return grpc.aio.insecure_channel(channel_target(target), options=merged)
+    return grpc.aio.secure_channel(channel_target(target), credentials, options=merged)
