@@ -59,6 +59,8 @@ COPY libs libs
 COPY services services
 # OpsPilot, the demo agent (found through its entry point); your own agents install the same way.
 COPY agents agents
+# The JS client the gateway's demo UI imports (its wheel's build hook puts it in the package).
+COPY clients/js/src clients/js/src
 RUN rm -rf libs/common/src/tether \
  && /opt/protoc/bin/python -m grpc_tools.protoc -Iproto \
       --python_out=libs/common/src --pyi_out=libs/common/src --grpc_python_out=libs/common/src \
