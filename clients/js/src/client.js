@@ -251,11 +251,12 @@ export class TetherClient {
 
   /**
    * Cancel a run: resolves to the run (status "cancelled" at once, or still running when a worker
-   * holds it and ends it at its next step). Not retried: a second cancel may find nothing to do.
+   * holds it and ends it at its next step). Retried: cancelling twice is the same as once.
    */
   async cancel(runId, reason, { signal } = {}) {
     const body = reason ? { reason } : {};
-    return (await this.#json("POST", `/v1/runs/${encodeURIComponent(runId)}/cancel`, { body, signal })).run;
+    const path = `/v1/runs/${encodeURIComponent(runId)}/cancel`;
+    return (await this.#json("POST", path, { body, retry: true, signal })).run;
   }
 
   /** A short-lived token that reads one run's events (for EventSource's `?token=`). */

@@ -151,7 +151,7 @@ try {
       rec1.who === "alice" &&
       rec1.what.startsWith("restart_instance ") &&
       rec1.what.includes(card.target) &&
-      rec1.when === new Date(rec1.datetime).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false }),
+      rec1.when === new Date(rec1.datetime).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" }),
     `a compact record of the decision (${JSON.stringify(rec1)})`,
   );
   check(

@@ -216,7 +216,10 @@ async def resume_run(
                 {"ok": True, "summary": summary, "data": {}, "facts": {}, "outcome": "marked_done"},
             )
         encoded = await _requeue(
-            conn, run_id, [ev.interrupt_resolved(intr.id, decision, principal.user_id)], trace_context
+            conn,
+            run_id,
+            [ev.interrupt_resolved(intr.id, decision, principal.user_id)],
+            trace_context,
         )
         fresh = await runs.get(conn, run_id)
         assert fresh is not None

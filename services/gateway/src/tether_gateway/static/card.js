@@ -62,7 +62,7 @@ export function subjectOf(intr) {
 export function clock(iso) {
   const t = iso ? new Date(iso) : null;
   if (!t || Number.isNaN(t.getTime())) return "";
-  return t.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+  return t.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
 }
 
 /**
