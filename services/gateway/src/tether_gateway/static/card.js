@@ -198,13 +198,14 @@ export function buildCard(intr, { send, onGone }) {
   const post = async (decision, answer = {}, shown = "") => {
     enable(false);
     error.textContent = "";
+    // Noted before sending: the stream's interrupt_resolved may arrive before the POST's answer.
+    Object.assign(state, { answer: shown, sent: true });
     try {
       await send(decision, answer);
       clearInterval(timer); // the countdown no longer applies: keep the answer's note
-      state.answer = shown;
-      state.sent = true;
       expiry.textContent = SENT_TEXT[decision] || "Sent.";
     } catch (err) {
+      Object.assign(state, { answer: "", sent: false });
       if (err.code === "INTERRUPT_ALREADY_RESOLVED") return onGone?.(null);
       if (err.code === "INTERRUPT_EXPIRED") return onGone?.("expired");
       // The server's reason (e.g. INVALID_ANSWER: which field failed), next to the form, which
