@@ -53,6 +53,8 @@ COPY libs libs
 COPY services services
 # OpsPilot, the demo agent (found through its entry point); your own agents install the same way.
 COPY agents agents
+# The JS client the gateway's demo UI imports (its wheel's build hook puts it in the package).
+COPY clients/js/src clients/js/src
 RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-editable --package tether-cli --package tether-opspilot \
       ${SKIP_PACKAGES}

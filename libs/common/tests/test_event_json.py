@@ -177,9 +177,16 @@ def test_interrupt_resolved_with_the_new_decisions() -> None:
         ev = events_pb2.RunEvent(
             run_id="run_1",
             sequence=6,
-            interrupt_resolved=events_pb2.InterruptResolved(interrupt_id="int_1", decision=value),
+            interrupt_resolved=events_pb2.InterruptResolved(
+                interrupt_id="int_1", decision=value, resolved_by="alice"
+            ),
         )
         assert _data(ev)["decision"] == name
+        assert _data(ev)["resolvedBy"] == "alice"
+    expired = events_pb2.InterruptResolved(
+        interrupt_id="int_1", decision=events_pb2.DECISION_EXPIRED
+    )
+    assert _data(events_pb2.RunEvent(interrupt_resolved=expired))["resolvedBy"] is None
 
 
 def test_a_questions_payload_carries_its_options_and_schema() -> None:

@@ -1,4 +1,5 @@
-"""Runs the web UI's SSE reader tests (node's built-in test runner) so `make test` covers them."""
+"""Runs the web UI's own node tests (its question cards' pure part; the SSE reader and the rest of
+the JS client are tested from tests/integration/test_js_client.py) so `make test` covers them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 JS_TESTS = Path(__file__).parent / "js"
 
 
-def test_sse_reader_under_node() -> None:
+def test_web_ui_modules_under_node() -> None:
     node = shutil.which("node")
-    assert node, "node is required (the web UI's reader is tested with `node --test`)"
+    assert node, "node is required (the web UI's modules are tested with `node --test`)"
     proc = subprocess.run(
         [node, "--test", str(JS_TESTS)], capture_output=True, text=True, timeout=60
     )

@@ -37,15 +37,41 @@ async function waitCard(page) {
   return { target, risk };
 }
 
+// The run's streamed text, all of its bubbles (text before a card, and the answer after it).
+const runText = (page) =>
+  page.$$eval(".run .bubble.assistant .text", (els) => els.map((e) => e.textContent).join("\n"));
+
 async function waitCompleted(page) {
   await page.waitForFunction(
     () => document.querySelector("#run-status")?.textContent === "completed",
     null,
     { timeout: T },
   );
-  const text = await page.textContent(".run .bubble.assistant .text");
+  const text = await runText(page);
   check(text && text.trim().length > 0, "final answer streamed");
   return text.trim();
+}
+
+// A decided card stays where it was, as one line: what was decided, by whom, when, about what.
+async function decisionRecord(page, decision) {
+  const sel = `.run .decision-record[data-decision="${decision}"]`;
+  await page.waitForSelector(sel, { timeout: T });
+  return page.$eval(sel, (rec) => {
+    const run = rec.closest(".run");
+    const blocks = [...run.children];
+    const at = blocks.indexOf(rec.closest(".card-slot"));
+    const kinds = blocks.map((b) => (b.matches(".steps") ? "steps" : b.matches(".bubble") ? "text" : b.matches(".card-slot") ? "card" : "note"));
+    return {
+      text: rec.textContent,
+      who: rec.querySelector(".d-who")?.textContent,
+      when: rec.querySelector(".d-when")?.textContent,
+      datetime: rec.querySelector(".d-when")?.dateTime,
+      what: rec.querySelector(".d-what")?.textContent,
+      before: kinds.slice(0, at),
+      after: kinds.slice(at + 1),
+      lastAnswer: [...run.querySelectorAll(".bubble.assistant")].at(-1)?.compareDocumentPosition(rec),
+    };
+  });
 }
 
 const profile = mkdtempSync(join(tmpdir(), "tether-chromium-"));
@@ -118,20 +144,39 @@ try {
   await page.waitForSelector(".resolved-note", { timeout: T });
   const answer1 = await waitCompleted(page);
   log("flow 1 answer:", answer1.slice(0, 120));
+  // The card became its record in place: after the steps that led to it, before the answer.
+  const rec1 = await decisionRecord(page, "approved");
+  check(
+    /^Approved by alice at \d\d:\d\d — restart_instance .*payment-api-\d+/.test(rec1.text) &&
+      rec1.who === "alice" &&
+      rec1.what.startsWith("restart_instance ") &&
+      rec1.what.includes(card.target) &&
+      rec1.when === new Date(rec1.datetime).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" }),
+    `a compact record of the decision (${JSON.stringify(rec1)})`,
+  );
+  check(
+    rec1.before.includes("steps") && rec1.after.includes("text") && rec1.after.at(-1) === "note" &&
+      rec1.lastAnswer === 2 /* DOCUMENT_POSITION_PRECEDING: the record comes first */,
+    `the record stays where the card was, before the final answer (${JSON.stringify(rec1)})`,
+  );
+  check((await page.$$(".resolved-note")).length === 1, "one record, no note after the answer");
+  if (shots) await page.screenshot({ path: join(shots, "decided.png") });
+  const usage = await page.textContent(".run .run-note");
+  check(/\d+ tokens in, \d+ out, \d+ model steps\./.test(usage), `usage shown (${usage})`);
 
   // 2. Reload mid-run (waiting for approval): the page reads the run and continues.
   await page.click("#new-conversation");
   await send(page, `restart the abnormal ${reloadService} instance`);
   await waitCard(page);
   const before = await page.$$eval(".step", (els) => els.length);
-  const textBefore = await page.textContent(".run .bubble.assistant .text");
+  const textBefore = await runText(page);
   check(page.url().includes("r=run_"), `run id kept in the URL (${page.url()})`);
   await page.reload();
   await page.waitForSelector("#shell", { state: "visible", timeout: T });
   await waitCard(page);
   const after = await page.$$eval(".step", (els) => els.length);
   check(after === before, `steps restored once after reload (${before} -> ${after})`);
-  const textAfter = await page.textContent(".run .bubble.assistant .text");
+  const textAfter = await runText(page);
   check(textAfter === textBefore, "streamed text restored exactly after reload");
   await page.click(".confirm-card .approve");
   const answer2 = await waitCompleted(page);
@@ -147,7 +192,7 @@ try {
   await page.click(".confirm-card .approve");
   await other.waitForSelector(".confirm-card", { state: "detached", timeout: T });
   const note = await other.textContent(".resolved-note");
-  check(/Approved/.test(note), `second tab shows the decision (${note})`);
+  check(/^Approved by alice at \d\d:\d\d — restart_instance /.test(note), `second tab shows who decided (${note})`);
   await waitCompleted(page);
   await waitCompleted(other);
   log("flow 3: second tab's card closed:", note);
@@ -183,6 +228,11 @@ try {
   await page.waitForSelector(".select-card", { state: "detached", timeout: T });
   const picked = resumes.shift();
   check(picked?.decision === "respond" && picked.option === `${selectService}-2`, `posts the option (${JSON.stringify(picked)})`);
+  const picked1 = await decisionRecord(page, "responded");
+  check(
+    picked1.text.startsWith(`Answered by alice at ${picked1.when} — Restart which ${selectService} instance?: ${selectService}-2`),
+    `the select card's record names the choice (${picked1.text})`,
+  );
   const chosenCard = await waitCard(page);
   check(chosenCard.target.includes(`${selectService}-2`), `the confirm card names the chosen one (${chosenCard.target})`);
   await page.click(".confirm-card .approve");

@@ -183,6 +183,7 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
         out.update(
             interruptId=ev.interrupt_resolved.interrupt_id,
             decision=decision_name(ev.interrupt_resolved.decision),
+            resolvedBy=ev.interrupt_resolved.resolved_by or None,
         )
     elif kind == "done":
         out["messageId"] = ev.done.message_id

@@ -28,6 +28,19 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
 
 
+def client_dir() -> Path:
+    """Where /static/client/ (the JS client the demo UI imports) is served from: in a checkout
+    (an editable install, `make run`) its source, clients/js/src, itself; in a wheel the copy
+    hatch_build.py put there. One source, never a copy kept in sync by hand."""
+    checkout = Path(__file__).resolve().parents[4] / "clients" / "js" / "src"
+    if (checkout / "index.js").is_file():
+        return checkout
+    packaged = STATIC_DIR / "client"
+    if (packaged / "index.js").is_file():
+        return packaged
+    raise RuntimeError(f"the JS client is missing: neither {checkout} nor {packaged} exists")
+
+
 async def _index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -112,5 +125,7 @@ def create_app(settings: Settings) -> web.Application:
     health.add_routes(app)
     api.add_routes(app, dev=settings.env == "dev")
     app.router.add_get("/", _index)
+    # The more specific prefix first: /static/client/ is not a folder of STATIC_DIR in a checkout.
+    app.router.add_static("/static/client/", client_dir(), append_version=False)
     app.router.add_static("/static/", STATIC_DIR, append_version=False)
     return app

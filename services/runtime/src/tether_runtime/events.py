@@ -107,10 +107,10 @@ def interrupt(
     )
 
 
-def interrupt_resolved(interrupt_id: str, decision: str) -> RunEvent:
+def interrupt_resolved(interrupt_id: str, decision: str, resolved_by: str = "") -> RunEvent:
     return RunEvent(
         interrupt_resolved=events_pb2.InterruptResolved(
-            interrupt_id=interrupt_id, decision=DECISIONS[decision]
+            interrupt_id=interrupt_id, decision=DECISIONS[decision], resolved_by=resolved_by
         )
     )
 

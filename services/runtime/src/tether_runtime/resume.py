@@ -216,7 +216,10 @@ async def resume_run(
                 {"ok": True, "summary": summary, "data": {}, "facts": {}, "outcome": "marked_done"},
             )
         encoded = await _requeue(
-            conn, run_id, [ev.interrupt_resolved(intr.id, decision)], trace_context
+            conn,
+            run_id,
+            [ev.interrupt_resolved(intr.id, decision, principal.user_id)],
+            trace_context,
         )
         fresh = await runs.get(conn, run_id)
         assert fresh is not None
@@ -333,7 +336,7 @@ async def cancel_run(
                     call_status="rejected",
                     call_from=call_from(pending),
                 )
-                events.append(ev.interrupt_resolved(pending.id, "cancelled"))
+                events.append(ev.interrupt_resolved(pending.id, "cancelled", principal.user_id))
             events.append(ev.cancelled(reason))
             encoded, _ = await event_log.append(
                 conn, run_id, events, statuses=["queued", "interrupted"]

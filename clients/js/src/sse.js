@@ -1,7 +1,8 @@
-// A fetch-based Server-Sent Events reader (WHATWG "event stream interpretation"), as an ES module
-// that runs in the browser and in node: EventSource cannot send an Authorization header or POST.
-// Handles events split across chunks, several events per chunk, CRLF/CR/LF line ends, UTF-8
-// characters split across chunks, comments, and the id/retry fields.
+// A fetch-based Server-Sent Events reader (WHATWG "event stream interpretation") that runs in
+// browsers and in Node 20+: EventSource cannot send an Authorization header or POST, and cannot
+// be told where to resume. Handles events split across chunks, several events per chunk,
+// CRLF/CR/LF line ends, UTF-8 characters split across chunks, comments (heartbeats), multi-line
+// data and the id/retry fields. Types: sse.d.ts.
 
 /**
  * @typedef {{id: string, event: string, data: string}} SseEvent
@@ -124,4 +125,30 @@ export async function readSse(stream, /** @type {SseHandlers} */ handlers = {}) 
     reader.releaseLock();
   }
   return decoder.lastEventId;
+}
+
+/**
+ * The messages of a `ReadableStream<Uint8Array>` as an async iterator, read as they are pulled
+ * (a slow consumer slows the socket, not memory). Leaving the loop early cancels the stream.
+ */
+export async function* iterateSse(stream, /** @type {SseHandlers} */ handlers = {}) {
+  /** @type {SseEvent[]} */
+  const pending = [];
+  const decoder = createSseDecoder({ ...handlers, onEvent: (ev) => pending.push(ev) });
+  const reader = stream.getReader();
+  let finished = false;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      decoder.push(value);
+      while (pending.length) yield /** @type {SseEvent} */ (pending.shift());
+    }
+    decoder.end();
+    finished = true;
+    while (pending.length) yield /** @type {SseEvent} */ (pending.shift());
+  } finally {
+    if (!finished) reader.cancel().catch(() => {});
+    reader.releaseLock();
+  }
 }

@@ -1,12 +1,8 @@
-// node --test services/gateway/tests/js/: the fetch-based SSE reader the web UI uses.
+// node --test clients/js/test/unit: the fetch-based SSE reader (parser edge cases).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import {
-  createSseDecoder,
-  createSseParser,
-  readSse,
-} from "../../src/tether_gateway/static/sse_reader.js";
+import { createSseDecoder, createSseParser, iterateSse, readSse } from "../../src/sse.js";
 
 function collect() {
   const events = [];
@@ -141,4 +137,94 @@ test("an unterminated last event is discarded at end of stream", async () => {
     ["whole"],
   );
   assert.equal(last, "9"); // event 10 never completed: a reconnect must ask for it again
+});
+
+function streamOf(chunks) {
+  return new ReadableStream({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(typeof chunk === "string" ? new TextEncoder().encode(chunk) : chunk);
+      controller.close();
+    },
+  });
+}
+
+test("CRLF split between chunks is one line break, not an empty line (no early dispatch)", () => {
+  const c = collect();
+  const p = createSseParser(c.handlers);
+  p.feed("data: a\r");
+  p.feed("\ndata: b\r\n\r\n");
+  assert.deepEqual(c.events, [{ id: "", event: "message", data: "a\nb" }]);
+});
+
+test("heartbeats and other comments dispatch nothing and do not break an event", () => {
+  const c = collect();
+  createSseParser(c.handlers).feed(": keep-alive\n\nid: 1\n: mid-event\ndata: x\n\n:\n\n");
+  assert.deepEqual(c.events, [{ id: "1", event: "message", data: "x" }]);
+  assert.deepEqual(c.comments, ["keep-alive", "mid-event", ""]);
+});
+
+test("an empty id field resets the last event id", () => {
+  const c = collect();
+  createSseParser(c.handlers).feed("id: 7\ndata: a\n\nid\ndata: b\n\n");
+  assert.deepEqual(
+    c.events.map((e) => e.id),
+    ["7", ""],
+  );
+});
+
+test("a 4-byte character split at each of its bytes, one byte per chunk", () => {
+  const bytes = new TextEncoder().encode("data: 🚀\n\n");
+  const c = collect();
+  const d = createSseDecoder(c.handlers);
+  for (const b of bytes) d.push(Uint8Array.of(b));
+  d.end();
+  assert.deepEqual(c.events, [{ id: "", event: "message", data: "🚀" }]);
+});
+
+test("iterateSse yields messages as they are pulled; retry reaches its handler", async () => {
+  const retries = [];
+  const got = [];
+  const stream = streamOf(["retry: 250\n\nid: 1\nevent: a\nda", "ta: {\"x\":1}\n\nid: 2\ndata: y\n", "\n: keep-alive\n\n"]);
+  for await (const m of iterateSse(stream, { onRetry: (ms) => retries.push(ms) })) got.push(m);
+  assert.deepEqual(got, [
+    { id: "1", event: "a", data: '{"x":1}' },
+    { id: "2", event: "message", data: "y" },
+  ]);
+  assert.deepEqual(retries, [250]);
+});
+
+test("leaving iterateSse early cancels the underlying stream", async () => {
+  let cancelled = false;
+  const stream = new ReadableStream({
+    pull(controller) {
+      controller.enqueue(new TextEncoder().encode("data: tick\n\n"));
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  let n = 0;
+  for await (const m of iterateSse(stream)) {
+    assert.equal(m.data, "tick");
+    if (++n === 3) break;
+  }
+  assert.ok(cancelled, "the body was cancelled (a fetch's connection is released)");
+});
+
+test("iterateSse drops an unterminated last event, and a stream error reaches the caller", async () => {
+  const got = [];
+  for await (const m of iterateSse(streamOf(["data: whole\n\ndata: half"]))) got.push(m.data);
+  assert.deepEqual(got, ["whole"]);
+  let pulls = 0;
+  const broken = new ReadableStream({
+    pull(controller) {
+      if (pulls++ === 0) controller.enqueue(new TextEncoder().encode("id: 1\ndata: a\n\n"));
+      else controller.error(new TypeError("terminated")); // a connection reset mid-stream
+    },
+  });
+  const seen = [];
+  await assert.rejects(async () => {
+    for await (const m of iterateSse(broken)) seen.push(m.id);
+  }, /terminated/);
+  assert.deepEqual(seen, ["1"]);
 });

@@ -1,0 +1,5 @@
+// @tether/client: types for index.js.
+export * from "./client.js";
+export * from "./errors.js";
+export * from "./sse.js";
+export type * from "./types.js";

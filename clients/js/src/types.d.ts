@@ -1,0 +1,198 @@
+// The gateway's JSON shapes (services/gateway/src/tether_gateway/openapi.json): resources and
+// the run's events, a discriminated union on `type`.
+
+export type RunStatus = "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled";
+export type InterruptKind = "confirm_action" | "select_option" | "provide_input" | "outcome_unknown";
+export type InterruptStatus = "pending" | "resolved" | "expired" | "cancelled";
+/** What a person sends to POST /v1/runs/{id}/resume. */
+export type Decision = "approve" | "reject" | "respond" | "retry" | "mark_done" | "abandon";
+/** How an interrupt ended, as `interrupt_resolved` reports it. */
+export type ResolvedDecision =
+  | "approved"
+  | "rejected"
+  | "responded"
+  | "retry"
+  | "mark_done"
+  | "abandon"
+  | "expired"
+  | "cancelled";
+
+export interface TokenUsage {
+  inputTokens: number;
+  outputTokens: number;
+  modelSteps: number;
+}
+
+export interface InterruptOption {
+  value: string;
+  label: string;
+  description: string;
+}
+
+export interface InterruptPayload {
+  risk: "low" | "medium" | "high" | "";
+  target: string;
+  tool: string;
+  parameterSummary: string;
+  reason: string;
+  /** The card's heading; empty for the default one. */
+  title: string;
+  /** Longer, masked text; a question's prompt. */
+  details: string;
+  /** A masked preview of the change. */
+  preview: string;
+  /** select_option: the options offered; [] for other kinds. */
+  options: InterruptOption[];
+  /** provide_input: the JSON schema (type object) the fill must satisfy; null otherwise. */
+  inputSchema: Record<string, unknown> | null;
+}
+
+export interface Interrupt {
+  id: string;
+  runId: string;
+  kind: InterruptKind;
+  status: InterruptStatus;
+  payload: InterruptPayload;
+  expiresAt: string | null;
+  resolvedAt: string | null;
+  resolvedBy: string | null;
+  decision: string | null;
+}
+
+export interface Run {
+  id: string;
+  conversationId: string;
+  userMessageId: string;
+  agent: string;
+  status: RunStatus;
+  lastSequence: number;
+  cancelRequested: boolean;
+  pendingInterrupt: Interrupt | null;
+  createdAt: string | null;
+  updatedAt: string | null;
+  usage: TokenUsage;
+}
+
+export interface Conversation {
+  id: string;
+  title: string;
+  facts: Record<string, unknown>;
+  summary: string;
+  version: number;
+  createdAt: string | null;
+  updatedAt: string | null;
+}
+
+export interface Message {
+  id: string;
+  conversationId: string;
+  runId: string | null;
+  role: "user" | "assistant" | "tool" | "unspecified";
+  content: string;
+  toolCallId: string | null;
+  createdAt: string | null;
+}
+
+export interface AgentTool {
+  name: string;
+  description: string;
+  effect: "read" | "write";
+  action: string;
+  risk: string;
+}
+
+export interface Agent {
+  name: string;
+  description: string;
+  tools: AgentTool[];
+}
+
+// ---- events --------------------------------------------------------------------------------
+
+interface EventBase {
+  runId: string;
+  /** The run's dense sequence, 1, 2, 3, ...; the SSE `id:`. */
+  sequence: number;
+  time: string | null;
+}
+
+export interface RunStartedEvent extends EventBase {
+  type: "run_started";
+  conversationId: string;
+}
+export interface TextDeltaEvent extends EventBase {
+  type: "text_delta";
+  messageId: string;
+  /** An increment of the assistant's text (never the whole text). */
+  delta: string;
+}
+export interface ToolStartedEvent extends EventBase {
+  type: "tool_started";
+  callId: string;
+  tool: string;
+  argsSummary: string;
+}
+export interface ToolProgressEvent extends EventBase {
+  type: "tool_progress";
+  callId: string;
+  tool: string;
+  /** The share done, 0 to 1. */
+  fraction: number;
+  text: string;
+}
+export interface ToolFinishedEvent extends EventBase {
+  type: "tool_finished";
+  callId: string;
+  tool: string;
+  status: "success" | "error";
+  summary: string;
+}
+export interface InterruptEvent extends EventBase {
+  type: "interrupt";
+  interruptId: string;
+  kind: InterruptKind;
+  payload: InterruptPayload;
+  expiresAt: string | null;
+}
+export interface InterruptResolvedEvent extends EventBase {
+  type: "interrupt_resolved";
+  interruptId: string;
+  decision: ResolvedDecision;
+  /** Who decided (a user id); null for an expiry or a gateway older than this field. */
+  resolvedBy?: string | null;
+}
+export interface DoneEvent extends EventBase {
+  type: "done";
+  messageId: string;
+  /** What the whole run used. */
+  usage: TokenUsage;
+}
+export interface ErrorEvent extends EventBase {
+  type: "error";
+  code: string;
+  message: string;
+}
+export interface CancelledEvent extends EventBase {
+  type: "cancelled";
+  reason: string;
+}
+/** Not a position in the log: the run's state, when the stream cannot resume where asked. */
+export interface ResetEvent extends EventBase {
+  type: "reset";
+  run: Run;
+}
+
+export type TerminalEvent = DoneEvent | ErrorEvent | CancelledEvent;
+
+export type RunEvent =
+  | RunStartedEvent
+  | TextDeltaEvent
+  | ToolStartedEvent
+  | ToolProgressEvent
+  | ToolFinishedEvent
+  | InterruptEvent
+  | InterruptResolvedEvent
+  | TerminalEvent
+  | ResetEvent;
+
+export type RunEventType = RunEvent["type"];

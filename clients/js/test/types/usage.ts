@@ -1,0 +1,61 @@
+// Checked by `tsc -p clients/js` (never run): the declarations type a real program, the event
+// union narrows on `type`, and misuse does not compile.
+import {
+  TetherApiError,
+  TetherClient,
+  type RunEvent,
+  type RunStream,
+  type TerminalEvent,
+  createSseParser,
+} from "@tether/client";
+import { iterateSse } from "@tether/client/sse";
+
+export async function flow(): Promise<TerminalEvent | null> {
+  const client = new TetherClient({ baseUrl: "http://127.0.0.1:8080", getToken: async () => "t" });
+  const conversation = await client.createConversation({ title: "x" });
+  const stream: RunStream = await client.startRun(conversation.id, "hello", { stream: true, agent: "opspilot" });
+  for await (const ev of stream) {
+    if (ev.type === "interrupt") {
+      const options: string[] = ev.payload.options.map((o) => o.value);
+      await client.resume(stream.runId, ev.interruptId, "respond", { option: options[0] });
+    }
+    if (ev.type === "text_delta") ev.delta.toUpperCase();
+    if (ev.type === "done") return ev.usage.inputTokens > 0 ? ev : null;
+  }
+  const { run, replayed } = await client.startRun(conversation.id, "again");
+  const status: "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled" = run.status;
+  void status;
+  void replayed;
+  const end = await client.streamRun(run.id, { after: 3, onEvent: (e: RunEvent) => void e.sequence });
+  try {
+    await client.cancel(run.id, "bored");
+  } catch (err) {
+    if (err instanceof TetherApiError && err.code === "RUN_NOT_CANCELLABLE") return end;
+  }
+  createSseParser({ onEvent: (m) => void m.data.length }).feed("data: x\n\n");
+  for await (const m of iterateSse(new ReadableStream<Uint8Array>())) void m.id;
+  return end;
+}
+
+export function narrowing(ev: RunEvent): string {
+  switch (ev.type) {
+    case "tool_progress":
+      return `${ev.tool} ${Math.round(ev.fraction * 100)}%`;
+    case "interrupt_resolved":
+      return `${ev.decision} by ${ev.resolvedBy ?? "?"}`;
+    case "reset":
+      return ev.run.status;
+    default:
+      return ev.type;
+  }
+}
+
+export function misuse(client: TetherClient, ev: RunEvent): void {
+  // @ts-expect-error: "approved" is an event's decision, not one a person sends
+  void client.resume("run", "intr", "approved");
+  // @ts-expect-error: only text_delta has a delta
+  void ev.delta;
+  // @ts-expect-error: the stream's iterator yields events, not strings
+  const s: AsyncIterable<string> = client.streamRun("run");
+  void s;
+}
