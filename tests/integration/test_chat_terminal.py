@@ -141,7 +141,9 @@ def test_reject_inline(system: System) -> None:
     s.send("n")
     after = s.expect("you> ")
     assert "→ rejected" in after
-    assert f"opspilot> Understood: I did not touch instance {instance}. Nothing was changed." in after
+    assert (
+        f"opspilot> Understood: I did not touch instance {instance}. Nothing was changed." in after
+    )
     assert s.leave() == 0
     assert system.sql(lambda c: executions(c, instance)) == 0
     status = system.sql(

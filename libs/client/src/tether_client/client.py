@@ -182,6 +182,27 @@ class TetherClient:
             lambda md, t: self.api.list_conversations(req, metadata=md, timeout=t), deadline_s
         )
 
+    async def list_runs(
+        self,
+        *,
+        conversation_id: str = "",
+        status: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+        deadline_s: float | None = None,
+    ) -> pb.ListRunsResponse:
+        """The caller's runs, newest first (in one conversation; of one `resources_pb2.RunStatus`:
+        0 is any); `next_page_token` is empty on the last page."""
+        req = pb.ListRunsRequest(
+            conversation_id=conversation_id,
+            status=status,  # type: ignore[arg-type]
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return await self._unary(
+            lambda md, t: self.api.list_runs(req, metadata=md, timeout=t), deadline_s
+        )
+
     async def list_messages(
         self,
         conversation_id: str,

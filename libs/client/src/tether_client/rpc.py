@@ -97,6 +97,14 @@ class RuntimeApi:
         )
         return call
 
+    def list_runs(
+        self, request: pb.ListRunsRequest, *, metadata: Metadata, timeout: float | None
+    ) -> Unary[pb.ListRunsRequest, pb.ListRunsResponse]:
+        call: Unary[pb.ListRunsRequest, pb.ListRunsResponse] = self._stub.ListRuns(
+            request, metadata=metadata, timeout=timeout
+        )
+        return call
+
     def list_agents(
         self, request: pb.ListAgentsRequest, *, metadata: Metadata, timeout: float | None
     ) -> Unary[pb.ListAgentsRequest, pb.ListAgentsResponse]:

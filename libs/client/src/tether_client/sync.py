@@ -65,6 +65,9 @@ class TetherClientSync:
     def list_messages(self, conversation_id: str, **kw: Any) -> pb.ListMessagesResponse:
         return self._run(self._client.list_messages(conversation_id, **kw))
 
+    def list_runs(self, **kw: Any) -> pb.ListRunsResponse:
+        return self._run(self._client.list_runs(**kw))
+
     def start(self, conversation_id: str, text: str, **kw: Any) -> resources_pb2.Run:
         return self._run(self._client.start(conversation_id, text, **kw))
 

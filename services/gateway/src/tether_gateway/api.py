@@ -214,7 +214,7 @@ async def list_runs(request: web.Request) -> web.Response:
         page_size=page_size(request),
         page_token=request.query.get("pageToken", ""),
     )
-    resp = await gw.client().call("ListRuns", req, caller.token)
+    resp = await gw.client().list_runs(req, caller.token)
     return _json(
         {"runs": [run_json(r) for r in resp.runs], "nextPageToken": resp.next_page_token or None}
     )

@@ -86,6 +86,11 @@ class RuntimeClient:
             request, metadata=self.metadata(token), timeout=self.deadline_s
         )
 
+    async def list_runs(self, request: rs.ListRunsRequest, token: str) -> rs.ListRunsResponse:
+        return await self.api.list_runs(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
     async def list_agents(self, token: str) -> rs.ListAgentsResponse:
         return await self.api.list_agents(
             rs.ListAgentsRequest(), metadata=self.metadata(token), timeout=self.deadline_s
