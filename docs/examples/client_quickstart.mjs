@@ -7,7 +7,7 @@ const client = new TetherClient({
 });
 
 const conversation = await client.createConversation({ title: "quickstart" });
-const run = await client.startRun(conversation.id, "Restart the abnormal payment-api instance", { stream: true });
+const run = await client.startRun(conversation.id, "restart payment-api-2 in prod", { stream: true });
 
 // Events arrive in order, each once, even across reconnects; the loop ends with the run.
 for await (const event of run) {

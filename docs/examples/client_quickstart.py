@@ -1,7 +1,8 @@
 """Start a run, stream it, approve the action it asks for, stream it to the end.
 
 pip install tether-client
-TETHER_TARGET=localhost:50051 TETHER_TOKEN=<a user's token> python client_quickstart.py
+TETHER_GRPC_TARGET=127.0.0.1:50051 TETHER_TOKEN=<a user's token> python client_quickstart.py
+(after `make run`, `. .tether/env` sets both)
 """
 
 import asyncio
@@ -11,7 +12,7 @@ from tether_client import TetherClient
 
 
 async def main() -> None:
-    target, token = os.environ["TETHER_TARGET"], os.environ["TETHER_TOKEN"]
+    target, token = os.environ["TETHER_GRPC_TARGET"], os.environ["TETHER_TOKEN"]
     async with TetherClient(target, token=token) as client:
         conversation = await client.create_conversation("quickstart")
         run = await client.start(conversation.id, "restart payment-api-2 in prod")

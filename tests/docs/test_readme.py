@@ -136,6 +136,11 @@ def _reset(out: str) -> None:
     assert "demo reset: " in out and "opspilot" in out, out
 
 
+def _chat(out: str) -> None:
+    # the scripted chat's last event, then the newest completed run's status
+    assert out.split() == ["done", "completed"], out
+
+
 def _refused(out: str) -> None:
     assert "You are not allowed" in _text(out), _text(out)
     assert "interrupt" not in _types(out) and _types(out)[-1] == "done", out
@@ -160,6 +165,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     '"$TETHER_URL/v1/conversations/$bot_conv/runs"\n': _refused,
     "tether grants add --user billing-bot": _granted,
     "idempotency_key=str(uuid.uuid4())": _grpc_python,
+    "tether chat --json --approve --once": _chat,
 }
 
 

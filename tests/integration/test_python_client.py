@@ -333,7 +333,7 @@ async def test_quickstart_runs_as_printed(
     """docs/examples/client_quickstart.py, included verbatim in the README: restart the demo's
     abnormal payment-api-2, approved from the stream."""
     before = await restarts(pcdb, "payment-api-2")
-    env = {"TETHER_TARGET": pc_runtime.addr, "TETHER_TOKEN": user_token()}
+    env = {"TETHER_GRPC_TARGET": pc_runtime.addr, "TETHER_TOKEN": user_token()}
     out, _ = await run_program(client_python, _copy(tmp_path, QUICKSTART), [], env)
     assert "Approving: Restart instance" in out, out
     assert "Done: " in out and "payment-api-2" in out, out
