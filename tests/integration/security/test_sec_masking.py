@@ -231,7 +231,9 @@ async def test_each_secret_format_is_masked_in_events_cards_messages_and_logs(
         assert kept in finished[0].summary, (name, finished[0].summary)
         assert kept in card.details, (name, card.details)
     assert "db_password=***" in card.reason and "AWS_SECRET_ACCESS_KEY=***" in card.reason
-    assert tools[0]["data"]["by_name"]["db_password"] == "db_password=***", tools[0]
+    data = tools[0]["data"]
+    assert data["lines"][0] == "db_password=***", data  # the secret part only
+    assert data["by_name"]["db_password"] == "***", data  # a secret-named key: the whole value
     log = proc.log()
     assert "config line slack_webhook" in log, "the tool's log lines never arrived"
     assert _leaks(log) == [], f"unmasked in the runtime's log: {_leaks(log)}"

@@ -24,7 +24,10 @@ from detect_secrets.plugins.base import BasePlugin
 from detect_secrets.plugins.basic_auth import BasicAuthDetector
 from detect_secrets.plugins.github_token import GitHubTokenDetector
 from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.keyword import CONFIG_DENYLIST_REGEX_TO_GROUP, KeywordDetector
+from detect_secrets.plugins.keyword import (
+    CONFIG_DENYLIST_REGEX_TO_GROUP,
+    QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
+)
 from detect_secrets.plugins.openai import OpenAIDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 from detect_secrets.plugins.slack import SlackDetector
@@ -64,7 +67,12 @@ _OWN: list[tuple[re.Pattern[str], str]] = [
 ]
 
 # -- detect-secrets plugins ----------------------------------------------------------------------
-_KEYWORD = KeywordDetector()
+# The keyword plugin's own rules, as (regex, value group): `name: value` / `name=value` as in
+# config files and logs, and the quoted forms of code (`password = "x"`).
+_KEYWORD_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
+    *CONFIG_DENYLIST_REGEX_TO_GROUP.items(),
+    *QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP.items(),
+)
 _PLUGINS: tuple[BasePlugin, ...] = (
     AWSKeyDetector(),
     GitHubTokenDetector(),
@@ -133,24 +141,62 @@ def _mask_found(line: str, found: Iterable[str]) -> str:
     return line
 
 
+def _keyword_spans(line: str) -> list[tuple[int, int]]:
+    """Where detect-secrets' keyword rules (`password=`, `client_secret:`, `db_pass = "..."`) see
+    a value, cut at its first separator; a "value" that is itself a `name:` is skipped so the
+    search goes on to the real one (`client_secret: client_secret: x` masks `x`)."""
+    spans: list[tuple[int, int]] = []
+    for regex, group in _KEYWORD_RULES:
+        pos = 0
+        while (m := regex.search(line, pos)) is not None:
+            start, end = m.span(group)
+            cut = _VALUE_END.search(line, start, end)
+            stop = cut.start() if cut else end
+            value = line[start:stop]
+            if value[-1:] in (":", "="):  # another name: look for its value from here
+                pos = max(start, m.start() + 1)
+                continue
+            if value.strip("*"):
+                spans.append((start, stop))
+            pos = max(stop, m.start() + 1)
+    return spans
+
+
+def _mask_spans(line: str, spans: list[tuple[int, int]]) -> str:
+    out, last = [], 0
+    for start, stop in sorted(spans):
+        if start < last:  # overlapping finds: the first already covers it
+            start = last
+        if stop <= start:
+            continue
+        out.append(line[last:start])
+        out.append(MASK)
+        last = stop
+    out.append(line[last:])
+    return "".join(out)
+
+
 def _detect_line(line: str) -> str:
+    spans = _keyword_spans(line)
+    if spans:
+        line = _mask_spans(line, spans)
     found: list[str] = []
     for plugin in _PLUGINS:
         found.extend(plugin.analyze_string(line))
-    for value in _KEYWORD.analyze_string(
-        line, denylist_regex_to_group=CONFIG_DENYLIST_REGEX_TO_GROUP
-    ):
-        found.append(_VALUE_END.split(value, maxsplit=1)[0])
-    for value in _KEYWORD.analyze_string(line):  # quoted forms: password = "x"
-        found.append(value)
     return _mask_found(line, found) if found else line
+
+
+def _pem_mask(m: re.Match[str]) -> str:
+    # The END line is written back even when the block was cut short, so masking twice (a card
+    # field, then the whole card) gives the same text and never swallows what follows.
+    return f"-----BEGIN {m.group(1)}-----{MASK}-----END {m.group(1)}-----"
 
 
 def _redact(text: str) -> str:
     if not _suspicious(text):
         return text
     if any(True for _ in _PRIVATE_KEY.analyze_string(text)):
-        text = _PEM.sub(lambda m: f"-----BEGIN {m.group(1)}-----{MASK}", text)
+        text = _PEM.sub(_pem_mask, text)
     for pattern, repl in _OWN:
         text = pattern.sub(repl, text)
     if not _suspicious(text):
