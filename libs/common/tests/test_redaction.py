@@ -45,7 +45,11 @@ CASES = [
         "alert ",
     ),
     ('password = "hunter2hunter2"', "hunter2hunter2", 'password = "***"'),
-    ("line client_secret: client_secret: cs9f8e7d6c", "cs9f8e7d6c", "client_secret: client_secret: ***"),
+    (
+        "line client_secret: client_secret: cs9f8e7d6c",
+        "cs9f8e7d6c",
+        "client_secret: client_secret: ***",
+    ),
     ("password=a1 pwd: b2 user=bob", "b2", "password=*** pwd: *** user=bob"),
     # masked before this change, still masked
     ("Authorization: Bearer abc.def.ghi", "abc.def.ghi", "Bearer ***"),
