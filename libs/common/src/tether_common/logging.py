@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from tether_common.redaction import redact
+from tether_common.redaction import redact, redact_value
 
 run_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("run_id", default="")
 conversation_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
@@ -50,9 +50,13 @@ class JsonFormatter(logging.Formatter):
         trace_id = _trace_id()
         if trace_id:
             out["trace_id"] = trace_id
-        for key, value in record.__dict__.items():
-            if key not in _STD_ATTRS and key not in out and not key.startswith("_"):
-                out[key] = redact(value) if isinstance(value, str) else value
+        extra = {
+            key: value
+            for key, value in record.__dict__.items()
+            if key not in _STD_ATTRS and key not in out and not key.startswith("_")
+        }
+        # The same masking as events: strings inside nested extras, secret-named fields whole.
+        out.update(redact_value(extra))
         if record.exc_info:
             out["exc"] = redact(self.formatException(record.exc_info))
         return json.dumps(out, default=str)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
-from tether_common.redaction import redact
+from tether_common.redaction import redact, redact_value
 from tether_sdk import (
     InvalidArguments,
     Reconciled,
@@ -56,7 +56,8 @@ _NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandone
 def result_body(result: ToolResult, outcome: str = "") -> dict[str, Any]:
     """A result as stored, shown to the model and summarized in events; masked first (tool
     output can carry secrets: a log line with a token)."""
-    data = json.loads(redact(json.dumps(result.data, default=str)))
+    # Masked value by value, never as JSON text: a re-parse could fail or change the data.
+    data = redact_value(json.loads(json.dumps(result.data, default=str)))
     return {
         "ok": result.ok,
         "summary": redact(result.summary),
@@ -67,7 +68,9 @@ def result_body(result: ToolResult, outcome: str = "") -> dict[str, Any]:
 
 
 def failure(summary: str, outcome: str = "error") -> dict[str, Any]:
-    return {"ok": False, "summary": summary, "data": {}, "facts": {}, "outcome": outcome}
+    """A result that did not come from the tool; masked too (a tool's error message can quote
+    the secret that made it fail)."""
+    return {"ok": False, "summary": redact(summary), "data": {}, "facts": {}, "outcome": outcome}
 
 
 def _in_doubt(why: str, tool: Tool, found: Reconciled | None) -> str:
@@ -426,6 +429,9 @@ class ToolCalls:
         interrupt_id = new_id("int")
         expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
         call.interrupt_id = interrupt_id
+        # Every card field through the same masking, the model's `reason` included, whatever
+        # kind of card raised it.
+        payload = redact_value(payload)
         save = self.x.save()
         run_id, epoch = self._run_id, self.x.epoch
 
