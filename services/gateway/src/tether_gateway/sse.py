@@ -281,10 +281,16 @@ async def stream_response(
     shared: bool = True,
     status: int = 200,
     headers: dict[str, str] | None = None,
+    slot: str | None = None,
 ) -> web.StreamResponse:
-    resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
-    _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
-    await resp.prepare(request)
+    """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends."""
+    try:
+        resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+        _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
+        await resp.prepare(request)
+    except BaseException:
+        await gw.slots.release(gw.redis, slot)
+        raise
     stream = EventStream(
         gw, request, resp, run_id=run_id, token=token, after=after, started=started, shared=shared
     )
@@ -297,4 +303,5 @@ async def stream_response(
     finally:
         gw.streams.discard(stream)
         gw.metrics.sse_open.dec()
+        await gw.slots.release(gw.redis, slot)
     return resp
