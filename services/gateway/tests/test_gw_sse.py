@@ -127,6 +127,42 @@ async def test_ahead_gets_reset_then_live_events(
     assert ids == ["2", "3"]  # continues after the run's real position, not the bogus one
 
 
+async def test_resumes_ahead_share_one_upstream(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    """A resume point past the run's end gets its `reset` from the gateway's own GetRun and
+    joins the run's feed: many of them cost one upstream call, not one each for the run's life."""
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(delta("run_1", 1, "a"))
+    resps = []
+    for after in (50, 10**9, 2):
+        resp = await client.get(f"/v1/runs/run_1/events?after={after}", headers=auth(user_token))
+        assert resp.status == 200
+        head = await asyncio.wait_for(_read_until(resp, b"event: reset"), 5)
+        assert b"event: reset" in head and b'"lastSequence":1' in head
+        resps.append((resp, head))
+    fake.append(delta("run_1", 2, "b"))
+    fake.append(done("run_1", 3))
+    for resp, head in resps:
+        rest = (head + await resp.read()).decode()
+        assert [f["id"] for f in parse(rest) if "id" in f] == ["2", "3"]
+    assert fake.stream_calls == [("run_1", 1)]  # one feed, from the run's real position
+
+
+async def test_ahead_of_a_finished_run_gets_reset_and_the_end(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(done("run_1", 1))
+    resp = await client.get("/v1/runs/run_1/events?after=7", headers=auth(user_token))
+    assert resp.status == 200
+    frames = parse((await asyncio.wait_for(resp.read(), 5)).decode())
+    assert [f.get("event") for f in frames if "event" in f] == ["reset"]
+    assert fake.stream_calls == []  # nothing to follow: no upstream at all
+
+
 async def _read_until(resp: Any, marker: bytes) -> bytes:
     buf = b""
     while marker not in buf:

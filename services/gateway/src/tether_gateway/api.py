@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -12,9 +13,10 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.auth import issue_token, verify_token
 from tether_common.errors import InvalidArgument, NotFound
-from tether_common.event_json import run_json
+from tether_common.event_json import run_json, sse_frame
 
 from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
+from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
@@ -302,24 +304,34 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     opened = await _open_events(request, gw)
     if opened is None:
         return web.Response(status=204)
-    run_id, token, after, shared, user_id = opened
-    slot = await gw.slots.acquire(gw.redis, user_id)  # 429 past the user's cap, on any pod
+    slot = await gw.slots.acquire(gw.redis, opened.user_id)  # 429 past the cap, on any pod
     # Only what the stream needs stays referenced while it is open (thousands may idle).
     return await stream_response(
         request,
         gw,
-        run_id=run_id,
-        token=token,
-        after=after,
+        run_id=opened.run_id,
+        token=opened.token,
+        after=opened.after,
         started=started,
-        shared=shared,
+        head=opened.head,
+        ended=opened.ended,
         slot=slot,
     )
 
 
-async def _open_events(
-    request: web.Request, gw: GatewayState
-) -> tuple[str, str, int, bool, str] | None:
+@dataclass(frozen=True)
+class EventsOpen:
+    """What an SSE open resolved to: where to follow the run from, what to send first."""
+
+    run_id: str
+    token: str
+    user_id: str
+    after: int
+    head: bytes = b""  # a `reset` for a resume point ahead of the run
+    ended: bool = False  # the run is over: nothing follows the head
+
+
+async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | None:
     """Auth, rate limit, resume point and the caller's own GetRun (the ownership check) for an
     SSE open; None when the run is over with nothing left to send (204)."""
     caller = authenticate(request, gw.settings.jwt_secret, cookie=True, stream_token=True)
@@ -330,11 +342,18 @@ async def _open_events(
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
     after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
     resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
-    if is_finished(resp.run, after):
+    run = resp.run
+    if is_finished(run, after):
         return None
-    # A resume point ahead of the run gets a `reset` built for it: a dedicated stream. Any
-    # other joins the run's shared feed, after this caller's own GetRun passed (ownership).
-    return run_id, caller.token, after, after <= resp.run.last_sequence, p.user_id
+    opened = EventsOpen(run_id, caller.token, p.user_id, after)
+    if after > run.last_sequence:
+        # Ahead of the run (a stale or forged Last-Event-ID): the client redraws from the run's
+        # state in this GetRun's answer, then follows the shared feed from the real position.
+        # No upstream of its own: any number of such resumes cost one feed, as any other.
+        reset = events_pb2.RunEvent(run_id=run_id, reset=events_pb2.Reset(run=run))
+        ended = run.status in TERMINAL_STATUSES
+        return replace(opened, after=run.last_sequence, head=sse_frame(reset), ended=ended)
+    return opened
 
 
 async def open_session(request: web.Request) -> web.Response:

@@ -56,8 +56,9 @@ def is_finished(run: resources_pb2.Run, after: int) -> bool:
 
 class EventStream:
     """One SSE connection, fed by its run's shared feed (run_feed.py) or, when the feed cannot
-    serve its resume point (older than the feed's ring, or ahead of the run: `reset`), by a
-    dedicated gRPC event stream of its own."""
+    serve its resume point (older than the feed's ring), by a dedicated gRPC event stream of its
+    own. A resume point ahead of the run gets `head` (a `reset` built from the caller's GetRun)
+    first and then follows the feed from the run's real position; `ended`: nothing follows."""
 
     def __init__(
         self,
@@ -69,7 +70,8 @@ class EventStream:
         token: str,
         after: int,
         started: float,
-        shared: bool = True,
+        head: bytes = b"",
+        ended: bool = False,
     ) -> None:
         self.gw = gw
         self.request = request
@@ -78,7 +80,8 @@ class EventStream:
         self.token = token
         self.after = after
         self.started = started
-        self.shared = shared
+        self.head = head
+        self.ended = ended
         self.limit = gw.settings.sse_buffer_bytes
         self._chunks: list[bytes] = []
         self._queued = 0
@@ -158,11 +161,15 @@ class EventStream:
         self._wake()
 
     def _start_source(self) -> None:
-        if self.shared:
-            feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
-            if feed is not None:
-                self._feed = feed
-                return
+        if self.head:
+            self._push(self.head, 1)
+        if self.ended:
+            self.source_ended(None)
+            return
+        feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
+        if feed is not None:
+            self._feed = feed
+            return
         self.gw.metrics.sse_upstream.inc()
         self._pump_task = asyncio.create_task(self._pump())
         self._pump_task.add_done_callback(self._pump_finished)
@@ -278,7 +285,8 @@ async def stream_response(
     token: str,
     after: int,
     started: float,
-    shared: bool = True,
+    head: bytes = b"",
+    ended: bool = False,
     status: int = 200,
     headers: dict[str, str] | None = None,
     slot: str | None = None,
@@ -292,7 +300,15 @@ async def stream_response(
         await gw.slots.release(gw.redis, slot)
         raise
     stream = EventStream(
-        gw, request, resp, run_id=run_id, token=token, after=after, started=started, shared=shared
+        gw,
+        request,
+        resp,
+        run_id=run_id,
+        token=token,
+        after=after,
+        started=started,
+        head=head,
+        ended=ended,
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()
