@@ -265,3 +265,35 @@ async def test_never_reading_client_is_dropped_others_unaffected(
     metrics = await (await client.get("/metrics")).text()
     assert 'tether_gateway_sse_dropped_total{reason="slow_client"} 1.0' in metrics
     sock.close()
+
+
+async def test_far_behind_catches_up_then_joins_the_feed(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    """A resume point below the feed's floor streams on its own only until it has caught up;
+    then it follows the shared feed and its own upstream call ends."""
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    for seq in (1, 2, 3):
+        fake.append(delta("run_1", seq, "x"))
+    ahead = await client.get("/v1/runs/run_1/events?after=3", headers=auth(user_token))
+    assert ahead.status == 200
+    for _ in range(100):  # the feed (floor 3) is open upstream
+        if fake.live["run_1"]:
+            break
+        await asyncio.sleep(0.02)
+    behind = await client.get("/v1/runs/run_1/events?after=1", headers=auth(user_token))
+    assert behind.status == 200
+    head = await asyncio.wait_for(_read_until(behind, b"id: 3\n"), 5)
+    for _ in range(100):
+        if len(fake.live["run_1"]) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert [after for _, after in fake.stream_calls] == [3, 1]
+    assert len(fake.live["run_1"]) == 1, "the catch-up stream kept its own upstream"
+    fake.append(delta("run_1", 4, "y"))
+    fake.append(done("run_1", 5))
+    rest = (head + await asyncio.wait_for(behind.read(), 5)).decode()
+    assert [f["id"] for f in parse(rest) if "id" in f] == ["2", "3", "4", "5"]
+    rest = (await asyncio.wait_for(ahead.read(), 5)).decode()
+    assert [f["id"] for f in parse(rest) if "id" in f] == ["4", "5"]

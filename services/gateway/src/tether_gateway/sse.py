@@ -57,7 +57,7 @@ def is_finished(run: resources_pb2.Run, after: int) -> bool:
 class EventStream:
     """One SSE connection, fed by its run's shared feed (run_feed.py) or, when the feed cannot
     serve its resume point (older than the feed's ring), by a dedicated gRPC event stream of its
-    own. A resume point ahead of the run gets `head` (a `reset` built from the caller's GetRun)
+    own until it has caught up with the feed. A resume point ahead of the run gets `head` (a `reset` built from the caller's GetRun)
     first and then follows the feed from the run's real position; `ended`: nothing follows."""
 
     def __init__(
@@ -176,7 +176,20 @@ class EventStream:
 
     def _pump_finished(self, task: asyncio.Task[None]) -> None:
         self.gw.metrics.sse_upstream.dec()
-        self.source_ended(None)
+        if self._feed is None:  # not handed over to the run's feed: the source is done
+            self.source_ended(None)
+
+    def _hand_over(self, after: int) -> bool:
+        """Once the dedicated stream has caught up to what the run's feed holds (or no feed is
+        left), follow the feed instead: a far-behind resume costs its own upstream only while it
+        catches up, not for the run's life. Synchronous: nothing arrives between the two."""
+        if self._dropped or self._stopping:
+            return False
+        feed = self.gw.feeds.subscribe(self.run_id, self, after, self.token)
+        if feed is None:
+            return False
+        self._feed = feed
+        return True
 
     async def _pump(self) -> None:
         after = self.after
@@ -201,7 +214,7 @@ class EventStream:
                         break
                 if frames:
                     self._push(b"".join(frames), len(frames))
-                if end:
+                if end or self._hand_over(after):
                     return
 
     # -- the client side --
