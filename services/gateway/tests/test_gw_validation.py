@@ -166,3 +166,19 @@ def test_json_depth_counts_without_recursion() -> None:
     for _ in range(100_000):  # far past the interpreter's recursion limit
         deep = [deep]
     assert json_depth(deep) == MAX_JSON_DEPTH + 1  # stops counting past the limit
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+async def test_http_non_finite_numbers_are_400(
+    client: TestClient[Any, Any], user_token: str, number: bytes
+) -> None:
+    """Python's parser takes NaN/Infinity (not JSON) and 1e999 (inf): a form's fill holding one
+    failed re-encoding (json.dumps allow_nan=False) with a 500."""
+    raw = b'{"interruptId":"i","decision":"respond","idempotencyKey":"k","fill":{"a":%s}}' % number
+    resp = await client.post(
+        "/v1/runs/run_1/resume",
+        data=raw,
+        headers={"Authorization": f"Bearer {user_token}", "Content-Type": "application/json"},
+    )
+    assert resp.status == 400, await resp.text()
+    assert (await _error(resp))["code"] == "INVALID_ARGUMENT"

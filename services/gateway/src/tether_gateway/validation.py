@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,7 @@ async def read_json(request: web.Request, max_bytes: int) -> object:
     if not raw.strip():
         return {}
     try:
-        parsed = json.loads(raw)
+        parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, UnicodeDecodeError) as err:
         raise InvalidArgument("the request body is not valid JSON") from err
     except RecursionError as err:  # e.g. 60,000 `[`: deeper than the parser's own stack
@@ -77,6 +78,19 @@ async def read_json(request: web.Request, max_bytes: int) -> object:
 
 
 MAX_JSON_DEPTH = 64
+
+
+def _no_constant(name: str) -> object:
+    # Python's parser takes NaN and Infinity, which JSON does not have (and json.dumps with
+    # allow_nan=False, re-encoding a form's fill, would raise on: a 500 before).
+    raise InvalidArgument(f"the request body is not valid JSON ({name})")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise InvalidArgument("the request body holds a number out of range")
+    return value
 
 
 def json_depth(value: object) -> int:
