@@ -104,8 +104,9 @@ async def test_cap_holds_across_gateways_and_a_closed_stream_frees_its_slot(
     c = start_gateway({**base_env, **CAP_ENV}, runtime.addr, name="gateway-cap-c")
     procs.append(c)
     async with contextlib.AsyncExitStack() as stack:
-        for _ in range(CAP - 1):
-            resp = await stack.enter_async_context(opened(http, a, run_id, user))
+        for _ in range(CAP - 1):  # the streams above free their slots at their next heartbeat
+            resp = await open_until(http, a, run_id, user, within_s=5)
+            stack.callback(resp.close)
             assert resp.status == 200
         crashed = await http.get(f"{c.addr}/v1/runs/{run_id}/events", headers=bearer(user))
         assert crashed.status == 200
