@@ -182,3 +182,16 @@ async def test_http_non_finite_numbers_are_400(
     )
     assert resp.status == 400, await resp.text()
     assert (await _error(resp))["code"] == "INVALID_ARGUMENT"
+
+
+async def test_http_whitespace_body_is_400_and_no_body_is_empty(
+    client: TestClient[Any, Any], user_token: str
+) -> None:
+    """Whitespace alone is not JSON (schemathesis sent `\\n\\n` and a conversation was made)."""
+    headers = {"Authorization": f"Bearer {user_token}", "Content-Type": "application/json"}
+    resp = await client.post("/v1/conversations/conv_1/runs", data=b"\n\n", headers=headers)
+    assert resp.status == 400
+    assert "not valid JSON" in (await _error(resp))["message"]
+    resp = await client.post("/v1/conversations/conv_1/runs", data=b"", headers=headers)
+    assert resp.status == 400
+    assert "'text' is required" in (await _error(resp))["message"]  # no body: `{}`

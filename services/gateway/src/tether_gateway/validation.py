@@ -55,14 +55,14 @@ async def storable_params(request: web.Request, handler: Handler) -> web.StreamR
 
 
 async def read_json(request: web.Request, max_bytes: int) -> object:
-    """The parsed body (`{}` when empty); 413 past `max_bytes`, 400 for anything but JSON."""
+    """The parsed body (`{}` when there is none); 413 past `max_bytes`, 400 for anything but JSON."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(max_bytes, length)
     raw = await request.read()  # the app's client_max_size stops chunked bodies at the limit
     if len(raw) > max_bytes:
         raise PayloadTooLarge(max_bytes, len(raw))
-    if not raw.strip():
+    if not raw:  # no body at all; whitespace alone is not JSON (400 below)
         return {}
     try:
         parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
