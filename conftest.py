@@ -48,6 +48,7 @@ def base_env(database_url: str, redis_url: str) -> dict[str, str]:
         # Per-user limits count in the shared Redis for the whole session: tests that are not
         # about them must not spend one budget (tests/integration/security sets its own).
         "TETHER_RATE_LIMIT_PER_MIN": "0",
+        "TETHER_MAX_STREAMS_PER_USER": "0",
     }
 
 

@@ -140,6 +140,7 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         "TETHER_DRAIN_S": "3",  # stopping between repetitions need not wait out a long grace
         # The per-user start-rate limit guards a shared system; one bench user starts thousands.
         "TETHER_RATE_LIMIT_PER_MIN": "100000000",
+        "TETHER_MAX_STREAMS_PER_USER": "0",  # likewise the cap on one user's open streams
     }
     # Optional knobs of the system under test, passed through when set.
     for name in (

@@ -3,11 +3,13 @@ grants, and the routes that need no caller."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 from tether_common.auth import issue_token
 
+from tether_testkit.inventory import abnormal_service
 from tether_testkit.secrets import TEST_SECRET
 
 # Routes the OpenAPI document lists that need no caller (everything else must answer 401).
@@ -38,3 +40,26 @@ async def grant_restart(db: Any, user: str) -> None:
         "instance.restart",
         "*",
     )
+
+
+async def owned_interrupted_run(db: Any, gw: str, http: Any, user: str) -> dict[str, str]:
+    """A conversation and a run of `user`, waiting at a confirmation."""
+    await grant_restart(db, user)
+    service, instance = await abnormal_service(db, prefix="auth")
+    h = bearer(user)
+    async with http.post(f"{gw}/v1/conversations", json={"title": "mine"}, headers=h) as r:
+        conv = (await r.json())["conversation"]["id"]
+    body = {"text": f"restart the abnormal {service} instance"}
+    async with http.post(f"{gw}/v1/conversations/{conv}/runs", json=body, headers=h) as r:
+        assert r.status == 201, await r.text()
+        run_id = (await r.json())["run"]["id"]
+    for _ in range(200):
+        async with http.get(f"{gw}/v1/runs/{run_id}", headers=h) as r:
+            run = (await r.json())["run"]
+        if run["status"] == "interrupted":
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the run never asked for confirmation: {run}")
+    intr = run["pendingInterrupt"]["id"]
+    return {"conv": conv, "run": run_id, "interrupt": intr, "instance": instance}

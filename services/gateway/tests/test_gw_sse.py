@@ -127,6 +127,42 @@ async def test_ahead_gets_reset_then_live_events(
     assert ids == ["2", "3"]  # continues after the run's real position, not the bogus one
 
 
+async def test_resumes_ahead_share_one_upstream(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    """A resume point past the run's end gets its `reset` from the gateway's own GetRun and
+    joins the run's feed: many of them cost one upstream call, not one each for the run's life."""
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(delta("run_1", 1, "a"))
+    resps = []
+    for after in (50, 10**9, 2):
+        resp = await client.get(f"/v1/runs/run_1/events?after={after}", headers=auth(user_token))
+        assert resp.status == 200
+        head = await asyncio.wait_for(_read_until(resp, b"event: reset"), 5)
+        assert b"event: reset" in head and b'"lastSequence":1' in head
+        resps.append((resp, head))
+    fake.append(delta("run_1", 2, "b"))
+    fake.append(done("run_1", 3))
+    for resp, head in resps:
+        rest = (head + await resp.read()).decode()
+        assert [f["id"] for f in parse(rest) if "id" in f] == ["2", "3"]
+    assert fake.stream_calls == [("run_1", 1)]  # one feed, from the run's real position
+
+
+async def test_ahead_of_a_finished_run_gets_reset_and_the_end(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    fake.append(done("run_1", 1))
+    resp = await client.get("/v1/runs/run_1/events?after=7", headers=auth(user_token))
+    assert resp.status == 200
+    frames = parse((await asyncio.wait_for(resp.read(), 5)).decode())
+    assert [f.get("event") for f in frames if "event" in f] == ["reset"]
+    assert fake.stream_calls == []  # nothing to follow: no upstream at all
+
+
 async def _read_until(resp: Any, marker: bytes) -> bytes:
     buf = b""
     while marker not in buf:
@@ -229,3 +265,35 @@ async def test_never_reading_client_is_dropped_others_unaffected(
     metrics = await (await client.get("/metrics")).text()
     assert 'tether_gateway_sse_dropped_total{reason="slow_client"} 1.0' in metrics
     sock.close()
+
+
+async def test_far_behind_catches_up_then_joins_the_feed(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    """A resume point below the feed's floor streams on its own only until it has caught up;
+    then it follows the shared feed and its own upstream call ends."""
+    fake = fake_runtime[0]
+    fake.add_run("run_1")
+    for seq in (1, 2, 3):
+        fake.append(delta("run_1", seq, "x"))
+    ahead = await client.get("/v1/runs/run_1/events?after=3", headers=auth(user_token))
+    assert ahead.status == 200
+    for _ in range(100):  # the feed (floor 3) is open upstream
+        if fake.live["run_1"]:
+            break
+        await asyncio.sleep(0.02)
+    behind = await client.get("/v1/runs/run_1/events?after=1", headers=auth(user_token))
+    assert behind.status == 200
+    head = await asyncio.wait_for(_read_until(behind, b"id: 3\n"), 5)
+    for _ in range(100):
+        if len(fake.live["run_1"]) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert [after for _, after in fake.stream_calls] == [3, 1]
+    assert len(fake.live["run_1"]) == 1, "the catch-up stream kept its own upstream"
+    fake.append(delta("run_1", 4, "y"))
+    fake.append(done("run_1", 5))
+    rest = (head + await asyncio.wait_for(behind.read(), 5)).decode()
+    assert [f["id"] for f in parse(rest) if "id" in f] == ["2", "3", "4", "5"]
+    rest = (await asyncio.wait_for(ahead.read(), 5)).decode()
+    assert [f["id"] for f in parse(rest) if "id" in f] == ["4", "5"]

@@ -8,7 +8,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from tether_common.errors import InvalidArgument
 from tether_gateway.api import RESUME_RUN, START_RUN
-from tether_gateway.validation import validate
+from tether_gateway.validation import MAX_JSON_DEPTH, json_depth, validate
 
 
 def test_accepts_known_fields() -> None:
@@ -116,3 +116,82 @@ async def test_session_cookie_is_httponly_and_used_by_gets(
     # ... but never a state-changing POST (no CSRF through the cookie).
     resp = await client.post("/v1/runs/run_missing/cancel", json={})
     assert resp.status == 401
+
+
+@pytest.mark.parametrize(
+    "value", ["²", "٣", "1²", "9" * 5000, "-1", "0", "501", " 5", "5.0", "1e2", "", "ⅷ"]
+)
+async def test_http_bad_page_size_is_400(
+    client: TestClient[Any, Any], user_token: str, value: str
+) -> None:
+    """`"²".isdigit()` is True and `int("²")` raises: the check must be one int() agrees with."""
+    for path in ("/v1/conversations", "/v1/runs", "/v1/conversations/conv_1/messages"):
+        resp = await client.get(
+            path, params={"pageSize": value}, headers={"Authorization": f"Bearer {user_token}"}
+        )
+        assert resp.status == 400, (path, value, await resp.text())
+        error = await _error(resp)
+        assert error["code"] == "INVALID_ARGUMENT" and "pageSize" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"[" * 60_000, "nested deeper than 64"),  # RecursionError inside json.loads before
+        (b"[" * 65 + b"]" * 65, "nested deeper than 64"),
+        (b'{"a":' * 65 + b"1" + b"}" * 65, "nested deeper than 64"),
+        (b'{"text": "hi", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested deeper than 64"),
+    ],
+)
+async def test_http_deeply_nested_body_is_400(
+    make_client: Any, user_token: str, raw: bytes, message: str
+) -> None:
+    client = await make_client(max_body_bytes=64 * 1024)
+    for path in ("/v1/conversations", "/v1/conversations/conv_1/runs", "/v1/runs/run_1/resume"):
+        resp = await client.post(
+            path,
+            data=raw,
+            headers={"Authorization": f"Bearer {user_token}", "Content-Type": "application/json"},
+        )
+        assert resp.status == 400, (path, await resp.text())
+        error = await _error(resp)
+        assert error["code"] == "INVALID_ARGUMENT" and message in error["message"]
+
+
+def test_json_depth_counts_without_recursion() -> None:
+    assert json_depth(1) == 0
+    assert json_depth({"a": [1, {"b": []}]}) == 4
+    assert json_depth([[]] * 3) == 2
+    deep: list[Any] = []
+    for _ in range(100_000):  # far past the interpreter's recursion limit
+        deep = [deep]
+    assert json_depth(deep) == MAX_JSON_DEPTH + 1  # stops counting past the limit
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+async def test_http_non_finite_numbers_are_400(
+    client: TestClient[Any, Any], user_token: str, number: bytes
+) -> None:
+    """Python's parser takes NaN/Infinity (not JSON) and 1e999 (inf): a form's fill holding one
+    failed re-encoding (json.dumps allow_nan=False) with a 500."""
+    raw = b'{"interruptId":"i","decision":"respond","idempotencyKey":"k","fill":{"a":%s}}' % number
+    resp = await client.post(
+        "/v1/runs/run_1/resume",
+        data=raw,
+        headers={"Authorization": f"Bearer {user_token}", "Content-Type": "application/json"},
+    )
+    assert resp.status == 400, await resp.text()
+    assert (await _error(resp))["code"] == "INVALID_ARGUMENT"
+
+
+async def test_http_whitespace_body_is_400_and_no_body_is_empty(
+    client: TestClient[Any, Any], user_token: str
+) -> None:
+    """Whitespace alone is not JSON (schemathesis sent `\\n\\n` and a conversation was made)."""
+    headers = {"Authorization": f"Bearer {user_token}", "Content-Type": "application/json"}
+    resp = await client.post("/v1/conversations/conv_1/runs", data=b"\n\n", headers=headers)
+    assert resp.status == 400
+    assert "not valid JSON" in (await _error(resp))["message"]
+    resp = await client.post("/v1/conversations/conv_1/runs", data=b"", headers=headers)
+    assert resp.status == 400
+    assert "'text' is required" in (await _error(resp))["message"]  # no body: `{}`

@@ -29,7 +29,11 @@ FULL = SCALE == "full"
 USER = "alice"
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 # Settings every chaos process shares: no per-user limits (a storm is the point), fast leases.
-CHAOS_ENV = {"TETHER_RATE_LIMIT_PER_MIN": "0", "TETHER_LOG_LEVEL": "INFO"}
+CHAOS_ENV = {
+    "TETHER_RATE_LIMIT_PER_MIN": "0",
+    "TETHER_MAX_STREAMS_PER_USER": "0",
+    "TETHER_LOG_LEVEL": "INFO",
+}
 
 
 def size(fast: float, full: float) -> Any:

@@ -19,9 +19,8 @@ from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import issue_token
 from tether_gateway.health import openapi_document
 from tether_testkit.client import Client
-from tether_testkit.inventory import abnormal_service
 from tether_testkit.secrets import TEST_SECRET
-from tether_testkit.security import PUBLIC, bearer, grant_restart, new_user
+from tether_testkit.security import PUBLIC, bearer, grant_restart, new_user, owned_interrupted_run
 
 SERVICE = pb.DESCRIPTOR.services_by_name["RuntimeService"]
 STREAM_ROUTE = ("get", "/v1/runs/{id}/events")
@@ -44,29 +43,6 @@ def bad_tokens(user: str, run_id: str) -> dict[str, str]:
 def operations() -> list[tuple[str, str]]:
     paths: Any = openapi_document()["paths"]
     return [(m, p) for p, ops in paths.items() for m in ops if (m, p) not in PUBLIC]
-
-
-async def owned_interrupted_run(db: Any, gw: str, http: Any, user: str) -> dict[str, str]:
-    """A conversation and a run of `user`, waiting at a confirmation."""
-    await grant_restart(db, user)
-    service, instance = await abnormal_service(db, prefix="auth")
-    h = bearer(user)
-    async with http.post(f"{gw}/v1/conversations", json={"title": "mine"}, headers=h) as r:
-        conv = (await r.json())["conversation"]["id"]
-    body = {"text": f"restart the abnormal {service} instance"}
-    async with http.post(f"{gw}/v1/conversations/{conv}/runs", json=body, headers=h) as r:
-        assert r.status == 201, await r.text()
-        run_id = (await r.json())["run"]["id"]
-    for _ in range(200):
-        async with http.get(f"{gw}/v1/runs/{run_id}", headers=h) as r:
-            run = (await r.json())["run"]
-        if run["status"] == "interrupted":
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError(f"the run never asked for confirmation: {run}")
-    intr = run["pendingInterrupt"]["id"]
-    return {"conv": conv, "run": run_id, "interrupt": intr, "instance": instance}
 
 
 def url_for(path: str, ids: dict[str, str]) -> str:

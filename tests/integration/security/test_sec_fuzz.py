@@ -184,6 +184,22 @@ def test_oversize_unknown_fields_and_bad_resume_points(fuzz_gateway: Proc, rows:
     for path in ("/v1/runs/a%00b", "/v1/conversations/a%00b", "/v1/conversations?pageToken=a%00"):
         r = requests.get(f"{base}{path}", headers=auth, timeout=10)
         assert r.status_code == 400, (path, r.status_code, r.text)
+    # The review's finding 7: "²".isdigit() is True and int("²") raises; 60,000 `[` overflowed
+    # the JSON parser's recursion (RecursionError); NaN / 1e999 in a fill failed re-encoding.
+    for path in ("/v1/conversations", "/v1/runs", f"/v1/conversations/{conv_id}/messages"):
+        for size in ("²", "٣", "9" * 5000):
+            r = requests.get(f"{base}{path}", params={"pageSize": size}, headers=auth, timeout=10)
+            assert r.status_code == 400, (path, size, r.status_code, r.text)
+            assert r.json()["error"]["code"] == "INVALID_ARGUMENT"
+    resume = '{"interruptId": "i", "decision": "respond", "idempotencyKey": "k", "fill": %s}'
+    bodies = [b"[" * 60_000, b'{"title": ' + b"[" * 65 + b"]" * 65 + b"}", b"\n\n"]
+    bodies += [(resume % v).encode() for v in ("NaN", "Infinity", "1e999", "[" * 65 + "]" * 65)]
+    for raw_body in bodies:
+        for path in routes:
+            url = base + path.replace("{id}", conv_id if "conversations/" in path else "run_x")
+            r = requests.post(url, data=raw_body, headers=json_headers, timeout=10)
+            assert r.status_code == 400, (path, raw_body[:40], r.status_code, r.text)
+            assert r.json()["error"]["code"] == "INVALID_ARGUMENT"
     assert rows.count(user) == before, "a rejected request stored rows"
 
 

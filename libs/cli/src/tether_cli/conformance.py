@@ -368,6 +368,7 @@ async def _main(opts: Options) -> int:
                 "TETHER_DRAIN_S": "2",
                 "TETHER_SCRIPTED_DELAY_S": "0.002",
                 "TETHER_RATE_LIMIT_PER_MIN": "0",
+                "TETHER_MAX_STREAMS_PER_USER": "0",
                 "TETHER_TOOL_DENY": "",  # the gate is an operator's switch; conformance tests the tool
             },
             Path(work),

@@ -96,6 +96,12 @@ class Settings:
     # Per user, per minute; 0 turns a limit off (load tests). Default: rate_limit_per_min.
     rate_limit_start_per_min: int = 120
     rate_limit_resume_per_min: int = 120
+    rate_limit_conversation_per_min: int = 120
+    rate_limit_events_per_min: int = 120  # SSE opens (EventSource reconnects count too)
+    rate_limit_stream_token_per_min: int = 120
+    rate_limit_cancel_per_min: int = 120
+    # Gateway: open SSE streams per user across every gateway pod (counted in Redis); 0: no cap.
+    max_streams_per_user: int = 20
     log_level: str = "INFO"
     service_name: str = "tether"
 
@@ -177,6 +183,11 @@ class Settings:
             rate_limit_per_min=rate,
             rate_limit_start_per_min=_int(e, "TETHER_RATE_LIMIT_START_PER_MIN", rate),
             rate_limit_resume_per_min=_int(e, "TETHER_RATE_LIMIT_RESUME_PER_MIN", rate),
+            rate_limit_conversation_per_min=_int(e, "TETHER_RATE_LIMIT_CONVERSATION_PER_MIN", rate),
+            rate_limit_events_per_min=_int(e, "TETHER_RATE_LIMIT_EVENTS_PER_MIN", rate),
+            rate_limit_stream_token_per_min=_int(e, "TETHER_RATE_LIMIT_STREAM_TOKEN_PER_MIN", rate),
+            rate_limit_cancel_per_min=_int(e, "TETHER_RATE_LIMIT_CANCEL_PER_MIN", rate),
+            max_streams_per_user=_int(e, "TETHER_MAX_STREAMS_PER_USER", cls.max_streams_per_user),
             log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
             service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
         )

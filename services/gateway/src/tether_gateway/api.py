@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -12,9 +13,10 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.auth import issue_token, verify_token
 from tether_common.errors import InvalidArgument, NotFound
-from tether_common.event_json import run_json
+from tether_common.event_json import run_json, sse_frame
 
 from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
+from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
@@ -77,6 +79,7 @@ def wants_stream(request: web.Request) -> bool:
 async def create_conversation(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw)
+    await gw.limiter.check(gw.redis, "conversation", caller.principal.user_id)
     data = await _body(request, gw, CREATE_CONVERSATION)
     req = rs.CreateConversationRequest(title=data.get("title", ""))
     resp = await gw.client().create_conversation(req, caller.token)
@@ -144,19 +147,28 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         "idempotency_key": data.get("idempotencyKey", ""),
         "agent": data.get("agent", ""),
     }
-    opened = None
-    if wants_stream(request):
-        # One call starts the run and streams it; a runtime older than this gateway lacks it.
-        opened = await _start_streaming(gw, rs.StartRunAndStreamEventsRequest(**fields), caller)
-    if opened is not None:
-        run, replayed = opened.first.run, opened.first.replayed
-    else:
-        resp = await gw.client().start_run(rs.StartRunRequest(**fields), caller.token)
-        run, replayed = resp.run, resp.replayed
+    opened = slot = None
+    streaming = wants_stream(request)
+    if streaming:
+        # The stream's slot first: a caller at the cap starts no run it could not watch.
+        slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
+    try:
+        if streaming:
+            # One call starts the run and streams it; a runtime older than this lacks it.
+            req = rs.StartRunAndStreamEventsRequest(**fields)
+            opened = await _start_streaming(gw, req, caller)
+        if opened is not None:
+            run, replayed = opened.first.run, opened.first.replayed
+        else:
+            resp = await gw.client().start_run(rs.StartRunRequest(**fields), caller.token)
+            run, replayed = resp.run, resp.replayed
+    except BaseException:
+        await gw.slots.release(gw.redis, slot)
+        raise
     location = f"/v1/runs/{run.id}"
     if opened is not None:
         gw.feeds.adopt(run.id, caller.token, opened)  # the connection below joins it
-    if wants_stream(request):
+    if streaming:
         return await stream_response(
             request,
             gw,
@@ -166,6 +178,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
             started=started,
             status=201,
             headers={"Location": location, "X-Run-Id": run.id},
+            slot=slot,
         )
     body_json = {"run": run_json(run), "replayed": replayed}
     return web.json_response(body_json, status=201, headers={"Location": location})
@@ -257,6 +270,7 @@ def _answer_text(data: dict[str, str], fill: object) -> str:
 async def cancel_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = _caller(request, gw)
+    await gw.limiter.check(gw.redis, "cancel", caller.principal.user_id)
     data = await _body(request, gw, CANCEL_RUN)
     req = rs.CancelRunRequest(run_id=request.match_info["id"], reason=data.get("reason", ""))
     resp = await gw.client().cancel_run(req, caller.token)
@@ -270,6 +284,7 @@ async def stream_token(request: web.Request) -> web.Response:
     """A short-lived token reading one run's events: for `EventSource`, which sends no headers."""
     gw = state(request)
     caller = _caller(request, gw)
+    await gw.limiter.check(gw.redis, "stream_token", caller.principal.user_id)
     run_id = request.match_info["id"]
     # Only a caller who may read the run gets a token for it (404/403 come from the runtime).
     await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
@@ -289,28 +304,56 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     opened = await _open_events(request, gw)
     if opened is None:
         return web.Response(status=204)
-    run_id, token, after, shared = opened
+    slot = await gw.slots.acquire(gw.redis, opened.user_id)  # 429 past the cap, on any pod
     # Only what the stream needs stays referenced while it is open (thousands may idle).
     return await stream_response(
-        request, gw, run_id=run_id, token=token, after=after, started=started, shared=shared
+        request,
+        gw,
+        run_id=opened.run_id,
+        token=opened.token,
+        after=opened.after,
+        started=started,
+        head=opened.head,
+        ended=opened.ended,
+        slot=slot,
     )
 
 
-async def _open_events(request: web.Request, gw: GatewayState) -> tuple[str, str, int, bool] | None:
-    """Auth, resume point and the caller's own GetRun (the ownership check) for an SSE open;
-    None when the run is over with nothing left to send (204)."""
+@dataclass(frozen=True)
+class EventsOpen:
+    """What an SSE open resolved to: where to follow the run from, what to send first."""
+
+    run_id: str
+    token: str
+    user_id: str
+    after: int
+    head: bytes = b""  # a `reset` for a resume point ahead of the run
+    ended: bool = False  # the run is over: nothing follows the head
+
+
+async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | None:
+    """Auth, rate limit, resume point and the caller's own GetRun (the ownership check) for an
+    SSE open; None when the run is over with nothing left to send (204)."""
     caller = authenticate(request, gw.settings.jwt_secret, cookie=True, stream_token=True)
     run_id = request.match_info["id"]
     p = caller.principal
+    await gw.limiter.check(gw.redis, "events", p.user_id)
     if p.scope == "stream" and p.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
     after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
     resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
-    if is_finished(resp.run, after):
+    run = resp.run
+    if is_finished(run, after):
         return None
-    # A resume point ahead of the run gets a `reset` built for it: a dedicated stream. Any
-    # other joins the run's shared feed, after this caller's own GetRun passed (ownership).
-    return run_id, caller.token, after, after <= resp.run.last_sequence
+    opened = EventsOpen(run_id, caller.token, p.user_id, after)
+    if after > run.last_sequence:
+        # Ahead of the run (a stale or forged Last-Event-ID): the client redraws from the run's
+        # state in this GetRun's answer, then follows the shared feed from the real position.
+        # No upstream of its own: any number of such resumes cost one feed, as any other.
+        reset = events_pb2.RunEvent(run_id=run_id, reset=events_pb2.Reset(run=run))
+        ended = run.status in TERMINAL_STATUSES
+        return replace(opened, after=run.last_sequence, head=sse_frame(reset), ended=ended)
+    return opened
 
 
 async def open_session(request: web.Request) -> web.Response:

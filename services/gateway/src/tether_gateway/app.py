@@ -3,6 +3,8 @@ and the Redis client (created in cleanup_ctx, closed on shutdown)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -112,7 +114,13 @@ def create_app(settings: Settings) -> web.Application:
             gw.redis = redis_asyncio.Redis.from_url(
                 settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
             )
+        refresher = asyncio.create_task(
+            gw.slots.run_refresher(lambda: gw.redis, settings.sse_heartbeat_s)
+        )
         yield
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
         if gw.redis is not None:
             await gw.redis.aclose()
             gw.redis = None

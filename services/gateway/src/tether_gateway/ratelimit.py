@@ -1,4 +1,5 @@
-"""Per-user limits on starting and resuming runs, kept in Redis so every gateway pod counts the
+"""Per-user limits on every route that costs the runtime work (starting, resuming and cancelling
+runs, creating conversations, opening event streams, minting stream tokens), kept in Redis so every gateway pod counts the
 same budget: GCRA in one Lua script (atomic, one round trip, one small key per user and action).
 
 If Redis does not answer, the request is let through and a warning is logged (fail open). The
@@ -19,7 +20,7 @@ from tether_common.errors import RateLimited
 
 log = logging.getLogger(__name__)
 
-Action = Literal["start", "resume"]
+Action = Literal["start", "resume", "conversation", "events", "stream_token", "cancel"]
 PERIOD_MS = 60_000
 REDIS_TIMEOUT_S = 0.25  # a slow Redis must not slow every start/resume down
 _WARN_EVERY_S = 10.0
@@ -69,6 +70,10 @@ class RateLimiter:
             {
                 "start": settings.rate_limit_start_per_min,
                 "resume": settings.rate_limit_resume_per_min,
+                "conversation": settings.rate_limit_conversation_per_min,
+                "events": settings.rate_limit_events_per_min,
+                "stream_token": settings.rate_limit_stream_token_per_min,
+                "cancel": settings.rate_limit_cancel_per_min,
             }
         )
 

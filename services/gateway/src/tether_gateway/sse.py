@@ -56,8 +56,9 @@ def is_finished(run: resources_pb2.Run, after: int) -> bool:
 
 class EventStream:
     """One SSE connection, fed by its run's shared feed (run_feed.py) or, when the feed cannot
-    serve its resume point (older than the feed's ring, or ahead of the run: `reset`), by a
-    dedicated gRPC event stream of its own."""
+    serve its resume point (older than the feed's ring), by a dedicated gRPC event stream of its
+    own until it has caught up with the feed. A resume point ahead of the run gets `head` (a `reset` built from the caller's GetRun)
+    first and then follows the feed from the run's real position; `ended`: nothing follows."""
 
     def __init__(
         self,
@@ -69,7 +70,8 @@ class EventStream:
         token: str,
         after: int,
         started: float,
-        shared: bool = True,
+        head: bytes = b"",
+        ended: bool = False,
     ) -> None:
         self.gw = gw
         self.request = request
@@ -78,7 +80,8 @@ class EventStream:
         self.token = token
         self.after = after
         self.started = started
-        self.shared = shared
+        self.head = head
+        self.ended = ended
         self.limit = gw.settings.sse_buffer_bytes
         self._chunks: list[bytes] = []
         self._queued = 0
@@ -158,18 +161,35 @@ class EventStream:
         self._wake()
 
     def _start_source(self) -> None:
-        if self.shared:
-            feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
-            if feed is not None:
-                self._feed = feed
-                return
+        if self.head:
+            self._push(self.head, 1)
+        if self.ended:
+            self.source_ended(None)
+            return
+        feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
+        if feed is not None:
+            self._feed = feed
+            return
         self.gw.metrics.sse_upstream.inc()
         self._pump_task = asyncio.create_task(self._pump())
         self._pump_task.add_done_callback(self._pump_finished)
 
     def _pump_finished(self, task: asyncio.Task[None]) -> None:
         self.gw.metrics.sse_upstream.dec()
-        self.source_ended(None)
+        if self._feed is None:  # not handed over to the run's feed: the source is done
+            self.source_ended(None)
+
+    def _hand_over(self, after: int) -> bool:
+        """Once the dedicated stream has caught up to what the run's feed holds (or no feed is
+        left), follow the feed instead: a far-behind resume costs its own upstream only while it
+        catches up, not for the run's life. Synchronous: nothing arrives between the two."""
+        if self._dropped or self._stopping:
+            return False
+        feed = self.gw.feeds.subscribe(self.run_id, self, after, self.token)
+        if feed is None:
+            return False
+        self._feed = feed
+        return True
 
     async def _pump(self) -> None:
         after = self.after
@@ -194,7 +214,7 @@ class EventStream:
                         break
                 if frames:
                     self._push(b"".join(frames), len(frames))
-                if end:
+                if end or self._hand_over(after):
                     return
 
     # -- the client side --
@@ -278,15 +298,30 @@ async def stream_response(
     token: str,
     after: int,
     started: float,
-    shared: bool = True,
+    head: bytes = b"",
+    ended: bool = False,
     status: int = 200,
     headers: dict[str, str] | None = None,
+    slot: str | None = None,
 ) -> web.StreamResponse:
-    resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
-    _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
-    await resp.prepare(request)
+    """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends."""
+    try:
+        resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+        _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
+        await resp.prepare(request)
+    except BaseException:
+        await gw.slots.release(gw.redis, slot)
+        raise
     stream = EventStream(
-        gw, request, resp, run_id=run_id, token=token, after=after, started=started, shared=shared
+        gw,
+        request,
+        resp,
+        run_id=run_id,
+        token=token,
+        after=after,
+        started=started,
+        head=head,
+        ended=ended,
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()
@@ -297,4 +332,5 @@ async def stream_response(
     finally:
         gw.streams.discard(stream)
         gw.metrics.sse_open.dec()
+        await gw.slots.release(gw.redis, slot)
     return resp

@@ -11,6 +11,7 @@ from tether_common.config import Settings
 from tether_gateway.metrics import Metrics
 from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.run_feed import FeedRegistry
+from tether_gateway.stream_slots import StreamSlots
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -27,9 +28,14 @@ class GatewayState:
     draining: bool = False
     limiter: RateLimiter = field(init=False)
     feeds: FeedRegistry = field(init=False)
+    slots: StreamSlots = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter.from_settings(self.settings)
+        # A lease of three heartbeats, refreshed every heartbeat: one missed tick is no loss.
+        self.slots = StreamSlots(
+            self.settings.max_streams_per_user, lease_s=3 * self.settings.sse_heartbeat_s
+        )
         self.feeds = FeedRegistry(self.client, on_upstream=self.metrics.sse_upstream.inc)
 
     def client(self) -> RuntimeClient:

@@ -1,0 +1,130 @@
+"""A cap on the SSE streams one user holds open across every gateway pod: each open stream is a
+member of the user's sorted set in Redis, scored by the time its lease ends. The pod refreshes
+the leases of its own streams on a timer (one pipeline per tick, not one task per stream), so a
+pod that crashes stops refreshing and its streams stop counting within one lease.
+
+If Redis does not answer, the cap falls back to this pod's own count of the user's streams
+(fail to the pod, not open): one pod's memory is what the cap protects, and that it can still
+count locally. A user may then hold up to the cap on each pod until Redis is back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+from tether_common.errors import RateLimited
+
+log = logging.getLogger(__name__)
+
+REDIS_TIMEOUT_S = 0.25
+RETRY_AFTER_S = 5.0
+_WARN_EVERY_S = 10.0
+
+# KEYS[1] = the user's set; ARGV = member, cap, lease ms. Expired leases (a crashed pod's) go
+# first; then the member joins if the user holds fewer than `cap`. Returns 1 (joined) or 0.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], lease)
+return 1
+"""
+# KEYS[1] = the user's set; ARGV = lease ms, members. Moves the members' leases forward (XX:
+# only those still present) and the set's own expiry with them.
+_REFRESH = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], lease)
+return 0
+"""
+
+
+def _key(user_id: str) -> str:
+    return f"tether:streams:{{{user_id}}}"
+
+
+class StreamSlots:
+    """Acquire a slot before a stream opens (RateLimited past the cap), release it when it ends."""
+
+    def __init__(self, cap: int, lease_s: float) -> None:
+        self.cap = cap
+        self.lease_ms = max(1000, int(lease_s * 1000))
+        self._held: dict[str, str] = {}  # slot id -> user id, this pod's open streams
+        self._warned_at = 0.0
+
+    def local_count(self, user_id: str) -> int:
+        return sum(1 for user in self._held.values() if user == user_id)
+
+    async def acquire(self, redis: Any, user_id: str) -> str | None:
+        """A slot id to release later; None when the cap is off (nothing to release)."""
+        if self.cap <= 0:
+            return None
+        slot = uuid.uuid4().hex
+        joined: int | None = None
+        if redis is not None:
+            try:
+                joined = await asyncio.wait_for(
+                    redis.eval(_ACQUIRE, 1, _key(user_id), slot, self.cap, self.lease_ms),
+                    REDIS_TIMEOUT_S,
+                )
+            except Exception as err:  # noqa: BLE001 - any Redis failure: count on this pod
+                self._warn(err)
+        if joined is None:
+            joined = int(self.local_count(user_id) < self.cap)
+        if not int(joined):
+            raise RateLimited(
+                f"too many open event streams: at most {self.cap} per user",
+                retry_after_s=RETRY_AFTER_S,
+            )
+        self._held[slot] = user_id
+        return slot
+
+    async def release(self, redis: Any, slot: str | None) -> None:
+        if slot is None:
+            return
+        user_id = self._held.pop(slot, None)
+        if user_id is None or redis is None:
+            return
+        try:
+            await asyncio.wait_for(redis.zrem(_key(user_id), slot), REDIS_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - the lease ends it anyway
+            self._warn(err)
+
+    async def refresh(self, redis: Any) -> None:
+        """Extend the leases of every stream this pod holds open (one round trip)."""
+        if redis is None or not self._held:
+            return
+        by_user: dict[str, list[str]] = {}
+        for slot, user_id in self._held.items():
+            by_user.setdefault(user_id, []).append(slot)
+        try:
+            async with redis.pipeline(transaction=False) as pipe:
+                for user_id, slots in by_user.items():
+                    pipe.eval(_REFRESH, 1, _key(user_id), self.lease_ms, *slots)
+                await asyncio.wait_for(pipe.execute(), max(REDIS_TIMEOUT_S, 2.0))
+        except Exception as err:  # noqa: BLE001 - retried on the next tick
+            self._warn(err)
+
+    async def run_refresher(self, redis_of: Any, every_s: float) -> None:
+        """Refresh until cancelled; `redis_of()` is read each tick (the client can be replaced)."""
+        while True:
+            await asyncio.sleep(every_s)
+            with contextlib.suppress(Exception):
+                await self.refresh(redis_of())
+
+    def _warn(self, err: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:
+            self._warned_at = now
+            log.warning(
+                "stream cap counted on this pod only: Redis unavailable (%s)", type(err).__name__
+            )

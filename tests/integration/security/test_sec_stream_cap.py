@@ -1,0 +1,168 @@
+"""A cap on one user's open SSE streams holds across gateway pods (the streams count in Redis):
+two gateways share one runtime and one Redis; past the cap every pod answers 429 with
+Retry-After, a streaming start at the cap starts no run, a closed stream frees its slot, and a
+crashed pod's streams stop counting once their leases run out. Without Redis each pod still caps
+its own streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as redis_asyncio
+from tether_common.errors import RateLimited
+from tether_gateway.stream_slots import StreamSlots
+from tether_testkit.processes import Proc, free_port, start_gateway
+from tether_testkit.security import bearer, new_user, owned_interrupted_run
+
+CAP = 3
+CAP_ENV = {"TETHER_MAX_STREAMS_PER_USER": str(CAP), "TETHER_SSE_HEARTBEAT_S": "0.5"}
+
+
+@pytest.fixture(scope="module")
+def capped(runtime: Proc, base_env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    env = {**base_env, **CAP_ENV}
+    a = start_gateway(env, runtime.addr, name="gateway-cap-a")
+    b = start_gateway(env, runtime.addr, name="gateway-cap-b")
+    yield a.addr, b.addr
+    for proc in (a, b):
+        proc.terminate()
+
+
+@contextlib.asynccontextmanager
+async def opened(http: Any, base: str, run_id: str, user: str) -> AsyncIterator[Any]:
+    """An SSE request whose headers have arrived; the connection closes on exit."""
+    resp = await http.get(f"{base}/v1/runs/{run_id}/events", headers=bearer(user))
+    try:
+        yield resp
+    finally:
+        resp.close()  # drops the connection, as a closed browser tab would
+
+
+async def open_until(http: Any, base: str, run_id: str, user: str, within_s: float) -> Any:
+    """Retry an open until a slot is free (the gateway notices a closed client on its next
+    write, a heartbeat at most); the open response, or the last 429 when none came in time."""
+    deadline = time.monotonic() + within_s
+    while True:
+        resp = await http.get(f"{base}/v1/runs/{run_id}/events", headers=bearer(user))
+        if resp.status == 200 or time.monotonic() > deadline:
+            return resp
+        resp.close()
+        await asyncio.sleep(0.1)
+
+
+async def test_cap_holds_across_gateways_and_a_closed_stream_frees_its_slot(
+    capped, http, db, runtime, base_env, procs
+):
+    a, b = capped
+    user, other = new_user("cap"), new_user("cap")
+    ids = await owned_interrupted_run(db, a, http, user)
+    run_id = ids["run"]
+    async with contextlib.AsyncExitStack() as stack:
+        held = []
+        for base in (a, b, a):  # the cap counts on every pod at once
+            resp = await stack.enter_async_context(opened(http, base, run_id, user))
+            assert resp.status == 200, await resp.text()
+            held.append(resp)
+        for base in (a, b):
+            async with opened(http, base, run_id, user) as resp:
+                assert resp.status == 429, "past the cap"  # (a stream's body never ends)
+                assert 1 <= int(resp.headers["Retry-After"]) <= 10
+                error = (await resp.json())["error"]
+                assert error["code"] == "RATE_LIMITED" and "streams" in error["message"]
+
+        # A streaming start needs a slot before it starts anything: no run comes of it.
+        runs = await db.fetchval("SELECT count(*) FROM run WHERE user_id = $1", user)
+        async with http.post(
+            f"{b}/v1/conversations/{ids['conv']}/runs",
+            json={"text": "hello"},
+            headers={**bearer(user), "Accept": "text/event-stream"},
+        ) as resp:
+            assert resp.status == 429, "past the cap"  # (a stream's body never ends)
+        assert await db.fetchval("SELECT count(*) FROM run WHERE user_id = $1", user) == runs
+
+        # Another user's budget is their own.
+        theirs = await owned_interrupted_run(db, b, http, other)
+        async with opened(http, a, theirs["run"], other) as resp:
+            assert resp.status == 200
+
+        # Closing the one on b lets a new one open on a, and only one.
+        held[1].close()
+        resp = await open_until(http, a, run_id, user, within_s=5)
+        stack.callback(resp.close)
+        assert resp.status == 200, "a closed stream's slot was never freed"
+        async with opened(http, b, run_id, user) as resp:
+            assert resp.status == 429
+
+    # A pod that crashes holding a stream: its lease runs out (three heartbeats) and the slot
+    # with it, though nobody released it.
+    c = start_gateway({**base_env, **CAP_ENV}, runtime.addr, name="gateway-cap-c")
+    procs.append(c)
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(CAP - 1):  # the streams above free their slots at their next heartbeat
+            resp = await open_until(http, a, run_id, user, within_s=5)
+            stack.callback(resp.close)
+            assert resp.status == 200
+        crashed = await http.get(f"{c.addr}/v1/runs/{run_id}/events", headers=bearer(user))
+        assert crashed.status == 200
+        c.kill()
+        async with opened(http, a, run_id, user) as resp:
+            assert resp.status == 429, "the crashed pod's stream should still count at first"
+        resp = await open_until(http, a, run_id, user, within_s=10)
+        stack.callback(resp.close)
+        assert resp.status == 200, "a crashed pod's stream kept its slot past its lease"
+        crashed.close()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[Any]:
+    client = redis_asyncio.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_slots_count_in_redis_and_fall_back_to_the_pod(redis_client):
+    user = f"unit-{uuid.uuid4().hex}"
+    pod_a, pod_b = StreamSlots(2, lease_s=30), StreamSlots(2, lease_s=30)
+    first = await pod_a.acquire(redis_client, user)
+    await pod_b.acquire(redis_client, user)
+    with pytest.raises(RateLimited) as info:
+        await pod_a.acquire(redis_client, user)
+    assert info.value.retry_after_s > 0
+    await pod_a.release(redis_client, first)
+    await pod_b.acquire(redis_client, user)  # the released slot is free again
+    assert 0 < await redis_client.pttl(f"tether:streams:{{{user}}}") <= 30_000
+
+    assert await StreamSlots(0, lease_s=30).acquire(redis_client, user) is None  # 0: no cap
+
+    # Leases: a pod that refreshes keeps its slots, one that stopped (crashed) loses them.
+    user = f"unit-{uuid.uuid4().hex}"
+    alive, crashed = StreamSlots(2, lease_s=1), StreamSlots(2, lease_s=1)
+    await alive.acquire(redis_client, user)
+    await crashed.acquire(redis_client, user)
+    for _ in range(4):
+        await asyncio.sleep(0.4)
+        await alive.refresh(redis_client)
+    await alive.acquire(redis_client, user)  # the crashed pod's slot expired
+    with pytest.raises(RateLimited):
+        await alive.acquire(redis_client, user)  # the refreshed ones did not
+
+    # Without Redis: this pod's own streams are still capped.
+    dead = redis_asyncio.Redis.from_url(
+        f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2
+    )
+    try:
+        pod = StreamSlots(2, lease_s=30)
+        slot = await pod.acquire(dead, user)
+        await pod.acquire(dead, user)
+        with pytest.raises(RateLimited):
+            await pod.acquire(dead, user)
+        await pod.release(dead, slot)
+        await pod.acquire(dead, user)
+    finally:
+        await dead.aclose()
