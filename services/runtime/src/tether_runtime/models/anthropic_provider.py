@@ -3,15 +3,15 @@ blocks assembled from their JSON deltas, usage, and every failure as a `ModelErr
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
 import httpx2
-from tether_sdk import Anthropic, ModelError, ModelRequest, ToolCall, Usage
+from tether_sdk import Anthropic, ModelRequest, ToolCall, Usage
 from tether_sdk._model import Chunk
 
 from tether_runtime.models.continuation import LeadingSpaceTrim, split_prefill
@@ -19,9 +19,9 @@ from tether_runtime.models.errors import (
     Origin,
     dropped,
     protocol_error,
-    to_model_error,
     truncated,
 )
+from tether_runtime.models.guarded import guarded_stream
 from tether_runtime.models.keys import Secret
 from tether_runtime.models.prompt import summary_transcript, system_text
 from tether_runtime.models.tool_calls import read_call, wire_call_id
@@ -91,28 +91,18 @@ class AnthropicProvider:
         return params
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
         reading = _Reading()
         trim = LeadingSpaceTrim(split_prefill(request.continue_from)[1])
-        # `from None`: the SDK's exception text quotes the provider's answer; only the mapped
-        # ModelError travels on.
-        try:
-            stream = await self._client.messages.create(**self.params(request))
-        except Exception as err:
-            raise to_model_error(err, self._origin) from None
-        try:
-            async with stream:
-                async for event in stream:
-                    text = reading.take(event, self._origin)
-                    if text and (new := trim.feed(text)):
-                        yield new
-                    if loop.time() > deadline:
-                        raise dropped(self._origin, f"took over {self.timeout_s:g}s to answer")
-        except ModelError:
-            raise
-        except Exception as err:
-            raise to_model_error(err, self._origin) from None
+        events = guarded_stream(
+            lambda: self._client.messages.create(**self.params(request)),
+            self._origin,
+            self.timeout_s,
+        )
+        async with aclosing(events):
+            async for event in events:
+                text = reading.take(event, self._origin)
+                if text and (new := trim.feed(text)):
+                    yield new
         if not reading.events:
             raise protocol_error(self._origin, "an empty stream (no events)")
         if not reading.stopped:

@@ -4,16 +4,16 @@ usage, and every failure as a `ModelError`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
 import openai
-from tether_sdk import ModelError, ModelRequest, OpenAICompatible, ToolCall, Usage
+from tether_sdk import ModelRequest, OpenAICompatible, ToolCall, Usage
 from tether_sdk._model import Chunk
 
 from tether_runtime.models.continuation import RepeatFilter
@@ -21,9 +21,9 @@ from tether_runtime.models.errors import (
     Origin,
     dropped,
     protocol_error,
-    to_model_error,
     truncated,
 )
+from tether_runtime.models.guarded import guarded_stream
 from tether_runtime.models.keys import Secret
 from tether_runtime.models.prompt import CONTINUE_INSTRUCTION, summary_transcript, system_text
 from tether_runtime.models.tool_calls import read_call, wire_call_id
@@ -101,30 +101,20 @@ class OpenAIProvider:
         return params
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
         reading = _Reading()
         repeats = RepeatFilter(request.continue_from)
-        # `from None` throughout: the SDK's exception text can quote the provider's answer
-        # (which may echo a masked key); only the mapped ModelError travels on.
-        try:
-            stream = await self._client.chat.completions.create(
+        chunks = guarded_stream(
+            lambda: self._client.chat.completions.create(
                 **self.params(request), extra_headers=self._headers or None
-            )
-        except Exception as err:
-            raise to_model_error(err, self._origin) from None
-        try:
-            async with stream:
-                async for chunk in stream:
-                    text = reading.take(chunk, self._origin)
-                    if text and (new := repeats.feed(text)):
-                        yield new
-                    if loop.time() > deadline:
-                        raise dropped(self._origin, f"took over {self.timeout_s:g}s to answer")
-        except ModelError:
-            raise
-        except Exception as err:
-            raise to_model_error(err, self._origin) from None
+            ),
+            self._origin,
+            self.timeout_s,
+        )
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                text = reading.take(chunk, self._origin)
+                if text and (new := repeats.feed(text)):
+                    yield new
         if tail := repeats.flush():
             yield tail
         if not reading.chunks:
