@@ -13,7 +13,7 @@ from typing import Any
 
 from tether_common.config import Settings
 from tether_common.errors import AgentNotFound
-from tether_sdk import Agent, AgentDefinitionError, Host, Model
+from tether_sdk import Agent, AgentDefinitionError, Host, Model, ScriptedModel
 
 from tether_runtime.model_choice import ModelConfigError, make_model
 from tether_runtime.views import AgentToolView, AgentView
@@ -39,6 +39,16 @@ class LoadedAgent:
     @property
     def name(self) -> str:
         return self.agent.name
+
+    @property
+    def provider(self) -> tuple[str, str]:
+        """(provider, model name) of the model driving the agent, for metrics, logs and token
+        counting; never a key. Providers name themselves; a ScriptedModel is "scripted"."""
+        model = self.model
+        provider = getattr(model, "provider", None)
+        if provider is None:
+            provider = "scripted" if isinstance(model, ScriptedModel) else "custom"
+        return str(provider), str(getattr(model, "model", "") or type(model).__name__)
 
 
 def _import(spec: str) -> object:

@@ -48,14 +48,6 @@ class StepResult:
     output_tokens: int = 0
 
 
-def describe(model: object) -> tuple[str, str]:
-    """(provider, model name) for logs and metrics; never a key."""
-    provider = getattr(model, "provider", None)
-    if provider is None:
-        provider = "scripted" if type(model).__name__ == "ScriptedModel" else "custom"
-    return str(provider), str(getattr(model, "model", "") or type(model).__name__)
-
-
 def backoff_s(attempt: int, first: float, ceiling: float, retry_after: float | None) -> float:
     """Full jitter over a doubling window, at least what the provider asked for."""
     window = min(ceiling, first * (2 ** (attempt - 1)))
@@ -87,7 +79,7 @@ class ModelStep:
         """Text an earlier, crashed worker already streamed for this step."""
         self.model = x.loaded.model
         self.continues = bool(getattr(self.model, "continues_text", False))
-        self.provider, self.model_name = describe(self.model)
+        self.provider, self.model_name = x.loaded.provider
         self.text = ""
         self.sent = 0
         self.result = StepResult("")

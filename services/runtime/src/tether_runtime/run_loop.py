@@ -22,7 +22,7 @@ from tether_runtime.agent import context
 from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine import Engine
-from tether_runtime.model_step import ModelStep, StepResult, describe
+from tether_runtime.model_step import ModelStep, StepResult
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
 from tether_runtime.run_writer import RunWriter
 from tether_runtime.store import conversations, runs
@@ -196,7 +196,7 @@ class RunExecutor:
     def count_usage(self, step: StepResult) -> None:
         """A model step's tokens: on the checkpoint (saved with the step), and counted."""
         self.checkpoint.add_usage(step.input_tokens, step.output_tokens)
-        provider, model = describe(self.loaded.model)
+        provider, model = self.loaded.provider
         for direction, n in (("input", step.input_tokens), ("output", step.output_tokens)):
             if n:
                 metrics.MODEL_TOKENS.labels(self.loaded.name, provider, model, direction).inc(n)

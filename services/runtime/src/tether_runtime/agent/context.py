@@ -58,16 +58,13 @@ DEFAULT_BUDGET = Budget(8000, ESTIMATE)
 
 def counter_of(loaded: LoadedAgent) -> TokenCounter:
     """The counter for the agent's model: its provider's tokenizer, else the estimator."""
-    model, spec = loaded.model, loaded.agent.model
-    provider = getattr(model, "provider", None) or getattr(spec, "provider", None) or "scripted"
-    name = getattr(model, "model", None) or getattr(spec, "model", None) or ""
-    return counter_for(str(provider), name if isinstance(name, str) else "")
+    return counter_for(*loaded.provider)
 
 
 def budget_for(loaded: LoadedAgent) -> Budget:
     """The agent's budget, computed once per process (every run start and step asks for it)."""
     cached = loaded.cache.get("budget")
-    if isinstance(cached, Budget) and cached.counter is counter_of(loaded):
+    if isinstance(cached, Budget):
         return cached
     agent = loaded.agent
     counter = counter_of(loaded)
