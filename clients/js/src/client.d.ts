@@ -26,9 +26,21 @@ export interface TetherClientOptions {
   token?: string;
   /** Called before every request instead of `token`: for tokens that are refreshed. */
   getToken?: () => string | undefined | null | Promise<string | undefined | null>;
+  /**
+   * fetch's `credentials` (default "same-origin"). Cookie mode, for browsers: no `token` nor
+   * `getToken`; `openSession()` or `session()` starts it.
+   */
+  credentials?: RequestCredentials;
   /** The fetch to use (default: the global one). */
   fetch?: typeof fetch;
   retry?: RetryOptions;
+}
+
+/** A cookie session: who it is, the CSRF token its state-changing requests send, its end. */
+export interface Session {
+  user: string;
+  csrfToken: string;
+  expiresAt: string;
 }
 
 export interface ReconnectInfo {
@@ -142,6 +154,12 @@ export class TetherClient {
     runId: string,
     options?: { signal?: AbortSignal },
   ): Promise<{ token: string; expiresAt: string; eventsUrl: string }>;
+  /** Trade a bearer token for the HttpOnly session cookie (cookie mode); the token is not kept. */
+  openSession(token: string, options?: { signal?: AbortSignal }): Promise<Session>;
+  /** The cookie's session (user, CSRF token), or null without one. */
+  session(options?: { signal?: AbortSignal }): Promise<Session | null>;
+  /** Sign out: the gateway clears the session cookie. */
+  closeSession(options?: { signal?: AbortSignal }): Promise<void>;
   /** Dev gateways only (TETHER_ENV=dev). */
   devToken(user: string, options?: { signal?: AbortSignal }): Promise<{ token: string; user: string }>;
   /** @internal */

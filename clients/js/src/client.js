@@ -61,17 +61,28 @@ function anySignal(...signals) {
   return controller;
 }
 
+const SAFE_METHODS = new Set(["GET", "HEAD"]);
+
 export class TetherClient {
   #baseUrl;
   #token;
   #getToken;
+  #credentials;
+  #csrfToken = "";
   #fetch;
   #retry;
 
-  constructor({ baseUrl = "", token, getToken, fetch: fetchImpl, retry } = {}) {
+  /**
+   * Bearer mode: `token` or `getToken`. Cookie mode (the browser): neither; `openSession(token)`
+   * trades a token for the gateway's HttpOnly session cookie, after which requests carry the
+   * cookie (`credentials`, default "same-origin") and state-changing ones the session's CSRF
+   * token, which this client keeps in memory only.
+   */
+  constructor({ baseUrl = "", token, getToken, credentials = "same-origin", fetch: fetchImpl, retry } = {}) {
     this.#baseUrl = String(baseUrl).replace(/\/+$/, "");
     this.#token = token;
     this.#getToken = getToken;
+    this.#credentials = credentials;
     const f = fetchImpl ?? globalThis.fetch;
     if (typeof f !== "function") throw new TypeError("no fetch: pass one as options.fetch");
     // A bare reference to the browser's fetch must be called on globalThis ("Illegal invocation").
@@ -86,22 +97,24 @@ export class TetherClient {
 
   // ---- plumbing ------------------------------------------------------------------------------
 
-  async #headers(extra) {
+  async #headers(method, extra) {
     const headers = { ...extra };
     const token = this.#getToken ? await this.#getToken() : this.#token;
     if (token) headers.Authorization = `Bearer ${token}`;
+    else if (this.#csrfToken && !SAFE_METHODS.has(method)) headers["X-CSRF-Token"] = this.#csrfToken;
     return headers;
   }
 
   /** One HTTP exchange; a failure to get any response becomes a TetherNetworkError. */
   async #send(method, path, { body, accept = "application/json", signal, headers: extra, auth = true } = {}) {
-    const headers = auth ? await this.#headers({ Accept: accept, ...extra }) : { Accept: accept, ...extra };
+    const headers = auth ? await this.#headers(method, { Accept: accept, ...extra }) : { Accept: accept, ...extra };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     try {
       return await this.#fetch(`${this.#baseUrl}${path}`, {
         method,
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
+        credentials: this.#credentials,
         signal,
       });
     } catch (err) {
@@ -262,6 +275,44 @@ export class TetherClient {
   /** A short-lived token that reads one run's events (for EventSource's `?token=`). */
   async streamToken(runId, { signal } = {}) {
     return this.#json("POST", `/v1/runs/${encodeURIComponent(runId)}/stream-token`, { body: {}, signal });
+  }
+
+  // ---- the browser's cookie session -----------------------------------------------------------
+
+  /**
+   * POST /v1/session: trade `token` for the gateway's HttpOnly session cookie. The token is sent
+   * once, in this request's header, and not kept; later requests use the cookie (and the
+   * session's CSRF token, kept in memory). Resolves to {user, csrfToken, expiresAt}.
+   */
+  async openSession(token, { signal } = {}) {
+    const headers = { Authorization: `Bearer ${token}` };
+    const session = await this.#json("POST", "/v1/session", { signal, headers, auth: false });
+    this.#csrfToken = session.csrfToken;
+    return session;
+  }
+
+  /**
+   * GET /v1/session: the session the cookie holds (after a reload: its user and CSRF token), or
+   * null when there is none (401).
+   */
+  async session({ signal } = {}) {
+    try {
+      const session = await this.#json("GET", "/v1/session", { retry: true, signal });
+      this.#csrfToken = session.csrfToken;
+      return session;
+    } catch (err) {
+      if (err instanceof TetherError && err.status === 401) return null;
+      throw err;
+    }
+  }
+
+  /** DELETE /v1/session: sign out (the cookie is cleared). */
+  async closeSession({ signal } = {}) {
+    try {
+      await this.#json("DELETE", "/v1/session", { signal });
+    } finally {
+      this.#csrfToken = "";
+    }
   }
 
   /** Dev gateways only (TETHER_ENV=dev): a token for `user`, as the demo's sign-in gets one. */

@@ -107,15 +107,25 @@ async def test_session_cookie_is_httponly_and_used_by_gets(
     client: TestClient[Any, Any], user_token: str
 ) -> None:
     resp = await client.post("/v1/session", headers={"Authorization": f"Bearer {user_token}"})
-    assert resp.status == 204
+    assert resp.status == 200
+    session = await resp.json()
+    assert session["user"] and session["csrfToken"] and user_token not in str(session)
     cookie = resp.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/v1" in cookie
     # The cookie authenticates a GET (the runtime answers 404 for this unknown run) ...
     resp = await client.get("/v1/runs/run_missing")
     assert resp.status == 404
-    # ... but never a state-changing POST (no CSRF through the cookie).
+    # ... but a state-changing POST only with the session's CSRF token, from this origin.
     resp = await client.post("/v1/runs/run_missing/cancel", json={})
-    assert resp.status == 401
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "CSRF_ORIGIN_REFUSED"
+    same_site = {"Sec-Fetch-Site": "same-origin"}
+    resp = await client.post("/v1/runs/run_missing/cancel", json={}, headers=same_site)
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "CSRF_TOKEN_INVALID"
+    with_token = {**same_site, "X-CSRF-Token": session["csrfToken"]}
+    resp = await client.post("/v1/runs/run_missing/stream-token", json={}, headers=with_token)
+    assert resp.status == 404
 
 
 @pytest.mark.parametrize(

@@ -102,6 +102,9 @@ class Settings:
     rate_limit_cancel_per_min: int = 120
     # Gateway: open SSE streams per user across every gateway pod (counted in Redis); 0: no cap.
     max_streams_per_user: int = 20
+    # Gateway: continue a caller's `traceparent` and baggage (only internal callers reach it);
+    # off: each request starts its own trace and links the caller's (request_tracing.py).
+    trust_traceparent: bool = False
     log_level: str = "INFO"
     service_name: str = "tether"
 
@@ -188,6 +191,7 @@ class Settings:
             rate_limit_stream_token_per_min=_int(e, "TETHER_RATE_LIMIT_STREAM_TOKEN_PER_MIN", rate),
             rate_limit_cancel_per_min=_int(e, "TETHER_RATE_LIMIT_CANCEL_PER_MIN", rate),
             max_streams_per_user=_int(e, "TETHER_MAX_STREAMS_PER_USER", cls.max_streams_per_user),
+            trust_traceparent=e.get("TETHER_TRUST_TRACEPARENT", "0") in ("1", "true"),
             log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
             service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
         )

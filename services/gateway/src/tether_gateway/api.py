@@ -15,6 +15,7 @@ from tether_common.auth import issue_token, verify_token
 from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 
+from tether_gateway import csrf
 from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import OpenedRun
@@ -64,8 +65,13 @@ def _json(data: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
-def _caller(request: web.Request, gw: GatewayState, *, cookie: bool = False) -> Caller:
-    return authenticate(request, gw.settings.jwt_secret, cookie=cookie)
+def _caller(request: web.Request, gw: GatewayState) -> Caller:
+    """A bearer header, or the session cookie: for a state-changing method only with the CSRF
+    token and from this origin (csrf.py), checked before anything is changed."""
+    caller = authenticate(request, gw.settings.jwt_secret, cookie=True)
+    if caller.via_cookie and request.method not in ("GET", "HEAD", "OPTIONS"):
+        csrf.check(request, caller.token)
+    return caller
 
 
 async def _body(request: web.Request, gw: GatewayState, schema: dict[str, Field]) -> dict[str, str]:
@@ -88,7 +94,7 @@ async def create_conversation(request: web.Request) -> web.Response:
 
 async def list_conversations(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = _caller(request, gw)
     req = rs.ListConversationsRequest(
         page_size=page_size(request), page_token=request.query.get("pageToken", "")
     )
@@ -103,7 +109,7 @@ async def list_conversations(request: web.Request) -> web.Response:
 
 async def get_conversation(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = _caller(request, gw)
     req = rs.GetConversationRequest(conversation_id=request.match_info["id"])
     resp = await gw.client().get_conversation(req, caller.token)
     return _json({"conversation": conversation_json(resp.conversation)})
@@ -111,7 +117,7 @@ async def get_conversation(request: web.Request) -> web.Response:
 
 async def list_messages(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = _caller(request, gw)
     req = rs.ListMessagesRequest(
         conversation_id=request.match_info["id"],
         page_size=page_size(request, default=100, maximum=500),
@@ -128,7 +134,7 @@ async def list_messages(request: web.Request) -> web.Response:
 
 async def list_agents(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = _caller(request, gw)
     resp = await gw.client().list_agents(caller.token)
     return _json(
         {"agents": [agent_json(a) for a in resp.agents], "defaultAgent": resp.default_agent}
@@ -198,7 +204,7 @@ async def _start_streaming(
 
 async def get_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = _caller(request, gw)
     req = rs.GetRunRequest(run_id=request.match_info["id"])
     resp = await gw.client().get_run(req, caller.token)
     return _json({"run": run_json(resp.run)})
@@ -217,7 +223,7 @@ _RUN_STATUS_FILTER = {
 async def list_runs(request: web.Request) -> web.Response:
     """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = _caller(request, gw)
     status = request.query.get("status")
     if status is not None and status not in _RUN_STATUS_FILTER:
         raise InvalidArgument(f"status must be one of {', '.join(_RUN_STATUS_FILTER)}")
@@ -357,15 +363,18 @@ async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | N
 
 
 async def open_session(request: web.Request) -> web.Response:
-    """Dev-friendly login: trade a bearer token for an HttpOnly cookie (GET routes accept it)."""
+    """The browser's login: trade a bearer token (header only) for an HttpOnly, SameSite=Strict
+    session cookie, and get the CSRF token its state-changing requests must send (csrf.py). The
+    page keeps the CSRF token in memory only and forgets the bearer."""
     gw = state(request)
-    caller = _caller(request, gw)
-    claims_ttl = _remaining_s(gw, caller.token)
-    resp = web.Response(status=204)
+    csrf.check_origin(request, required=False)  # a browser's login from another site: refused
+    caller = authenticate(request, gw.settings.jwt_secret)
+    remaining = _remaining_s(gw, caller.token)
+    resp = _json(_session_json(caller, remaining))
     resp.set_cookie(
         SESSION_COOKIE,
         caller.token,
-        max_age=claims_ttl,
+        max_age=remaining,
         path="/v1",
         httponly=True,
         samesite="Strict",
@@ -374,7 +383,29 @@ async def open_session(request: web.Request) -> web.Response:
     return resp
 
 
+async def get_session(request: web.Request) -> web.Response:
+    """Who the session cookie names, and its CSRF token: what a reloaded page needs."""
+    gw = state(request)
+    caller = _caller(request, gw)
+    return _json(_session_json(caller, _remaining_s(gw, caller.token)))
+
+
+def _session_json(caller: Caller, remaining_s: int) -> dict[str, Any]:
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + remaining_s))
+    return {
+        "user": caller.principal.user_id,
+        "csrfToken": csrf.csrf_token(caller.token),
+        "expiresAt": expires,
+    }
+
+
 async def close_session(request: web.Request) -> web.Response:
+    """Sign out: clears the cookie. A request carrying the cookie is checked like any other
+    state-changing one (another site cannot sign the user out); without it there is nothing
+    to clear and nothing to check."""
+    session = request.cookies.get(SESSION_COOKIE)
+    if session and not request.headers.get("Authorization"):
+        csrf.check(request, session)
     resp = web.Response(status=204)
     resp.del_cookie(SESSION_COOKIE, path="/v1")
     return resp
@@ -409,6 +440,7 @@ def add_routes(app: web.Application, *, dev: bool) -> None:
     app.router.add_post("/v1/runs/{id}/cancel", cancel_run)
     app.router.add_post("/v1/runs/{id}/stream-token", stream_token)
     app.router.add_post("/v1/session", open_session)
+    app.router.add_get("/v1/session", get_session)
     app.router.add_delete("/v1/session", close_session)
     if dev:
         app.router.add_post("/v1/dev/token", dev_token)

@@ -11,16 +11,14 @@ from pathlib import Path
 
 import redis.asyncio as redis_asyncio
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
-from opentelemetry import trace
 from tether_common.config import Settings
 from tether_common.grpc_poller import unblock_completion_poller
-from tether_common.tracing import context_from
-from tether_common.tracing import enabled as tracing_enabled
 
 from tether_gateway import api, health
+from tether_gateway.csp import add_security_headers
 from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
+from tether_gateway.request_tracing import tracing_middleware
 from tether_gateway.runtime_client import RuntimeClient, open_channel
 from tether_gateway.state import STATE, GatewayState
 from tether_gateway.validation import storable_params
@@ -47,58 +45,19 @@ async def _index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
 
-def _security_headers() -> Middleware:
-    @web.middleware
-    async def add(request: web.Request, handler: Handler) -> web.StreamResponse:
-        resp = await handler(request)
-        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
-        resp.headers.setdefault("Referrer-Policy", "no-referrer")
-        if request.path == "/" or request.path.startswith("/static/"):
-            resp.headers.setdefault("X-Frame-Options", "DENY")
-        return resp
-
-    return add
-
-
-def _tracing() -> Middleware:
-    """One server span per request, continuing a `traceparent` the browser may send."""
-    tracer = trace.get_tracer("tether.gateway")
-    exporting = tracing_enabled()
-
-    @web.middleware
-    async def span(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not exporting and "traceparent" not in request.headers:
-            # Nothing to record and no trace to continue: a no-op span would still cost ~2 KiB
-            # for as long as the request lives, and an SSE request lives for hours.
-            return await handler(request)
-        info = request.match_info.route.resource
-        route = info.canonical if info is not None else "unmatched"
-        with tracer.start_as_current_span(
-            f"{request.method} {route}",
-            context=context_from(request.headers),
-            kind=trace.SpanKind.SERVER,
-            attributes={"http.request.method": request.method, "http.route": route},
-        ) as current:
-            resp = await handler(request)
-            current.set_attribute("http.response.status_code", resp.status)
-            return resp
-
-    return span
-
-
 def create_app(settings: Settings) -> web.Application:
     gw = GatewayState(settings=settings, metrics=Metrics())
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=[
-            _tracing(),
+            tracing_middleware(trust_traceparent=settings.trust_traceparent),
             gw.metrics.middleware(),
             error_middleware,
-            _security_headers(),
             storable_params,
         ],
     )
     app[STATE] = gw
+    app.on_response_prepare.append(add_security_headers)
 
     async def runtime_channel(app: web.Application) -> AsyncIterator[None]:
         channel = open_channel(settings.runtime_target)

@@ -17,21 +17,24 @@ class Caller:
     principal: Principal
     # Forwarded to the runtime as `authorization` metadata; the runtime checks it again.
     token: str
+    # Authenticated by the session cookie: a state-changing request also needs CSRF checks.
+    via_cookie: bool = False
 
 
 def authenticate(
     request: web.Request, secret: str, *, cookie: bool = False, stream_token: bool = False
 ) -> Caller:
-    """The caller of this request. Cookies are only honoured where `cookie` (safe GETs: no CSRF),
-    `?token=` only where `stream_token`, and a stream-scoped token never acts."""
+    """The caller of this request. Cookies are only honoured where `cookie` (a state-changing
+    route then checks CSRF: api._caller), `?token=` only where `stream_token`, and a
+    stream-scoped token never acts."""
     header = request.headers.get("Authorization")
-    in_url = False
+    in_url = via_cookie = False
     if header:
         token = bearer_from_header(header)
     elif stream_token and request.query.get("token"):
         token, in_url = request.query["token"], True
     elif cookie and request.cookies.get(SESSION_COOKIE):
-        token = request.cookies[SESSION_COOKIE]
+        token, via_cookie = request.cookies[SESSION_COOKIE], True
     else:
         raise Unauthenticated("missing bearer token")
     principal = verify_token(secret, token)
@@ -40,4 +43,4 @@ def authenticate(
     if in_url and principal.scope != "stream":
         # URLs end up in logs and histories: only a short-lived, one-run token may travel there.
         raise Unauthenticated("only a stream token may be passed in the URL")
-    return Caller(principal=principal, token=token)
+    return Caller(principal=principal, token=token, via_cookie=via_cookie)

@@ -9,15 +9,17 @@ const $ = (sel, root = document) => root.querySelector(sel);
 
 const state = { user: "", conversations: [], convId: null, view: null, following: null, agent: "" };
 
-const token = () => localStorage.getItem("tether.token") || "";
-const client = new TetherClient({ getToken: token });
+// Cookie mode: sign-in trades the token for the gateway's HttpOnly session cookie at once and
+// forgets it; no script (ours or injected) can read the session afterwards. The client keeps the
+// session's CSRF token in memory for its POSTs. Only the agent choice is kept in localStorage.
+const client = new TetherClient();
 
-// A 401 anywhere means the token is gone or bad: back to sign-in.
+// A 401 anywhere means the session is gone or bad: back to sign-in.
 async function call(promise) {
   try {
     return await promise;
   } catch (err) {
-    if (err?.status === 401) signOut();
+    if (err?.status === 401) showLogin();
     throw err;
   }
 }
@@ -80,7 +82,7 @@ function startFollowing(view, source) {
   const following = follow(client, view, {
     ...source,
     onConnection: (kind) => state.following === following && setConnection(kind),
-    onError: (err) => err?.status === 401 && signOut(),
+    onError: (err) => err?.status === 401 && showLogin(),
   });
   state.following = following;
   return following;
@@ -233,46 +235,57 @@ async function loadAgents() {
 
 // ---- sign-in -------------------------------------------------------------------------------
 
-function signOut() {
-  localStorage.removeItem("tether.token");
-  localStorage.removeItem("tether.user");
+function showLogin() {
   stopFollowing();
   $("#shell").hidden = true;
   $("#login").hidden = false;
 }
 
+async function signOut() {
+  await client.closeSession().catch((err) => console.warn("sign-out:", err.message));
+  showLogin();
+}
+
 async function signIn(event) {
   event.preventDefault();
   $("#login-error").textContent = "";
-  const pasted = $("#login-token").value.trim();
-  const user = $("#login-user").value.trim();
+  const tokenField = $("#login-token");
+  const pasted = tokenField.value.trim();
+  tokenField.value = "";
   try {
-    if (pasted) {
-      localStorage.setItem("tether.token", pasted);
-      localStorage.setItem("tether.user", user || "token");
-    } else {
-      const issued = await client.devToken(user);
-      localStorage.setItem("tether.token", issued.token);
-      localStorage.setItem("tether.user", issued.user);
-    }
-    await start();
+    // The token lives only in this function: traded for the session cookie, then dropped.
+    const token = pasted || (await client.devToken($("#login-user").value.trim())).token;
+    enter(await client.openSession(token));
+    await loadShell();
   } catch (err) {
     $("#login-error").textContent = err.status === 404 ? "Dev sign-in is off here: paste a token." : err.message;
   }
 }
 
-async function start() {
-  if (!token()) {
-    signOut();
-    return;
-  }
-  state.user = localStorage.getItem("tether.user") || "";
+function enter(session) {
+  state.user = session.user;
   $("#me-name").textContent = state.user;
   $("#login").hidden = true;
   $("#shell").hidden = false;
+}
+
+async function loadShell() {
   await Promise.all([loadConversations(), loadAgents()]);
   const { conv, run } = readHash();
   if (conv) await openConversation(conv, run);
+}
+
+async function start() {
+  // Pages before the cookie session kept the bearer here: never leave it behind.
+  localStorage.removeItem("tether.token");
+  localStorage.removeItem("tether.user");
+  const session = await client.session();
+  if (!session) {
+    showLogin();
+    return;
+  }
+  enter(session);
+  await loadShell();
 }
 
 function wire() {

@@ -1,0 +1,56 @@
+"""One server span per request. A browser's `traceparent` is not trusted: anyone can send one, to
+stitch their requests into another trace, force sampling, or push `baggage` into every service
+behind the gateway. So by default each request starts a trace of its own that records the
+incoming one only as a span link, and incoming baggage is dropped. TETHER_TRUST_TRACEPARENT=1
+(for a gateway only internal callers reach) continues the caller's trace and baggage instead."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from opentelemetry import trace
+from opentelemetry.context import Context
+from tether_common.tracing import context_from, span_context_from
+from tether_common.tracing import enabled as tracing_enabled
+
+_TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def tracing_middleware(*, trust_traceparent: bool) -> Middleware:
+    tracer = trace.get_tracer("tether.gateway")
+    exporting = tracing_enabled()
+
+    @web.middleware
+    async def span(request: web.Request, handler: Handler) -> web.StreamResponse:
+        continuing = trust_traceparent and "traceparent" in request.headers
+        if not exporting and not continuing:
+            # Nothing to record and no trace to continue: a no-op span would still cost ~2 KiB
+            # for as long as the request lives, and an SSE request lives for hours.
+            return await handler(request)
+        info = request.match_info.route.resource
+        route = info.canonical if info is not None else "unmatched"
+        if continuing:
+            parent, links = context_from(request.headers), None
+        else:
+            parent, links = Context(), _link_to_incoming(request)
+        with tracer.start_as_current_span(
+            f"{request.method} {route}",
+            context=parent,
+            kind=trace.SpanKind.SERVER,
+            links=links,
+            attributes={"http.request.method": request.method, "http.route": route},
+        ) as current:
+            resp = await handler(request)
+            current.set_attribute("http.response.status_code", resp.status)
+            return resp
+
+    return span
+
+
+def _link_to_incoming(request: web.Request) -> list[trace.Link] | None:
+    """The caller's trace, kept as a link (an operator can still find it), never as the parent."""
+    carrier = {k: request.headers[k] for k in _TRACE_HEADERS if k in request.headers}
+    incoming = span_context_from(carrier) if carrier else None
+    if incoming is None:
+        return None
+    return [trace.Link(incoming, {"tether.link": "untrusted_client_traceparent"})]
