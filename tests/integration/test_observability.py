@@ -66,8 +66,12 @@ async def test_one_trace_from_gateway_to_worker_and_metrics_move(private_env, pr
         },
         name="runtime-otel",
     )
+    # The approval's traceparent comes from a caller the gateway trusts (an internal one); a
+    # browser's is only linked (tests/integration/security/test_sec_traceparent.py).
     gateway = start_gateway(
-        {**private_env, "TETHER_TRACE_FILE": str(gw_trace)}, runtime.addr, name="gateway-otel"
+        {**private_env, "TETHER_TRACE_FILE": str(gw_trace), "TETHER_TRUST_TRACEPARENT": "1"},
+        runtime.addr,
+        name="gateway-otel",
     )
     rt_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
     gw_metrics = f"{gateway.addr}/metrics"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from tether_common.tracing import context_from, span_context_from
@@ -33,16 +34,21 @@ def tracing_middleware(*, trust_traceparent: bool) -> Middleware:
             parent, links = context_from(request.headers), None
         else:
             parent, links = Context(), _link_to_incoming(request)
-        with tracer.start_as_current_span(
-            f"{request.method} {route}",
-            context=parent,
-            kind=trace.SpanKind.SERVER,
-            links=links,
-            attributes={"http.request.method": request.method, "http.route": route},
-        ) as current:
-            resp = await handler(request)
-            current.set_attribute("http.response.status_code", resp.status)
-            return resp
+        # Attached, not only passed as the span's parent: the parent's baggage (a trusted
+        # caller's) travels on with the span; an untrusted request's context is empty.
+        attached = otel_context.attach(parent)
+        try:
+            with tracer.start_as_current_span(
+                f"{request.method} {route}",
+                kind=trace.SpanKind.SERVER,
+                links=links,
+                attributes={"http.request.method": request.method, "http.route": route},
+            ) as current:
+                resp = await handler(request)
+                current.set_attribute("http.response.status_code", resp.status)
+                return resp
+        finally:
+            otel_context.detach(attached)
 
     return span
 
