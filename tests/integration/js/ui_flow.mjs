@@ -4,7 +4,10 @@
 // form (a replica count: the browser's own check, then the server's 422 shown next to the form,
 // then a valid answer), and, with the ledger test agent, a tool's progress bar in its step and a
 // real outcome_unknown card after the runtime is killed mid-call (the test kills it when this
-// script prints KILL-NOW, and answers on stdin once a new runtime serves).
+// script prints KILL-NOW, and answers on stdin once a new runtime serves). All of it on the cookie
+// session, under the page's Content-Security-Policy: no token readable by scripts, no bearer
+// after the login, a CSRF token on every write, no CSP violation; then sign-out, and a sign-in
+// with a pasted token.
 // Usage: node ui_flow.mjs <gateway url> <service for reload flow> <service for two-tab flow>
 //        <service with two abnormal instances> <service to scale> <png> [<folder for more pngs>]
 import { mkdtempSync, rmSync } from "node:fs";
@@ -23,6 +26,24 @@ const nextLine = () => new Promise((resolve) => stdin.once("line", resolve));
 function check(cond, message) {
   if (!cond) throw new Error(`check failed: ${message}`);
 }
+// No bearer token in any storage a script can read, and the session cookie not in document.cookie.
+async function checkNoTokenExposed(page, where) {
+  const exposed = await page.evaluate(() => {
+    const stores = { localStorage, sessionStorage };
+    const found = [];
+    for (const [name, store] of Object.entries(stores)) {
+      for (let i = 0; i < store.length; i++) {
+        const key = store.key(i);
+        const value = store.getItem(key) || "";
+        if (/token|session|auth/i.test(key) || /eyJ[\w-]+\.[\w-]+\./.test(value)) found.push(`${name}.${key}`);
+      }
+    }
+    if (/tether_session|eyJ/.test(document.cookie)) found.push(`document.cookie=${document.cookie}`);
+    return found;
+  });
+  check(exposed.length === 0, `${where}: no token readable by scripts (${exposed})`);
+}
+
 async function send(page, text) {
   await page.fill("#input", text);
   await page.press("#input", "Enter");
@@ -90,15 +111,46 @@ const context = await chromium.launchPersistentContext(profile, {
     "--disable-sync",
   ],
 });
+// Every Content-Security-Policy violation in any page (a listener installed before the page's
+// own scripts, reporting through a binding: both outside the page's policy), and any console
+// message about one.
+const violations = [];
+await context.exposeBinding("__tetherCspViolation", (_source, v) => violations.push(v));
+await context.addInitScript(() => {
+  document.addEventListener("securitypolicyviolation", (e) =>
+    window.__tetherCspViolation(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`),
+  );
+});
+// The bearer travels once, to POST /v1/session; every other call rides on the cookie, and each
+// state-changing one carries the session's CSRF token.
+const authProblems = [];
+context.on("request", (req) => {
+  const url = new URL(req.url());
+  if (!url.pathname.startsWith("/v1/")) return;
+  const headers = req.headers();
+  const login = req.method() === "POST" && url.pathname === "/v1/session";
+  if (headers.authorization && !login) authProblems.push(`bearer sent: ${req.method()} ${url.pathname}`);
+  if (!["GET", "HEAD"].includes(req.method()) && !login && url.pathname !== "/v1/dev/token" && !headers["x-csrf-token"]) {
+    authProblems.push(`no CSRF token: ${req.method()} ${url.pathname}`);
+  }
+});
+const watchConsole = (p) =>
+  p.on("console", (msg) => /Content Security Policy/i.test(msg.text()) && violations.push(msg.text()));
 try {
   const page = context.pages()[0] ?? (await context.newPage());
   page.on("pageerror", (err) => log("page error:", err.message));
+  watchConsole(page);
 
-  // Sign in through the dev-only token endpoint.
+  // Sign in through the dev-only token endpoint: the token is traded for the session cookie.
   await page.goto(base);
+  await checkNoTokenExposed(page, "before sign-in");
   await page.fill("#login-user", "alice");
   await page.click("#login-form button[type=submit]");
   await page.waitForSelector("#shell", { state: "visible", timeout: T });
+  check((await page.textContent("#me-name")) === "alice", "signed in as alice");
+  await checkNoTokenExposed(page, "after sign-in");
+  const session = (await context.cookies()).find((c) => c.name === "tether_session");
+  check(session?.httpOnly && session.sameSite === "Strict", `HttpOnly, SameSite=Strict session (${JSON.stringify(session)})`);
   const starts = [];
   page.on("request", (req) => {
     if (req.method() === "POST" && /\/v1\/conversations\/[^/]+\/runs$/.test(req.url())) {
@@ -173,6 +225,7 @@ try {
   check(page.url().includes("r=run_"), `run id kept in the URL (${page.url()})`);
   await page.reload();
   await page.waitForSelector("#shell", { state: "visible", timeout: T });
+  await checkNoTokenExposed(page, "after reload");
   await waitCard(page);
   const after = await page.$$eval(".step", (els) => els.length);
   check(after === before, `steps restored once after reload (${before} -> ${after})`);
@@ -187,6 +240,7 @@ try {
   await send(page, `restart the abnormal ${tabsService} instance`);
   await waitCard(page);
   const other = await context.newPage();
+  watchConsole(other);
   await other.goto(page.url());
   await waitCard(other);
   await page.click(".confirm-card .approve");
@@ -337,6 +391,31 @@ try {
   );
   await waitCompleted(page);
   log("flow 6: progress bar, outcome_unknown card after a kill, abandoned");
+  await checkNoTokenExposed(page, "after the flows");
+
+  // 7. Sign out: the session ends (the cookie is gone); then sign in with a pasted token, which
+  //    is traded for a session too and never stored.
+  await page.click("#logout");
+  await page.waitForSelector("#login", { state: "visible", timeout: T });
+  const afterSignOut = await page.evaluate(async () => (await fetch("/v1/session")).status);
+  check(afterSignOut === 401, `no session after sign-out (${afterSignOut})`);
+  const res = await fetch(`${base}/v1/dev/token`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ user: "bob" }),
+  });
+  const { token } = await res.json();
+  await page.click("#login-form summary");
+  await page.fill("#login-token", token);
+  await page.click("#login-form button[type=submit]");
+  await page.waitForSelector("#shell", { state: "visible", timeout: T });
+  check((await page.textContent("#me-name")) === "bob", "signed in as the pasted token's user");
+  check((await page.inputValue("#login-token")) === "", "the pasted token is cleared from the form");
+  await checkNoTokenExposed(page, "after a pasted token");
+  await page.waitForSelector("#agent option", { state: "attached", timeout: T });
+  check(authProblems.length === 0, `cookie session only, CSRF on writes: ${authProblems.join("; ")}`);
+  check(violations.length === 0, `no CSP violation: ${violations.join("; ")}`);
+  log("flow 7: sign-out ends the session; pasted token traded for a session; no CSP violation");
   console.log("UI-FLOW-OK");
 } finally {
   stdin.close();
