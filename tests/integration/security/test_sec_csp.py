@@ -16,8 +16,9 @@ from tether_testkit.security import bearer, new_user
 def directives(policy: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for part in policy.split(";"):
-        name, *values = part.split()
-        out[name] = values
+        if part.strip():
+            name, *values = part.split()
+            out[name] = values
     return out
 
 
