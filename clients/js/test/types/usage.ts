@@ -50,6 +50,15 @@ export function narrowing(ev: RunEvent): string {
   }
 }
 
+export async function browserSession(devToken: string): Promise<string> {
+  // Cookie mode: no token kept; the session's CSRF token rides along on writes.
+  const client = new TetherClient({ credentials: "same-origin" });
+  const opened = await client.openSession(devToken);
+  const again = await client.session();
+  await client.closeSession();
+  return `${opened.user} ${opened.expiresAt} ${again?.csrfToken ?? "signed out"}`;
+}
+
 export function misuse(client: TetherClient, ev: RunEvent): void {
   // @ts-expect-error: "approved" is an event's decision, not one a person sends
   void client.resume("run", "intr", "approved");
