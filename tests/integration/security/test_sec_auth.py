@@ -87,24 +87,43 @@ async def test_every_route_refuses_bad_tokens(gateway, http, db):
     for method, path in ops:
         url = f"{gateway.addr}{url_for(path, ids)}"
         body = body_for(method, path, ids)
-        variants: list[tuple[str, dict[str, str], dict[str, str]]] = [("none", {}, {})]
+        unauthenticated = (401, "UNAUTHENTICATED")
+        variants: list[tuple[str, dict[str, str], dict[str, str], tuple[int, str]]] = [
+            ("none", {}, {}, unauthenticated)
+        ]
         for name, tok in tokens.items():
             if name == "stream_scope" and (method, path) == STREAM_ROUTE:
                 continue  # the one route a stream token is for (tested below)
-            variants.append((name, {"Authorization": f"Bearer {tok}"}, {}))
-            if method == "get":  # cookies are honoured on safe reads only
-                variants.append((f"cookie:{name}", {"Cookie": f"tether_session={tok}"}, {}))
+            variants.append((name, {"Authorization": f"Bearer {tok}"}, {}, unauthenticated))
+            cookie = {"Cookie": f"tether_session={tok}"}
+            variants.append((f"cookie:{name}", cookie, {}, unauthenticated))
         user_token = issue_token(TEST_SECRET, owner)
         # A user token never travels in a URL; only a stream token may (on the events route).
-        variants.append(("user_token_in_url", {}, {"token": user_token}))
+        variants.append(("user_token_in_url", {}, {"token": user_token}, unauthenticated))
         if method == "post":
-            # A session cookie never authorizes an action (no CSRF through cookies).
-            variants.append(("cookie_on_post", {"Cookie": f"tether_session={user_token}"}, {}))
-        for name, headers, params in variants:
+            # A valid session cookie acts only with its CSRF token, from this origin; the
+            # session itself is opened with a bearer header only.
+            session = {"Cookie": f"tether_session={user_token}"}
+            login = path == "/v1/session"
+            variants += [
+                (
+                    "cookie_without_origin",
+                    session,
+                    {},
+                    unauthenticated if login else (403, "CSRF_ORIGIN_REFUSED"),
+                ),
+                (
+                    "cookie_without_csrf_token",
+                    {**session, "Origin": gateway.addr},
+                    {},
+                    unauthenticated if login else (403, "CSRF_TOKEN_INVALID"),
+                ),
+            ]
+        for name, headers, params, (status, code) in variants:
             async with http.request(method, url, json=body, headers=headers, params=params) as r:
                 text = await r.text()
-                assert r.status == 401, f"{method.upper()} {path} with {name}: {r.status} {text}"
-                assert json.loads(text)["error"]["code"] == "UNAUTHENTICATED"
+                assert r.status == status, f"{method.upper()} {path} with {name}: {r.status} {text}"
+                assert json.loads(text)["error"]["code"] == code
                 checked += 1
     assert checked > 100
     assert await snapshot(db, ids) == before, "a refused request changed something"

@@ -109,9 +109,10 @@ async def _list_with_client_trace(gw: str, client_trace: str) -> None:
         "traceparent": f"00-{client_trace}-{secrets.token_hex(8)}-01",
         "baggage": "tenant=evil,user.id=admin",
     }
-    async with aiohttp.ClientSession() as http, http.get(
-        f"{gw}/v1/conversations", headers=headers
-    ) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{gw}/v1/conversations", headers=headers) as r,
+    ):
         assert r.status == 200, await r.text()
 
 

@@ -83,9 +83,6 @@ STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     "INVALID_ANSWER": ("INVALID_ARGUMENT", 422),
     "UNAUTHENTICATED": ("UNAUTHENTICATED", 401),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", 403),
-    # A cookie-session request without its CSRF token, or from another origin (gateway only).
-    "CSRF_TOKEN_INVALID": ("PERMISSION_DENIED", 403),
-    "CSRF_ORIGIN_REFUSED": ("PERMISSION_DENIED", 403),
     "NOT_FOUND": ("NOT_FOUND", 404),
     "RUN_NOT_FOUND": ("NOT_FOUND", 404),
     "CONVERSATION_NOT_FOUND": ("NOT_FOUND", 404),

@@ -55,7 +55,13 @@ class UpstreamError(TetherError):
         self.status = status
 
 
+# Reasons only the gateway gives (never a runtime's): csrf.py's refusals.
+_GATEWAY_STATUS = {"CSRF_TOKEN_INVALID": 403, "CSRF_ORIGIN_REFUSED": 403}
+
+
 def http_status(reason: str) -> int:
+    if reason in _GATEWAY_STATUS:
+        return _GATEWAY_STATUS[reason]
     return STATUS_BY_REASON.get(reason, ("INTERNAL", 500))[1]
 
 
