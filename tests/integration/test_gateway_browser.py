@@ -1,6 +1,9 @@
 """The demo web UI in headless Chromium against real runtime and gateway processes: OpsPilot's
 confirm, select and input cards, and the ledger test agent's progress bar and outcome_unknown
-card (the runtime killed inside its call, a new one started at the same address)."""
+card (the runtime killed inside its call, a new one started at the same address). All of it on
+the HttpOnly session cookie under the page's Content-Security-Policy: ui_flow.mjs fails on a token
+readable by scripts, a bearer sent after the login, a write without its CSRF token, or any CSP
+violation."""
 
 from __future__ import annotations
 
