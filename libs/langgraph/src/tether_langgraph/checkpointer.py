@@ -24,8 +24,11 @@ Interface (agreed with the LangGraph agent kind, issue #19):
   (aput, aput_writes, and the maintenance calls: adelete_thread, adelete_for_runs,
   acopy_thread, aprune) runs in one transaction that first locks the run row FOR SHARE where
   `lease_epoch` is the fence's epoch; if it is not (a takeover bumped it), it raises `LeaseLost`
-  (a subclass of the runtime's `event_log.Fenced`, so a worker treats it as any lost lease) and
-  writes nothing. The share lock holds off a takeover's claim until the write commits.
+  (`.run_id`, `.epoch`) and writes nothing; the runtime's graph driver treats it as any lost
+  lease (`except LeaseLost as e: raise event_log.Fenced(e.run_id) from e`). The share lock holds
+  off a takeover's claim until the write commits. The epoch alone is checked, as the runtime's
+  own `runs.save_checkpoint` does: the holder may still write after it set the run
+  `interrupted` (a new claim, the only thing that moves the epoch, fences it off).
 - Reads (aget_tuple, alist) are never fenced.
 - Sync methods (get_tuple, list, put, ...) delegate to the async ones on the loop the saver was
   created on; called from that loop's own thread they raise (use the async methods there).

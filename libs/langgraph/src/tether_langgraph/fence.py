@@ -7,18 +7,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether_runtime.store.db import Conn
-from tether_runtime.store.event_log import Fenced
+import asyncpg
 
 RUN_ID_KEY = "tether_run_id"
 EPOCH_KEY = "tether_epoch"
 
 
-class LeaseLost(Fenced):
-    """The run's lease was taken over (its epoch moved on): this checkpoint write did nothing."""
+class LeaseLost(Exception):
+    """The run's lease was taken over (its epoch moved on): this checkpoint write did nothing.
+    The runtime's graph driver meets it as any lost lease (its `event_log.Fenced`): this package
+    imports nothing of the runtime, so an agent package depends on it without the engine."""
 
     def __init__(self, run_id: str, epoch: int) -> None:
-        super().__init__(run_id)
+        super().__init__(run_id, epoch)
         self.run_id = run_id
         self.epoch = epoch
 
@@ -42,7 +43,7 @@ class RunFence:
         if isinstance(self.epoch, bool) or not isinstance(self.epoch, int) or self.epoch < 0:
             raise ValueError(f"{EPOCH_KEY} must be a non-negative integer, not {self.epoch!r}")
 
-    async def hold(self, conn: Conn) -> None:
+    async def hold(self, conn: asyncpg.Connection) -> None:
         """Inside the write's transaction: lock the run row FOR SHARE if the epoch is still
         ours (a takeover's claim then waits for, or skips past, this commit), else raise
         LeaseLost. A run that no longer exists is lost too."""
