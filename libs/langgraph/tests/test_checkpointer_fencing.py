@@ -40,15 +40,15 @@ async def _put(saver: TetherCheckpointer, thread_id: str, parent: Any = None) ->
     )
 
 
-async def test_a_stale_epoch_writes_nothing_and_raises(pool: asyncpg.Pool) -> None:
-    async with pool.acquire() as conn:
+async def test_a_stale_epoch_writes_nothing_and_raises(private_pool: asyncpg.Pool) -> None:
+    async with private_pool.acquire() as conn:
         run_id, thread_id = await queued_run(conn)
         first_epoch = await claim(conn, "worker-1")
-    zombie = TetherCheckpointer(pool).fenced(run_id, first_epoch)
+    zombie = TetherCheckpointer(private_pool).fenced(run_id, first_epoch)
     stored = await _put(zombie, thread_id)
     await zombie.aput_writes(stored, [("messages", "pending")], "task-1")
 
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         second_epoch = await take_over(conn, run_id, "worker-2")
         assert second_epoch == first_epoch + 1
         before = await _rows(conn, thread_id)
@@ -64,14 +64,14 @@ async def test_a_stale_epoch_writes_nothing_and_raises(pool: asyncpg.Pool) -> No
         await zombie.adelete_thread(thread_id)
     with pytest.raises(LeaseLost):
         await zombie.aprune([thread_id], strategy="delete")
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         assert await _rows(conn, thread_id) == before
     latest = await zombie.aget_tuple(generate_config(thread_id))  # reads are not fenced
     assert latest is not None and latest.config == stored
 
     holder = zombie.fenced(run_id, second_epoch)
     newer = await _put(holder, thread_id, parent=stored)
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         written = await conn.fetchrow(
             "SELECT tether_run_id, tether_epoch FROM langgraph_checkpoint "
             "WHERE thread_id = $1 AND checkpoint_id = $2",
@@ -81,14 +81,16 @@ async def test_a_stale_epoch_writes_nothing_and_raises(pool: asyncpg.Pool) -> No
     assert tuple(written) == (run_id, second_epoch)
 
 
-async def test_the_fence_in_the_graph_config_guards_a_real_graph(pool: asyncpg.Pool) -> None:
+async def test_the_fence_in_the_graph_config_guards_a_real_graph(
+    private_pool: asyncpg.Pool,
+) -> None:
     """One process-wide saver, fenced per run by `tether_run_id` / `tether_epoch` in the
     config LangGraph hands to every checkpoint write."""
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         run_id, thread_id = await queued_run(conn)
         first_epoch = await claim(conn, "worker-1")
         second_epoch = await take_over(conn, run_id, "worker-2")
-    graph = build(TetherCheckpointer(pool))
+    graph = build(TetherCheckpointer(private_pool))
 
     def config(epoch: int) -> Any:
         fence = {"tether_run_id": run_id, "tether_epoch": epoch}
@@ -96,12 +98,12 @@ async def test_the_fence_in_the_graph_config_guards_a_real_graph(pool: asyncpg.P
 
     with pytest.raises(LeaseLost):
         await graph.ainvoke({"request": "web-1"}, config(first_epoch))
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         assert await _rows(conn, thread_id) == {t: 0 for t in TABLES}
 
     result = await graph.ainvoke({"request": "web-1"}, config(second_epoch))
     assert [i.value["kind"] for i in result["__interrupt__"]] == ["confirm_action"]
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         epochs = await conn.fetch(
             "SELECT DISTINCT tether_run_id, tether_epoch FROM langgraph_checkpoint "
             "WHERE thread_id = $1",
@@ -117,20 +119,20 @@ async def test_the_fence_in_the_graph_config_guards_a_real_graph(pool: asyncpg.P
 
     with pytest.raises(LeaseLost):
         await graph.ainvoke(Command(resume="approved"), config(first_epoch))
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         assert await _rows(conn, thread_id) == written
 
 
-async def test_a_write_in_flight_holds_off_the_takeover(pool: asyncpg.Pool) -> None:
+async def test_a_write_in_flight_holds_off_the_takeover(private_pool: asyncpg.Pool) -> None:
     """The fence's share lock lasts until the write commits: a claim meanwhile skips the run
     (FOR UPDATE SKIP LOCKED), so no takeover commits between the check and the write."""
-    async with pool.acquire() as conn:
+    async with private_pool.acquire() as conn:
         run_id, _ = await queued_run(conn)
         epoch = await claim(conn, "worker-1")
         await conn.execute(
             "UPDATE run SET lease_expires_at = now() - interval '1 second' WHERE id = $1", run_id
         )
-    async with pool.acquire() as writer, pool.acquire() as other:
+    async with private_pool.acquire() as writer, private_pool.acquire() as other:
         async with writer.transaction():
             await RunFence(run_id, epoch).hold(writer)
             assert await runs.claim(other, "worker-2", 30.0) is None
