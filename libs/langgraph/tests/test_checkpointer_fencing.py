@@ -158,3 +158,37 @@ async def test_a_malformed_fence_is_refused_and_writes_nothing(
         await TetherCheckpointer(pool).aput(config, generate_checkpoint(), generate_metadata(), {})
     async with pool.acquire() as conn:
         assert await _rows(conn, thread_id) == {t: 0 for t in TABLES}
+
+
+async def test_with_sync_durability_a_zombie_runs_no_node(private_pool: asyncpg.Pool) -> None:
+    """LangGraph's default durability ("async") writes checkpoints in the background while the
+    next nodes run, so a zombie may learn it lost the lease only after running them; with
+    durability="sync" (what Tether runs graphs with) the first refused write stops the graph
+    before any node."""
+    from langgraph.graph import END, START, StateGraph
+
+    ran: list[str] = []
+
+    def node(name: str) -> Any:
+        def run(state: dict[str, Any]) -> dict[str, Any]:
+            ran.append(name)
+            return {"n": len(ran)}
+
+        return run
+
+    builder = StateGraph(dict)  # type: ignore[type-var]
+    builder.add_node("first", node("first"))
+    builder.add_node("second", node("second"))
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    async with private_pool.acquire() as conn:
+        run_id, thread_id = await queued_run(conn)
+        stale = await claim(conn, "worker-1")
+        await take_over(conn, run_id, "worker-2")
+    graph = builder.compile(checkpointer=TetherCheckpointer(private_pool).fenced(run_id, stale))
+    config: Any = {"configurable": {"thread_id": thread_id}}
+
+    with pytest.raises(LeaseLost):
+        await graph.ainvoke({"n": 0}, config, durability="sync")
+    assert ran == []

@@ -29,6 +29,9 @@ Interface (agreed with the LangGraph agent kind, issue #19):
   off a takeover's claim until the write commits. The epoch alone is checked, as the runtime's
   own `runs.save_checkpoint` does: the holder may still write after it set the run
   `interrupted` (a new claim, the only thing that moves the epoch, fences it off).
+- Run graphs with `durability="sync"`: LangGraph's default ("async") writes a checkpoint in the
+  background while the next step's nodes run, so a zombie would run them before its refused write
+  surfaced; with "sync" the first refused write stops the graph before any further node.
 - Reads (aget_tuple, alist) are never fenced.
 - Sync methods (get_tuple, list, put, ...) delegate to the async ones on the loop the saver was
   created on; called from that loop's own thread they raise (use the async methods there).
