@@ -15,6 +15,8 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
 from run_leases import claim, queued_run, take_over
 from tether_langgraph.checkpointer import LeaseLost, RunFence, TetherCheckpointer
 from tether_runtime.store import runs
@@ -115,8 +117,6 @@ async def test_the_fence_in_the_graph_config_guards_a_real_graph(
     assert written["langgraph_checkpoint_write"] > 0  # act's interrupt, pending
 
     # The zombie cannot resume it either: its resume writes nothing.
-    from langgraph.types import Command
-
     with pytest.raises(LeaseLost):
         await graph.ainvoke(Command(resume="approved"), config(first_epoch))
     async with private_pool.acquire() as conn:
@@ -165,8 +165,6 @@ async def test_with_sync_durability_a_zombie_runs_no_node(private_pool: asyncpg.
     next nodes run, so a zombie may learn it lost the lease only after running them; with
     durability="sync" (what Tether runs graphs with) the first refused write stops the graph
     before any node."""
-    from langgraph.graph import END, START, StateGraph
-
     ran: list[str] = []
 
     def node(name: str) -> Any:
