@@ -76,7 +76,7 @@ class RuntimeServicer:
         acting = principal.acting_for(user)  # PERMISSION_DENIED without the capability
         log.info(
             "service acting on behalf of a user",
-            extra={"service": principal.service, "on_behalf_of": acting.user_id, "rpc": rpc},
+            extra={"caller_service": principal.service, "on_behalf_of": acting.user_id, "rpc": rpc},
         )
         return acting
 
