@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether_client import TetherClient
 from tether_common.auth import ON_BEHALF_METADATA, issue_token
 from tether_testkit.client import Client
 from tether_testkit.inventory import abnormal_service, executions
@@ -228,6 +229,11 @@ async def test_a_service_acts_on_behalf_only_with_the_capability(
         pb.GetConversationRequest(conversation_id=made), metadata=alice_c.md
     )
     assert again.conversation.id == made, "what the service made on her behalf is alice's"
+    # The Python client's option sends the same metadata.
+    token = idp.service_token(crm, on_behalf=True)
+    async with TetherClient(addr, token=token, on_behalf_of=alice) as tc:
+        listed = await tc.list_conversations()
+    assert {c.id for c in listed.conversations} == {alice_conv, made}
     # Every on-behalf call is logged: which service, which user, which RPC.
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
