@@ -104,11 +104,18 @@ async def test_alg_confusion_none_and_symmetric_keys_are_refused(idp: TestIssuer
     claims = idp.claims("alice")
     forged_hs256 = _hs256(claims, pem, key.kid)
     unsigned = jwt.encode(claims, None, algorithm="none", headers={"kid": key.kid})
+    # With the dev issuer configured too (as in `tether dev`): HS256 goes to it, and fails there.
+    both = TokenVerifier(dev_secret="d" * 48, oidc=v.oidc)
+    assert v.oidc is not None
     try:
         await v.verify(idp.token("alice"))  # the keys are loaded: nothing below fails for that
         for token in (forged_hs256, unsigned):
+            for verifier in (v, both):
+                with pytest.raises(Unauthenticated):
+                    await verifier.verify(token)
+            # The OIDC check itself never takes a symmetric or absent algorithm.
             with pytest.raises(Unauthenticated):
-                await v.verify(token)
+                await v.oidc.claims(token, jwt.get_unverified_header(token))
     finally:
         await v.aclose()
     # A symmetric or encryption key in a JWKS is never a signing key.
