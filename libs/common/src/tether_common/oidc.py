@@ -83,6 +83,7 @@ class IssuerKeys:
     ) -> None:
         self.issuer = issuer
         self._jwks_url = jwks_url
+        self._discovers = not jwks_url
         self._ttl_s = ttl_s
         self._refetch_s = refetch_s
         self._timeout_s = timeout_s
@@ -92,7 +93,6 @@ class IssuerKeys:
         self._tried_at = -float("inf")  # the last attempt, successful or not
         self._lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
-        self.fetches = 0  # JWKS documents fetched (for logs and tests)
 
     async def key(self, kid: str) -> SigningKey:
         """The key a token names; an unknown id triggers one refetch (rate-limited)."""
@@ -138,11 +138,12 @@ class IssuerKeys:
                 # The keys fetched last stay in use until the next attempt: a flapping IdP does
                 # not log everyone out, and only a JWKS that was read replaces them.
                 log.warning("OIDC keys of %s not refreshed: %s", self.issuer, err)
+                if self._discovers:
+                    self._jwks_url = ""  # the next attempt reads the discovery document again
                 if not self._keys:
                     raise Unavailable("the identity provider's keys are unavailable") from err
                 return
             self._keys, self._fetched_at = keys, self._clock()
-            self.fetches += 1
             log.info("OIDC keys of %s fetched", self.issuer, extra={"kids": sorted(keys)})
 
     async def _jwks_location(self) -> str:
