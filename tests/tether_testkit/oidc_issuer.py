@@ -7,17 +7,22 @@ event loop can use it) that serves the discovery document and a JWKS, holds key 
         token = idp.token("alice")               # RS256, signed with the newest key
         new_kid = idp.rotate()                   # publish a new key, keep the old one listed
         idp.withdraw(old_kid)                    # the JWKS no longer lists it
+        idp.add_client("gateway", "s3cret", on_behalf=True)  # POST {issuer}/token gives it a
+                                                 # service token (client-credentials grant)
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import json
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import jwt
 from aiohttp import web
@@ -63,8 +68,12 @@ class TestIssuer:
     port: int = field(default_factory=free_port)
     keys: dict[str, KeyPair] = field(default_factory=dict)  # every key made, listed or not
     listed: list[str] = field(default_factory=list)  # the kids the JWKS publishes, oldest first
+    # OAuth2 clients for the client-credentials grant: id -> (secret, scope of their tokens).
+    clients: dict[str, tuple[str, str]] = field(default_factory=dict)
+    client_token_ttl_s: float = 300
     jwks_requests: int = 0
     discovery_requests: int = 0
+    token_requests: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -96,6 +105,11 @@ class TestIssuer:
 
     def withdraw(self, kid: str) -> None:
         self.listed = [k for k in self.listed if k != kid]
+
+    def add_client(self, client_id: str, secret: str, *, on_behalf: bool = False) -> None:
+        """A service that gets its token from `{issuer}/token` (client-credentials grant)."""
+        scope = "tether.service tether.on_behalf" if on_behalf else "tether.service"
+        self.clients[client_id] = (secret, scope)
 
     @property
     def current_kid(self) -> str:
@@ -158,9 +172,31 @@ class TestIssuer:
             self.jwks_requests += 1
             return web.json_response({"keys": [self.keys[k].jwk() for k in list(self.listed)]})
 
+        async def token(request: web.Request) -> web.Response:
+            """RFC 6749 section 4.4, client_secret_basic or client_secret_post."""
+            self.token_requests += 1
+            form = await request.post()
+            client_id, secret = str(form.get("client_id", "")), str(form.get("client_secret", ""))
+            auth = request.headers.get("Authorization", "")
+            if auth.startswith("Basic "):
+                pair = base64.b64decode(auth[len("Basic ") :]).decode()
+                login, _, password = pair.partition(":")
+                client_id, secret = unquote(login), unquote(password)
+            known = self.clients.get(client_id)
+            if form.get("grant_type") != "client_credentials":
+                return web.json_response({"error": "unsupported_grant_type"}, status=400)
+            if known is None or not hmac.compare_digest(known[0], secret):
+                return web.json_response({"error": "invalid_client"}, status=401)
+            ttl = self.client_token_ttl_s
+            access = self.token(client_id, ttl_s=ttl, scope=known[1])
+            return web.json_response(
+                {"access_token": access, "token_type": "Bearer", "expires_in": int(ttl)}
+            )
+
         app = web.Application()
         app.router.add_get("/realm/.well-known/openid-configuration", discovery)
         app.router.add_get("/realm/jwks", jwks)
+        app.router.add_post("/realm/token", token)
         return app
 
     def start(self) -> TestIssuer:

@@ -246,3 +246,28 @@ async def test_an_oidc_token_is_not_accepted_by_a_dev_only_verifier(idp: TestIss
     v = TokenVerifier(dev_secret="s" * 48)
     with pytest.raises(Unauthenticated):
         await v.verify(idp.token("alice"))
+
+
+async def test_the_test_issuer_grants_client_credentials(idp: TestIssuer) -> None:
+    """The testkit's token endpoint (a gateway's own service identity uses it)."""
+    import base64
+
+    import aiohttp
+
+    idp.add_client("gateway", "s3cret", on_behalf=True)
+    url = f"{idp.issuer}/token"
+    v = verifier_for(idp)
+    try:
+        async with aiohttp.ClientSession() as http:
+            grant = {"grant_type": "client_credentials"}
+            basic = {"Authorization": "Basic " + base64.b64encode(b"gateway:s3cret").decode()}
+            async with http.post(url, data=grant, headers=basic) as r:
+                assert r.status == 200
+                access = (await r.json())["access_token"]
+            wrong = {**grant, "client_id": "gateway", "client_secret": "nope"}
+            async with http.post(url, data=wrong) as r:
+                assert r.status == 401
+        p = await v.verify(access)
+        assert (p.user_id, p.kind, p.on_behalf) == ("gateway", "service", True)
+    finally:
+        await v.aclose()
