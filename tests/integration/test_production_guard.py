@@ -14,7 +14,19 @@ UNSAFE = {
     "TETHER_EMBEDDED_STORES": "1",
     "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/tether",
 }
-CLEARED = ("REDIS_URL", "TETHER_JWT_SECRET")
+CLEARED = (
+    "REDIS_URL",
+    "TETHER_JWT_SECRET",
+    "TETHER_OIDC_ISSUER",
+    "TETHER_OIDC_AUDIENCE",
+    "TETHER_OIDC_JWKS_URL",
+)
+SAFE_STORES = {
+    "TETHER_ENV": "production",
+    "DATABASE_URL": "postgresql://tether@db.internal:5432/tether",
+    "REDIS_URL": "redis://cache.internal:6379/0",
+}
+IDP = {"TETHER_OIDC_ISSUER": "https://idp.example/realm", "TETHER_OIDC_AUDIENCE": "tether-api"}
 
 
 def _tether(verb: str, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -33,23 +45,35 @@ def test_production_refuses_unsafe_settings_and_says_what_breaks(verb: str) -> N
     assert "refusing to start with TETHER_ENV=production" in err
     assert "TETHER_EMBEDDED_STORES" in err and "lost or invisible to other pods" in err
     assert "REDIS_URL is not set" in err and "never see a run executing on another" in err
-    assert "TETHER_JWT_SECRET" in err and "approve another person's actions" in err
+    assert "TETHER_OIDC_ISSUER is not set: no token could be verified" in err
+    assert "TETHER_OIDC_AUDIENCE is not set" in err
     assert "DATABASE_URL points at this machine" in err
     assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("verb", ["runtime", "gateway"])
-def test_a_short_signing_key_alone_is_refused(verb: str) -> None:
-    safe_but_key = {
-        "TETHER_ENV": "production",
-        "DATABASE_URL": "postgresql://tether@db.internal:5432/tether",
-        "REDIS_URL": "redis://cache.internal:6379/0",
-        "TETHER_JWT_SECRET": "too-short",
-    }
-    result = _tether(verb, safe_but_key)
+def test_a_pod_that_could_mint_tokens_is_refused(verb: str) -> None:
+    """Finding 2: in production no pod holds the dev issuer's key, however long or random."""
+    result = _tether(verb, {**SAFE_STORES, **IDP, "TETHER_JWT_SECRET": "k" * 64})
     assert result.returncode == 2, result
-    assert "TETHER_JWT_SECRET is shorter than 32 bytes" in result.stderr
-    assert "REDIS_URL" not in result.stderr and "DATABASE_URL" not in result.stderr
+    assert "TETHER_JWT_SECRET is set" in result.stderr and "mint" in result.stderr
+    assert "REDIS_URL" not in result.stderr and "TETHER_OIDC_ISSUER is not" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("idp", "says"),
+    [
+        ({**IDP, "TETHER_OIDC_ISSUER": "http://idp.example/realm"}, "not an https URL"),
+        ({**IDP, "TETHER_OIDC_JWKS_URL": "http://idp.example/jwks"}, "TETHER_OIDC_JWKS_URL"),
+        ({"TETHER_OIDC_ISSUER": IDP["TETHER_OIDC_ISSUER"]}, "without TETHER_OIDC_AUDIENCE"),
+    ],
+)
+def test_an_issuer_that_could_be_spoofed_or_never_matches_is_refused(
+    idp: dict[str, str], says: str
+) -> None:
+    result = _tether("runtime", {**SAFE_STORES, **idp})
+    assert result.returncode == 2, result
+    assert says in result.stderr and "Traceback" not in result.stderr
 
 
 def test_dev_refuses_production() -> None:

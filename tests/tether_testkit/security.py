@@ -24,6 +24,11 @@ PUBLIC = {
 }
 
 
+# The security suite's gateway allows this much clock skew (default 30 s) so that a test waiting
+# out a token's expiry on the wall clock waits seconds, not half a minute.
+GATEWAY_LEEWAY_S = 1.0
+
+
 def new_user(prefix: str = "sec") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

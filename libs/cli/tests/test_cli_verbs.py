@@ -18,6 +18,18 @@ def test_token_is_signed_with_the_configured_secret(
     assert (principal.user_id, principal.scope) == ("svc-billing", "service")
 
 
+def test_an_on_behalf_service_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_JWT_SECRET", "s" * 40)
+    assert main(["token", "--user", "crm", "--scope", "service", "--on-behalf"]) == 0
+    principal = verify_token("s" * 40, capsys.readouterr().out.strip())
+    assert (principal.kind, principal.on_behalf) == ("service", True)
+    assert principal.acting_for("alice").user_id == "alice"
+    assert main(["token", "--user", "alice", "--on-behalf"]) == 2
+    assert "--on-behalf needs --scope service" in capsys.readouterr().err
+
+
 def test_token_defaults_to_the_dev_secret_and_a_user(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 from tether_testkit.processes import Proc, start_gateway
+from tether_testkit.security import GATEWAY_LEEWAY_S
 
 
 @pytest.fixture(scope="module")
 def gateway(runtime: Proc, base_env: dict[str, str]) -> Iterator[Proc]:
-    proc = start_gateway(base_env, runtime.addr, name="gateway-sec")
+    env = {**base_env, "TETHER_JWT_LEEWAY_S": str(GATEWAY_LEEWAY_S)}
+    proc = start_gateway(env, runtime.addr, name="gateway-sec")
     yield proc
     proc.terminate()
 

@@ -20,7 +20,14 @@ from tether_common.auth import issue_token
 from tether_gateway.health import openapi_document
 from tether_testkit.client import Client
 from tether_testkit.secrets import TEST_SECRET
-from tether_testkit.security import PUBLIC, bearer, grant_restart, new_user, owned_interrupted_run
+from tether_testkit.security import (
+    GATEWAY_LEEWAY_S,
+    PUBLIC,
+    bearer,
+    grant_restart,
+    new_user,
+    owned_interrupted_run,
+)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["RuntimeService"]
 STREAM_ROUTE = ("get", "/v1/runs/{id}/events")
@@ -29,7 +36,7 @@ STREAM_ROUTE = ("get", "/v1/runs/{id}/events")
 def bad_tokens(user: str, run_id: str) -> dict[str, str]:
     now = int(time.time())
     return {
-        "expired": issue_token(TEST_SECRET, user, ttl_s=-30),
+        "expired": issue_token(TEST_SECRET, user, ttl_s=-120),  # beyond any clock leeway
         "wrong_signature": issue_token("another-secret-that-is-also-32-bytes-long", user),
         "alg_none": jwt.encode(
             {"sub": user, "exp": now + 600, "scope": "user"}, key=None, algorithm="none"
@@ -265,6 +272,7 @@ async def test_stream_token_is_bound_to_one_run_and_expires(gateway, http, db):
     short = issue_token(TEST_SECRET, owner, ttl_s=1, scope="stream", run_id=first["run"])
     async with events(first["run"], short) as r:
         assert r.status == 200
-    await asyncio.sleep(2.1)
+    exp = jwt.decode(short, options={"verify_signature": False})["exp"]
+    await asyncio.sleep(max(0.0, exp + GATEWAY_LEEWAY_S - time.time()) + 0.2)
     async with events(first["run"], short) as r:
         assert r.status == 401, await r.text()

@@ -159,11 +159,16 @@ def _server(service: Service) -> Callable[[Settings], Coroutine[Any, Any, None]]
     return gateway
 
 
-def token(settings: Settings, user: str, ttl_s: float, scope: Scope) -> int:
+def token(
+    settings: Settings, user: str, ttl_s: float, scope: Scope, *, on_behalf: bool = False
+) -> int:
     if not settings.jwt_secret:
         print("tether token: TETHER_JWT_SECRET is not set", file=sys.stderr)
         return 2
-    print(issue_token(settings.jwt_secret, user, ttl_s=ttl_s, scope=scope))
+    if on_behalf and scope != "service":
+        print("tether token: --on-behalf needs --scope service", file=sys.stderr)
+        return 2
+    print(issue_token(settings.jwt_secret, user, ttl_s=ttl_s, scope=scope, on_behalf=on_behalf))
     return 0
 
 

@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--user", required=True, help="the user (or service) id, e.g. alice")
     tok.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (3600)")
     tok.add_argument("--scope", choices=["user", "service"], default="user")
+    tok.add_argument(
+        "--on-behalf",
+        action="store_true",
+        help="a service token that may act for a user (gRPC metadata x-tether-on-behalf-of)",
+    )
     grants = verbs.add_parser(
         "grants",
         help="add, revoke or list who may do which action where (read at every check)",
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             getattr(args, "action", None),
             getattr(args, "scope", None),
         )
-    return commands.token(settings, args.user, args.ttl, args.scope)
+    return commands.token(settings, args.user, args.ttl, args.scope, on_behalf=args.on_behalf)
 
 
 def _speak_http(args: argparse.Namespace, settings: Settings) -> int:

@@ -17,6 +17,8 @@ except ImportError:  # the wheel test's bare virtualenv runs this branch
     _propagate = None
 
 TokenProvider: TypeAlias = Callable[[], str | Awaitable[str]]
+# A service token with the on-behalf capability names the user it acts for in this metadata.
+ON_BEHALF_METADATA = "x-tether-on-behalf-of"
 
 
 def trace_metadata() -> list[tuple[str, str]]:

@@ -40,7 +40,7 @@ import grpc
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
 
-from tether_client._metadata import TokenProvider, call_metadata
+from tether_client._metadata import ON_BEHALF_METADATA, TokenProvider, call_metadata
 from tether_client.channel import DEFAULT_DEADLINE_S, open_channel
 from tether_client.errors import InvalidArgument, from_rpc_error
 from tether_client.retry import NO_RETRY, RetryPolicy, unary_retryable
@@ -74,7 +74,8 @@ class TetherClient:
     `authorization: Bearer`) or `token_provider` (called before every try, sync or async, for
     tokens that expire). `secure=True` uses TLS with the system's roots; `credentials` picks
     your own. `metadata` is added to every call; `options` replace channel options of the same
-    key (`tether_client.channel.channel_options`)."""
+    key (`tether_client.channel.channel_options`). `on_behalf_of`: a service whose token carries
+    the on-behalf capability acts as this user (it still cannot approve)."""
 
     def __init__(
         self,
@@ -88,6 +89,7 @@ class TetherClient:
         retry: RetryPolicy | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         options: Sequence[tuple[str, Any]] = (),
+        on_behalf_of: str = "",
     ) -> None:
         if token is not None and token_provider is not None:
             raise ValueError("give token or token_provider, not both")
@@ -98,6 +100,8 @@ class TetherClient:
         self._token_provider = token_provider
         self._credentials = credentials or (grpc.ssl_channel_credentials() if secure else None)
         self._extra = tuple(metadata)
+        if on_behalf_of:
+            self._extra += ((ON_BEHALF_METADATA, on_behalf_of),)
         self._options = tuple(options)
         self._channel: grpc.aio.Channel | None = None
         self._api: RuntimeApi | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
 
 from tether_common.errors import UnsafeSettings
 from tether_common.redaction import redact_mapping
@@ -29,6 +29,40 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 MODEL_CHOICES = ("agent", "openai", "anthropic")
+MAX_JWT_LEEWAY_S = 300.0
+
+
+class _IdentitySettings(TypedDict):
+    oidc_issuer: str
+    oidc_audience: str
+    oidc_jwks_url: str
+    oidc_jwks_ttl_s: float
+    oidc_jwks_refetch_s: float
+    jwt_leeway_s: float
+
+
+def _oidc_settings(e: Mapping[str, str]) -> _IdentitySettings:
+    """The token issuer's settings, refused when they could never verify a token."""
+    issuer = e.get("TETHER_OIDC_ISSUER", "")
+    audience = e.get("TETHER_OIDC_AUDIENCE", "")
+    if issuer and not audience:
+        raise UnsafeSettings(
+            "TETHER_OIDC_ISSUER is set without TETHER_OIDC_AUDIENCE: every token's `aud` "
+            "would be refused; set the audience your identity provider puts in Tether's tokens"
+        )
+    leeway = _float(e, "TETHER_JWT_LEEWAY_S", Settings.jwt_leeway_s)
+    if not 0 <= leeway <= MAX_JWT_LEEWAY_S:
+        raise UnsafeSettings(
+            f"TETHER_JWT_LEEWAY_S must be between 0 and {MAX_JWT_LEEWAY_S:g} seconds, not {leeway}"
+        )
+    return _IdentitySettings(
+        oidc_issuer=issuer,
+        oidc_audience=audience,
+        oidc_jwks_url=e.get("TETHER_OIDC_JWKS_URL", ""),
+        oidc_jwks_ttl_s=_float(e, "TETHER_OIDC_JWKS_TTL_S", Settings.oidc_jwks_ttl_s),
+        oidc_jwks_refetch_s=_float(e, "TETHER_OIDC_JWKS_REFETCH_S", Settings.oidc_jwks_refetch_s),
+        jwt_leeway_s=leeway,
+    )
 
 
 @dataclass(frozen=True)
@@ -40,7 +74,18 @@ class Settings:
     grpc_addr: str = "127.0.0.1:50051"
     http_addr: str = "127.0.0.1:8080"
     runtime_target: str = "127.0.0.1:50051"
+    # The HS256 dev issuer's key: `tether dev` and tests only; refused in production.
     jwt_secret: str = DEV_JWT_SECRET
+    # Tokens from the company's OIDC issuer (README, "Identity"): `iss` must equal oidc_issuer,
+    # `aud` oidc_audience; keys from its JWKS (discovered unless oidc_jwks_url is set), kept
+    # oidc_jwks_ttl_s, refetched for an unknown key id at most once per oidc_jwks_refetch_s.
+    oidc_issuer: str = ""
+    oidc_audience: str = ""
+    oidc_jwks_url: str = ""
+    oidc_jwks_ttl_s: float = 600.0
+    oidc_jwks_refetch_s: float = 10.0
+    # Clock skew allowed on exp/nbf/iat of every token (pods' clocks are never exactly equal).
+    jwt_leeway_s: float = 30.0
     sse_heartbeat_s: float = 15.0
     sse_retry_ms: int = 2000
     sse_buffer_bytes: int = 1 << 20
@@ -137,6 +182,7 @@ class Settings:
         if backoff < 0:
             raise UnsafeSettings(f"TETHER_RUN_RETRY_BACKOFF_S must not be negative, not {backoff}")
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
+        oidc = _oidc_settings(e)
         return cls(
             env=mode,  # type: ignore[arg-type]
             database_url=e.get("DATABASE_URL", cls.database_url),
@@ -146,6 +192,7 @@ class Settings:
             http_addr=e.get("TETHER_HTTP_ADDR", cls.http_addr),
             runtime_target=e.get("TETHER_RUNTIME_TARGET", grpc_addr),
             jwt_secret=e.get("TETHER_JWT_SECRET", "" if mode == "production" else DEV_JWT_SECRET),
+            **oidc,
             sse_heartbeat_s=_float(e, "TETHER_SSE_HEARTBEAT_S", cls.sse_heartbeat_s),
             sse_retry_ms=_int(e, "TETHER_SSE_RETRY_MS", cls.sse_retry_ms),
             sse_buffer_bytes=_int(e, "TETHER_SSE_BUFFER_BYTES", cls.sse_buffer_bytes),
@@ -210,16 +257,7 @@ class Settings:
                 "REDIS_URL is not set: events could not fan out across pods, so a browser "
                 "connected to one gateway would never see a run executing on another runtime"
             )
-        if not self.jwt_secret or self.jwt_secret == DEV_JWT_SECRET:
-            problems.append(
-                "TETHER_JWT_SECRET is missing or the public dev value: anyone could mint a "
-                "token and approve another person's actions"
-            )
-        elif len(self.jwt_secret.encode()) < MIN_SECRET_BYTES:
-            problems.append(
-                f"TETHER_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: tokens could be "
-                "forged"
-            )
+        problems.extend(self._identity_problems())
         for name, url in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url)):
             if (
                 "127.0.0.1" in url
@@ -231,6 +269,37 @@ class Settings:
                     f"{name} points at this machine (or is unset and defaults to it): other pods "
                     "cannot share it, so a run paused on one pod could not be resumed on another"
                 )
+        return problems
+
+    def _identity_problems(self) -> list[str]:
+        """Production verifies tokens from the company's IdP and holds no key that mints one."""
+        problems: list[str] = []
+        if self.jwt_secret:
+            problems.append(
+                "TETHER_JWT_SECRET is set: a pod holding the dev issuer's key could mint any "
+                "user's token and approve another person's actions; production accepts only "
+                "tokens from the OIDC issuer (TETHER_OIDC_ISSUER): unset TETHER_JWT_SECRET"
+            )
+        if not self.oidc_issuer:
+            problems.append(
+                "TETHER_OIDC_ISSUER is not set: no token could be verified (production accepts "
+                "only tokens from the company's identity provider)"
+            )
+        elif not self.oidc_issuer.startswith("https://"):
+            problems.append(
+                "TETHER_OIDC_ISSUER is not an https URL: its signing keys could be swapped in "
+                "transit and any token forged"
+            )
+        if not self.oidc_audience:
+            problems.append(
+                "TETHER_OIDC_AUDIENCE is not set: a token the issuer minted for another "
+                "application would be accepted here"
+            )
+        if self.oidc_jwks_url and not self.oidc_jwks_url.startswith("https://"):
+            problems.append(
+                "TETHER_OIDC_JWKS_URL is not an https URL: its signing keys could be swapped in "
+                "transit and any token forged"
+            )
         return problems
 
     def check(self) -> None:

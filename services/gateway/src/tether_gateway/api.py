@@ -7,11 +7,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
-import jwt
 from aiohttp import web
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
-from tether_common.auth import issue_token, verify_token
+from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 
@@ -65,10 +64,10 @@ def _json(data: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
-def _caller(request: web.Request, gw: GatewayState) -> Caller:
+async def _caller(request: web.Request, gw: GatewayState) -> Caller:
     """A bearer header, or the session cookie: for a state-changing method only with the CSRF
     token and from this origin (csrf.py), checked before anything is changed."""
-    caller = authenticate(request, gw.settings.jwt_secret, cookie=True)
+    caller = await authenticate(request, gw.verifier, cookie=True)
     if caller.via_cookie and request.method not in ("GET", "HEAD", "OPTIONS"):
         csrf.check(request, caller.token)
     return caller
@@ -84,7 +83,7 @@ def wants_stream(request: web.Request) -> bool:
 
 async def create_conversation(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "conversation", caller.principal.user_id)
     data = await _body(request, gw, CREATE_CONVERSATION)
     req = rs.CreateConversationRequest(title=data.get("title", ""))
@@ -94,7 +93,7 @@ async def create_conversation(request: web.Request) -> web.Response:
 
 async def list_conversations(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     req = rs.ListConversationsRequest(
         page_size=page_size(request), page_token=request.query.get("pageToken", "")
     )
@@ -109,7 +108,7 @@ async def list_conversations(request: web.Request) -> web.Response:
 
 async def get_conversation(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     req = rs.GetConversationRequest(conversation_id=request.match_info["id"])
     resp = await gw.client().get_conversation(req, caller.token)
     return _json({"conversation": conversation_json(resp.conversation)})
@@ -117,7 +116,7 @@ async def get_conversation(request: web.Request) -> web.Response:
 
 async def list_messages(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     req = rs.ListMessagesRequest(
         conversation_id=request.match_info["id"],
         page_size=page_size(request, default=100, maximum=500),
@@ -134,7 +133,7 @@ async def list_messages(request: web.Request) -> web.Response:
 
 async def list_agents(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     resp = await gw.client().list_agents(caller.token)
     return _json(
         {"agents": [agent_json(a) for a in resp.agents], "defaultAgent": resp.default_agent}
@@ -144,7 +143,7 @@ async def list_agents(request: web.Request) -> web.Response:
 async def start_run(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     data = await _body(request, gw, START_RUN)
     fields = {
@@ -204,7 +203,7 @@ async def _start_streaming(
 
 async def get_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     req = rs.GetRunRequest(run_id=request.match_info["id"])
     resp = await gw.client().get_run(req, caller.token)
     return _json({"run": run_json(resp.run)})
@@ -223,7 +222,7 @@ _RUN_STATUS_FILTER = {
 async def list_runs(request: web.Request) -> web.Response:
     """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     status = request.query.get("status")
     if status is not None and status not in _RUN_STATUS_FILTER:
         raise InvalidArgument(f"status must be one of {', '.join(_RUN_STATUS_FILTER)}")
@@ -241,7 +240,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def resume_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
     raw = await read_json(request, gw.settings.max_body_bytes)
     # `fill` is the one field that is not a string: taken out before the string fields' check.
@@ -275,7 +274,7 @@ def _answer_text(data: dict[str, str], fill: object) -> str:
 
 async def cancel_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "cancel", caller.principal.user_id)
     data = await _body(request, gw, CANCEL_RUN)
     req = rs.CancelRunRequest(run_id=request.match_info["id"], reason=data.get("reason", ""))
@@ -289,7 +288,7 @@ async def cancel_run(request: web.Request) -> web.Response:
 async def stream_token(request: web.Request) -> web.Response:
     """A short-lived token reading one run's events: for `EventSource`, which sends no headers."""
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "stream_token", caller.principal.user_id)
     run_id = request.match_info["id"]
     # Only a caller who may read the run gets a token for it (404/403 come from the runtime).
@@ -340,7 +339,7 @@ class EventsOpen:
 async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | None:
     """Auth, rate limit, resume point and the caller's own GetRun (the ownership check) for an
     SSE open; None when the run is over with nothing left to send (204)."""
-    caller = authenticate(request, gw.settings.jwt_secret, cookie=True, stream_token=True)
+    caller = await authenticate(request, gw.verifier, cookie=True, stream_token=True)
     run_id = request.match_info["id"]
     p = caller.principal
     await gw.limiter.check(gw.redis, "events", p.user_id)
@@ -368,8 +367,8 @@ async def open_session(request: web.Request) -> web.Response:
     page keeps the CSRF token in memory only and forgets the bearer."""
     gw = state(request)
     csrf.check_origin(request, required=False)  # a browser's login from another site: refused
-    caller = authenticate(request, gw.settings.jwt_secret)
-    remaining = _remaining_s(gw, caller.token)
+    caller = await authenticate(request, gw.verifier)
+    remaining = max(1, int(caller.principal.remaining_s()))
     resp = _json(_session_json(caller, remaining))
     resp.set_cookie(
         SESSION_COOKIE,
@@ -386,8 +385,8 @@ async def open_session(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     """Who the session cookie names, and its CSRF token: what a reloaded page needs."""
     gw = state(request)
-    caller = _caller(request, gw)
-    return _json(_session_json(caller, _remaining_s(gw, caller.token)))
+    caller = await _caller(request, gw)
+    return _json(_session_json(caller, max(1, int(caller.principal.remaining_s()))))
 
 
 def _session_json(caller: Caller, remaining_s: int) -> dict[str, Any]:
@@ -418,12 +417,6 @@ async def dev_token(request: web.Request) -> web.Response:
     user = data["user"].strip()
     token = issue_token(gw.settings.jwt_secret, user, ttl_s=DEV_TOKEN_TTL_S)
     return _json({"token": token, "user": user}, 201)
-
-
-def _remaining_s(gw: GatewayState, token: str) -> int:
-    verify_token(gw.settings.jwt_secret, token)
-    claims = jwt.decode(token, options={"verify_signature": False})
-    return max(1, int(claims.get("exp", 0)) - int(time.time()))
 
 
 def add_routes(app: web.Application, *, dev: bool) -> None:

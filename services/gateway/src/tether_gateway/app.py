@@ -89,6 +89,7 @@ def create_app(settings: Settings) -> web.Application:
 
     app.cleanup_ctx.extend([runtime_channel, redis_client])
     app.on_shutdown.append(end_streams)
+    app.on_cleanup.append(lambda _: gw.verifier.aclose())
     health.add_routes(app)
     api.add_routes(app, dev=settings.env == "dev")
     app.router.add_get("/", _index)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiohttp import web
-from tether_common.auth import Principal, bearer_from_header, verify_token
+from tether_common.auth import Principal, TokenVerifier, bearer_from_header
 from tether_common.errors import Unauthenticated
 
 SESSION_COOKIE = "tether_session"
@@ -21,8 +21,12 @@ class Caller:
     via_cookie: bool = False
 
 
-def authenticate(
-    request: web.Request, secret: str, *, cookie: bool = False, stream_token: bool = False
+async def authenticate(
+    request: web.Request,
+    verifier: TokenVerifier,
+    *,
+    cookie: bool = False,
+    stream_token: bool = False,
 ) -> Caller:
     """The caller of this request. Cookies are only honoured where `cookie` (a state-changing
     route then checks CSRF: api._caller), `?token=` only where `stream_token`, and a
@@ -37,7 +41,7 @@ def authenticate(
         token, via_cookie = request.cookies[SESSION_COOKIE], True
     else:
         raise Unauthenticated("missing bearer token")
-    principal = verify_token(secret, token)
+    principal = await verifier.verify(token)
     if principal.scope == "stream" and not stream_token:
         raise Unauthenticated("a stream token only reads its run's events")
     if in_url and principal.scope != "stream":

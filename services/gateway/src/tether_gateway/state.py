@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 
 from tether_gateway.metrics import Metrics
@@ -29,9 +30,12 @@ class GatewayState:
     limiter: RateLimiter = field(init=False)
     feeds: FeedRegistry = field(init=False)
     slots: StreamSlots = field(init=False)
+    # The same verifier the runtimes use (OIDC issuer and/or dev issuer); it holds the JWKS.
+    verifier: TokenVerifier = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter.from_settings(self.settings)
+        self.verifier = TokenVerifier.from_settings(self.settings)
         # A lease of three heartbeats, refreshed every heartbeat: one missed tick is no loss.
         self.slots = StreamSlots(
             self.settings.max_streams_per_user, lease_s=3 * self.settings.sse_heartbeat_s

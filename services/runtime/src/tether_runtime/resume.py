@@ -69,6 +69,8 @@ ANSWERS: dict[str, dict[str, _Answer]] = {
 for _kind in ("select_option", "provide_input"):
     ANSWERS[_kind] = {"responded": _Answer("proposed", "succeeded", acts=False)}
 DECISIONS = frozenset(d for answers in ANSWERS.values() for d in answers)
+# Decisions that act on a resource (approve, retry, mark_done): a person's, never a service's.
+APPROVALS = frozenset(d for answers in ANSWERS.values() for d, a in answers.items() if a.acts)
 
 
 def call_from(intr: InterruptRow) -> str:
@@ -131,6 +133,9 @@ async def resume_run(
         raise InvalidArgument(
             "decision must be approve, reject, respond, retry, mark_done or abandon"
         )
+    if decision in APPROVALS and not principal.may_approve():
+        # Before the idempotency lookup: a service's approval is not stored, replayed or counted.
+        raise PermissionDenied("a service cannot approve")
     if not key or len(key) > MAX_KEY:
         raise InvalidArgument(f"idempotency_key is required (1-{MAX_KEY} characters)")
     scope = f"resume:{principal.user_id}"

@@ -12,6 +12,7 @@ import sys
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.grpc_poller import unblock_completion_poller
@@ -67,10 +68,11 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await agents.start(settings.database_url)
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny)
     engine = Engine(pool, bus, settings, gate, agents)
+    verifier = TokenVerifier.from_settings(settings)
     server = grpc.aio.server(options=server_options(settings))
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
-        register(server, RuntimeServicer(engine, settings.jwt_secret))
+        register(server, RuntimeServicer(engine, verifier))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -112,6 +114,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
     await server.stop(grace=settings.drain_s / 2)
     await engine.close()
+    await verifier.aclose()
     await bus.close()
     await agents.close()
     await pool.close()

@@ -16,7 +16,7 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
-from tether_common.auth import Principal, bearer_from_header, verify_token
+from tether_common.auth import ON_BEHALF_METADATA, Principal, TokenVerifier, bearer_from_header
 from tether_common.errors import (
     ERROR_DOMAIN,
     STATUS_BY_REASON,
@@ -60,14 +60,25 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -
 
 
 class RuntimeServicer:
-    def __init__(self, engine: Engine, jwt_secret: str) -> None:
+    def __init__(self, engine: Engine, verifier: TokenVerifier) -> None:
         self.e = engine
-        self.secret = jwt_secret
+        self.verifier = verifier
         self.stream = EventStream(engine.pool, engine.bus, engine.settings.stream_quiet_check_s)
 
-    def _principal(self, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
+    async def _principal(self, context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> Principal:
+        """The caller; a service with the on-behalf capability may name the user it acts for
+        (`x-tether-on-behalf-of`), and is then that user, still a service (it cannot approve)."""
         md = dict(context.invocation_metadata() or ())
-        return verify_token(self.secret, bearer_from_header(md.get("authorization")))
+        principal = await self.verifier.verify(bearer_from_header(md.get("authorization")))
+        user = md.get(ON_BEHALF_METADATA)
+        if user is None:
+            return principal
+        acting = principal.acting_for(user)  # PERMISSION_DENIED without the capability
+        log.info(
+            "service acting on behalf of a user",
+            extra={"caller_service": principal.service, "on_behalf_of": acting.user_id, "rpc": rpc},
+        )
+        return acting
 
     async def _call(
         self,
@@ -83,7 +94,7 @@ class RuntimeServicer:
         )
         try:
             with trace.use_span(span, end_on_exit=True):
-                return await fn(self._principal(context))
+                return await fn(await self._principal(context, name))
         except TetherError as err:
             code = err.reason
             await abort(context, err)
