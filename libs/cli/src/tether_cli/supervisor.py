@@ -80,6 +80,8 @@ class Supervisor:
             "TETHER_GRPC_ADDR": self.grpc_addr,
             "TETHER_HTTP_ADDR": self.http_addr,
             "TETHER_RUNTIME_TARGET": os.environ.get("TETHER_RUNTIME_TARGET") or self.grpc_addr,
+            # The web UI's sign-in by user name (POST /v1/dev/token): only `tether dev` serves it.
+            "TETHER_DEV_LOGIN": "1",
         }
         if embedded:
             self.env["TETHER_EMBEDDED_STORES"] = "1"

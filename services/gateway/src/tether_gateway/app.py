@@ -131,7 +131,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.extend([runtime_channel, redis_client])
     app.on_shutdown.append(end_streams)
     health.add_routes(app)
-    api.add_routes(app, dev=settings.env == "dev")
+    # The dev token route only when `tether dev` (or a test) asks for it: never by TETHER_ENV.
+    api.add_routes(app, dev=settings.dev_login)
     app.router.add_get("/", _index)
     # The more specific prefix first: /static/client/ is not a folder of STATIC_DIR in a checkout.
     app.router.add_static("/static/client/", client_dir(), append_version=False)

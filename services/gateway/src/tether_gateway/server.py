@@ -26,7 +26,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 async def run_server(settings: Settings) -> None:
-    settings.check()
+    settings.check("gateway")
     setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
