@@ -110,7 +110,8 @@ class Settings:
     stream_quiet_check_s: float = 1.0
     # Runtime: close HTTP/2 connections after this age, so clients rebalance over new pods.
     grpc_max_connection_age_s: float = 300.0
-    # Runtime: serve Prometheus metrics here ("host:port"); empty: not served.
+    # Serve Prometheus metrics here ("host:port"). Runtime: empty, not served. Gateway: empty,
+    # on its API port's /metrics; set, on this port alone (not on the API port).
     metrics_addr: str = ""
     max_body_bytes: int = 64 * 1024
     rate_limit_per_min: int = 120

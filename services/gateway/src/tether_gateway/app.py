@@ -101,7 +101,7 @@ def create_app(settings: Settings) -> web.Application:
     app[STATE] = gw
 
     async def runtime_channel(app: web.Application) -> AsyncIterator[None]:
-        channel = open_channel(settings.runtime_target)
+        channel = open_channel(settings)
         unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a channel does
         log.info("runtime channel open", extra={"grpc_poller_sockets_unblocked": unblocked})
         gw.runtime = RuntimeClient(channel)
@@ -130,7 +130,8 @@ def create_app(settings: Settings) -> web.Application:
 
     app.cleanup_ctx.extend([runtime_channel, redis_client])
     app.on_shutdown.append(end_streams)
-    health.add_routes(app)
+    # With TETHER_METRICS_ADDR, /metrics is served on that port alone (server.py).
+    health.add_routes(app, with_metrics=not settings.metrics_addr)
     # The dev token route only when `tether dev` (or a test) asks for it: never by TETHER_ENV.
     api.add_routes(app, dev=settings.dev_login)
     app.router.add_get("/", _index)
