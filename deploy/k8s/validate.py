@@ -324,7 +324,6 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
         )
 
     # every container: security context, resources, secrets by reference, no :latest
-    known_secrets = secret_names(docs)
     for w in workloads(docs):
         wname = f"{w['kind']}/{w['metadata']['name']}"
         pod_sc = pod_spec(w).get("securityContext") or {}
