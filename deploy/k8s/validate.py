@@ -21,6 +21,7 @@ Exit status 0 when every overlay renders, validates and passes every check.
 from __future__ import annotations
 
 import argparse
+import base64
 import ipaddress
 import os
 import re
@@ -583,7 +584,13 @@ def committed_secret_values(docs: Iterable[Doc]) -> list[str]:
 
     found = []
     for doc in docs:
-        for text in _string_leaves(doc):
+        texts = list(_string_leaves(doc))
+        if doc.get("kind") == "Secret":  # `data` values are base64
+            texts += [
+                base64.b64decode(v).decode(errors="replace")
+                for v in (doc.get("data") or {}).values()
+            ]
+        for text in texts:
             candidates = [
                 text,
                 *(line.split("=", 1)[1] for line in text.splitlines() if "=" in line),

@@ -22,6 +22,15 @@ def test_every_overlay_is_tested(kv: ModuleType) -> None:
 def test_base_renders_too(kv: ModuleType) -> None:
     docs = kv.render(REPO / "deploy" / "k8s" / "base")
     assert kv.schema_errors(docs) == []
+    # The base is what production runs: no dev setting, no Secret, no secret literal.
+    assert kv.dev_setting_problems(docs) == []
+
+
+def test_dev_settings_are_caught(kv: ModuleType, rendered: dict[str, Docs]) -> None:
+    problems = "\n".join(kv.dev_setting_problems(rendered["dev"]))
+    assert "TETHER_ENV='dev'" in problems
+    assert "renders a Secret" in problems
+    assert "carries a secret committed to Tether's repository" in problems
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
