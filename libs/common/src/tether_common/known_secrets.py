@@ -25,6 +25,8 @@ COMMITTED_SECRET_SHA256 = frozenset(
         "8a75c38ef8d76f66b45d7a11e7a077fabfb99c1eaf3a4ee86044ba13abff2671",
         # bench/tether_bench/runtime_probe.py SECRET
         "20d3739225746bed1122eed795790ae10d257ac1e1ea1656d218d54c8b006ec9",
+        # services/gateway/tests/gw_fake_runtime.py (the gateway's unit tests)
+        "7fe5935036a3edd115a5588f957b344215ff5d85734b6e724ac71e365a8bc166",
         # tests/integration/test_production_guard.py (a short key)
         "7750e5644cf856467b1acb0e59b3dbe5a2991e69bc1b9846abd4f991c800cf8e",
     }
