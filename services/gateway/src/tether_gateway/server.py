@@ -9,7 +9,9 @@ import signal
 import time
 
 from aiohttp import web
+from tether_client.channel import tls_credentials
 from tether_common.config import Settings
+from tether_common.errors import UnsafeSettings
 from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
@@ -28,6 +30,11 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 async def run_server(settings: Settings) -> None:
     settings.check("gateway")
+    if settings.runtime_tls_ca_file:  # an unreadable CA bundle stops the pod before it serves
+        try:
+            tls_credentials(settings.runtime_tls_ca_file)
+        except ValueError as err:
+            raise UnsafeSettings(f"TETHER_RUNTIME_TLS_CA_FILE: {err}") from None
     setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
