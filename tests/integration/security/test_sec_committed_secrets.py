@@ -25,7 +25,7 @@ BARE = re.compile(r"""\b((?:[A-Z][A-Z0-9_]*)?SECRET)=([^\s"'`$;,)\]}]+)""")
 LITERAL_KEY = re.compile(
     r"""issue_token\(\s*["']([^"']+)["']|jwt\.encode\([^()]*?,\s*["']([^"']+)["']\s*,\s*algorithm"""
 )
-NOT_VALUES = ("***", "…", "...", "<", "{", "%")
+NOT_VALUES = ("***", "…", "...", "<", "{", "%", "$")
 
 
 def repository_files(root: Path) -> list[Path]:
