@@ -142,7 +142,7 @@ export class TetherClient {
     runId: string,
     options?: { signal?: AbortSignal },
   ): Promise<{ token: string; expiresAt: string; eventsUrl: string }>;
-  /** Dev gateways only (TETHER_ENV=dev). */
+  /** Only a gateway started by `tether dev` (TETHER_DEV_LOGIN=1); 404 elsewhere. */
   devToken(user: string, options?: { signal?: AbortSignal }): Promise<{ token: string; user: string }>;
   /** @internal */
   openEvents(runId: string, after: number, signal?: AbortSignal): Promise<Response>;
