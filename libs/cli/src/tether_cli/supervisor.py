@@ -122,12 +122,17 @@ class Supervisor:
             dev_env.remove(self.dev_dir)
 
     async def _spawn(self, name: str) -> asyncio.subprocess.Process:
-        return await self._spawn_python(name, ("-m", "tether_cli.main", name))
+        env = self.env
+        if name == "gateway":  # TETHER_METRICS_ADDR is the runtime's port here: one binds it
+            env = {k: v for k, v in env.items() if k != "TETHER_METRICS_ADDR"}
+        return await self._spawn_python(name, ("-m", "tether_cli.main", name), env)
 
-    async def _spawn_python(self, name: str, argv: tuple[str, ...]) -> asyncio.subprocess.Process:
+    async def _spawn_python(
+        self, name: str, argv: tuple[str, ...], env: dict[str, str] | None = None
+    ) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             sys.executable, *argv,
-            env=self.env, stdin=subprocess.DEVNULL,
+            env=self.env if env is None else env, stdin=subprocess.DEVNULL,
             # Own process group: a terminal's Ctrl-C reaches only us, and we stop them in order.
             process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
         )  # fmt: skip
