@@ -635,7 +635,7 @@ def dev_setting_problems(docs: list[Doc]) -> list[str]:
 
 def _mounted_from(workload: Doc, container: Doc, path: str) -> Doc | None:
     """The volume whose mount holds `path`, if any."""
-    volumes = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
+    volumes: dict[str, Doc] = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
     for mount in container.get("volumeMounts", []):
         root = mount["mountPath"].rstrip("/") + "/"
         if path.startswith(root) and mount["name"] in volumes:
@@ -835,6 +835,12 @@ def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Do
         must(
             not allowed(docs, "Ingress", rt, src, GRPC_PORT),
             f"runtime ingress admits pods other than the gateway ({src.what}) on {GRPC_PORT}",
+        )
+    for src in (outsider_pod, gateway_pod, elsewhere):
+        must(
+            not allowed(docs, "Ingress", rt, src, GRPC_HEALTH_PORT),
+            f"{src.what} may reach the runtime's plaintext health port {GRPC_HEALTH_PORT} "
+            "(only the kubelet, which policies do not govern, needs it)",
         )
     for labels, who in ((gw, "gateway"), (rt, "runtime")):
         must(
