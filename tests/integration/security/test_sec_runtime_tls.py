@@ -144,3 +144,22 @@ def test_reflection_defaults_off_in_production() -> None:
     assert Settings.from_env({}).grpc_reflection is True
     on = {"TETHER_ENV": "production", "TETHER_GRPC_REFLECTION": "1"}
     assert Settings.from_env(on).grpc_reflection is True
+
+
+async def test_python_client_uses_tls_from_the_environment(
+    tls_runtime: tuple[Proc, str], tls: TlsFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether_client import TetherClient
+    from tether_client.errors import Unavailable
+    from tether_client.retry import NO_RETRY
+
+    token = bearer(new_user("tls-client"))["Authorization"].removeprefix("Bearer ")
+    runtime, _ = tls_runtime
+    monkeypatch.setenv("TETHER_RUNTIME_TLS_CA_FILE", str(tls.ca_cert))
+    monkeypatch.setenv("TETHER_RUNTIME_TLS_SERVER_NAME", RUNTIME_NAME)
+    async with TetherClient(runtime.addr, token=token, deadline_s=3) as client:
+        assert (await client.list_agents()).agents
+    monkeypatch.delenv("TETHER_RUNTIME_TLS_CA_FILE")
+    async with TetherClient(runtime.addr, token=token, deadline_s=3, retry=NO_RETRY) as plain:
+        with pytest.raises(Unavailable):
+            await plain.list_agents()
