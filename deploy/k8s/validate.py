@@ -7,7 +7,12 @@
    Kubernetes version (the `kubernetes-validate` package ships them; strict mode rejects unknown
    fields, which catches typos like `readinesProbe`).
 3. Check Tether's operational contract: replicas, probes, headless runtime Service, drain timing,
-   security context, secrets by reference, NetworkPolicies, HPA/PDB, SSE ingress annotations.
+   security context, secrets by reference, NetworkPolicies, HPA/PDB, SSE ingress annotations;
+   and least privilege (issue #16): no dev setting in the base or production, each component
+   holding only its own secrets (no database credentials in the gateway, no signing key in the
+   runtime or the migrate Job), runtime gRPC over TLS in production, NetworkPolicies evaluated
+   for who may reach what (no gateway -> Postgres; metrics and OTLP only from/to the monitoring
+   namespace), and an Ingress that routes only the UI and the API (never /metrics).
 
 Usage:  uv run python deploy/k8s/validate.py [--k8s-version 1.31] [--out DIR] [OVERLAY ...]
 Exit status 0 when every overlay renders, validates and passes every check.
@@ -16,11 +21,15 @@ Exit status 0 when every overlay renders, validates and passes every check.
 from __future__ import annotations
 
 import argparse
+import base64
+import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +45,46 @@ GATEWAY = "tether-gateway"
 MIGRATE = "tether-migrate"
 HEADLESS = "tether-runtime-headless"
 GRPC_PORT = 50051
+GRPC_HEALTH_PORT = 50052  # plaintext grpc.health.v1 alone, for the kubelet's probes
 RUNTIME_METRICS_PORT = 9464
+GATEWAY_METRICS_PORT = 9464
+METRICS_PORT = 9464
 HTTP_PORT = 8080
+POSTGRES_PORT = 5432
+REDIS_PORT = 6379
+OTLP_PORTS = (4317, 4318)
 APP_UID = 10001
-SECRET_KEYS = ("DATABASE_URL", "REDIS_URL", "TETHER_JWT_SECRET")
+# The namespace Prometheus and the OpenTelemetry collector run in, by the label the API server
+# sets on every namespace (it cannot be forged by labelling another namespace).
+MONITORING_NS_LABEL = {"kubernetes.io/metadata.name": "monitoring"}
+# Least privilege: the secrets each component reads (secretKeyRef), from its own Secret.
+OWN_SECRET = {
+    RUNTIME: "tether-runtime-secrets",
+    GATEWAY: "tether-gateway-secrets",
+    MIGRATE: "tether-migrate-secrets",
+}
+SECRET_KEYS = {
+    RUNTIME: ("DATABASE_URL", "REDIS_URL"),
+    GATEWAY: ("REDIS_URL",),
+    MIGRATE: ("DATABASE_URL",),
+}
+# Only in production (dev runs the HS256 dev issuer instead of an IdP and derives stream keys).
+PRODUCTION_SECRET_KEYS = {GATEWAY: ("TETHER_STREAM_TOKEN_SECRET", "TETHER_OIDC_CLIENT_SECRET")}
+# What each component must never hold, in any overlay.
+FORBIDDEN_KEYS = {
+    GATEWAY: ("DATABASE_URL",),
+    MIGRATE: ("REDIS_URL", "TETHER_JWT_SECRET", "TETHER_STREAM_TOKEN_SECRET"),
+    RUNTIME: ("TETHER_STREAM_TOKEN_SECRET", "TETHER_OIDC_CLIENT_SECRET"),
+}
+# Keys that sign tokens: none in production (tokens come from the IdP; the gateway's stream key
+# is TETHER_STREAM_TOKEN_SECRET).
+PRODUCTION_FORBIDDEN_KEYS = ("TETHER_JWT_SECRET",)
+SECRET_NAME = re.compile(r"(SECRET|PASSWORD|API_KEY|TOKEN)$|^(DATABASE_URL|REDIS_URL)$")
+# Settings only `tether dev` (and tests) may set.
+DEV_ONLY_SETTINGS = ("TETHER_DEV_LOGIN", "TETHER_EMBEDDED_STORES", "TETHER_CONFORMANCE_PLAN")
+# What the Ingress must route (the web UI, its files, the API) and must not.
+INGRESS_ROUTED = ("/", "/static/app.js", "/static/client/index.js", "/v1/runs", "/v1/session")
+INGRESS_UNROUTED = ("/metrics", "/openapi.json", "/healthz", "/readyz", "/debug", "/metrics/x")
 SSE_ANNOTATIONS = {
     "nginx.ingress.kubernetes.io/proxy-buffering": "off",
     "nginx.ingress.kubernetes.io/proxy-request-buffering": "off",
@@ -280,7 +325,6 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
         )
 
     # every container: security context, resources, secrets by reference, no :latest
-    known_secrets = secret_names(docs)
     for w in workloads(docs):
         wname = f"{w['kind']}/{w['metadata']['name']}"
         pod_sc = pod_spec(w).get("securityContext") or {}
@@ -322,18 +366,7 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
                 ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"),
                 f"{cname}: image {image!r} has no pinned tag",
             )
-            env_by_name = {e["name"]: e for e in c.get("env", [])}
-            for key in SECRET_KEYS:
-                ref = (env_by_name.get(key, {}).get("valueFrom") or {}).get("secretKeyRef")
-                need(
-                    ref is not None and ref.get("key") == key,
-                    f"{cname}: {key} is not a secretKeyRef",
-                )
-                if ref and overlay != "production":
-                    need(
-                        ref["name"] in known_secrets,
-                        f"{cname}: Secret {ref['name']} is not rendered",
-                    )
+            problems.extend(secret_problems(docs, w, c, overlay))
             for src in c.get("envFrom", []):
                 if ref := src.get("configMapRef"):
                     need(
@@ -345,12 +378,16 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
                 env.get("TETHER_ENV") == expected_env,
                 f"{cname}: TETHER_ENV={env.get('TETHER_ENV')!r}",
             )
+            for name in DEV_ONLY_SETTINGS:
+                need(name not in env, f"{cname}: sets {name}, which only `tether dev` may")
 
     if overlay == "production":
         need(
             not find(docs, "Secret"),
             "production overlay must not render a Secret (provided by the cluster)",
         )
+        problems.extend(dev_setting_problems(docs))
+        problems.extend(runtime_tls_problems(docs, runtime, gateway))
 
     # drain timing, probes, addresses
     for dep in (runtime, gateway):
@@ -377,10 +414,14 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
     rt = pod_spec(runtime)["containers"][0]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         need(
-            (rt.get(probe) or {}).get("grpc", {}).get("port") == GRPC_PORT,
-            f"{RUNTIME}: {probe} is not a native grpc probe on {GRPC_PORT}",
+            (rt.get(probe) or {}).get("grpc", {}).get("port") == GRPC_HEALTH_PORT,
+            f"{RUNTIME}: {probe} is not a native grpc probe on the health port {GRPC_HEALTH_PORT}",
         )
     rt_env = effective_env(docs, rt)
+    need(
+        rt_env.get("TETHER_GRPC_HEALTH_ADDR") == f"0.0.0.0:{GRPC_HEALTH_PORT}",
+        f"{RUNTIME}: TETHER_GRPC_HEALTH_ADDR must serve the probes' port {GRPC_HEALTH_PORT}",
+    )
     need(
         rt_env.get("TETHER_GRPC_ADDR", "").endswith(f":{GRPC_PORT}")
         and not rt_env.get("TETHER_GRPC_ADDR", "").startswith("127."),
@@ -442,6 +483,10 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
     )
     if overlay == "production":
         need(ingress["spec"].get("tls"), f"Ingress/{GATEWAY}: production needs TLS")
+    for path in INGRESS_ROUTED:
+        need(ingress_routes(ingress, path), f"Ingress/{GATEWAY}: does not route {path}")
+    for path in INGRESS_UNROUTED:
+        need(not ingress_routes(ingress, path), f"Ingress/{GATEWAY}: routes {path} to the public")
 
     # migration job
     mig = pod_spec(job)["containers"][0]
@@ -452,14 +497,300 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
     return problems
 
 
-def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Doc) -> list[str]:
-    problems: list[str] = []
-    rt_labels, gw_labels, job_labels = pod_labels(runtime), pod_labels(gateway), pod_labels(job)
-    nps = find(docs, "NetworkPolicy")
+# ----------------------------------------------------------------------------- least privilege
 
+
+def _is_component_secret(ref_name: str, own: str) -> bool:
+    """`own`, or `own` with the content hash kustomize's secretGenerator appends (dev)."""
+    return ref_name == own or re.fullmatch(re.escape(own) + r"-[a-z0-9]{10}", ref_name) is not None
+
+
+def _secret_keys(docs: Iterable[Doc], name: str) -> set[str]:
+    keys: set[str] = set()
+    for secret in find(docs, "Secret", name):
+        keys |= set(secret.get("data") or {}) | set(secret.get("stringData") or {})
+    return keys
+
+
+def secret_problems(docs: list[Doc], workload: Doc, container: Doc, overlay: str) -> list[str]:
+    """Each component reads only its own secrets, by reference, from its own Secret."""
+    wname = workload["metadata"]["name"]
+    cname = f"{workload['kind']}/{wname} container {container['name']}"
+    problems: list[str] = []
+    own = OWN_SECRET.get(wname)
+    if own is None:
+        return [f"{cname}: not a Tether component (no Secret of its own)"]
+    env_by_name = {e["name"]: e for e in container.get("env", [])}
+    wanted = list(SECRET_KEYS[wname])
+    if overlay == "production":
+        wanted += PRODUCTION_SECRET_KEYS.get(wname, ())
+    for key in wanted:
+        ref = (env_by_name.get(key, {}).get("valueFrom") or {}).get("secretKeyRef")
+        if ref is None or ref.get("key") != key:
+            problems.append(f"{cname}: {key} is not a secretKeyRef")
+    known = {d["metadata"]["name"] for d in find(docs, "Secret")}
+    for name, var in env_by_name.items():
+        ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+        if SECRET_NAME.search(name) and "value" in var:
+            problems.append(f"{cname}: {name} is a literal value, not a secretKeyRef")
+        if ref is None:
+            continue
+        if not _is_component_secret(ref["name"], own):
+            problems.append(f"{cname}: reads Secret {ref['name']}, not its own {own}")
+        if overlay != "production" and ref["name"] not in known:
+            problems.append(f"{cname}: Secret {ref['name']} is not rendered")
+    forbidden = list(FORBIDDEN_KEYS[wname])
+    if overlay == "production":
+        forbidden += [k for k in PRODUCTION_FORBIDDEN_KEYS if k not in forbidden]
+    for key in forbidden:
+        if key in env_by_name:
+            problems.append(f"{cname}: holds {key}, which this component must not have")
+    for src in container.get("envFrom", []):
+        if "secretRef" in src:
+            problems.append(f"{cname}: envFrom a Secret (every key of it): name each key instead")
+    # What the Secrets it reads hold (dev renders them): never a forbidden key.
+    read = {
+        ref["name"]
+        for var in env_by_name.values()
+        if (ref := (var.get("valueFrom") or {}).get("secretKeyRef")) is not None
+    }
+    for secret_name in sorted(read):
+        for key in sorted(set(forbidden) & _secret_keys(docs, secret_name)):
+            problems.append(f"{cname}: its Secret {secret_name} holds {key}")
+    for vol in pod_spec(workload).get("volumes", []):
+        secret = (vol.get("secret") or {}).get("secretName", "")
+        if secret and not (
+            secret.startswith(wname + "-") or (wname == RUNTIME and secret == "tether-model-key")
+        ):
+            problems.append(f"{cname}: mounts Secret {secret}, which is not its own")
+    return problems
+
+
+def _string_leaves(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, Mapping):
+        for value in node.values():
+            yield from _string_leaves(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _string_leaves(value)
+
+
+def committed_secret_values(docs: Iterable[Doc]) -> list[str]:
+    """Every string of the render that is a secret committed to Tether's repository (the
+    production guard's list, tether_common.known_secrets), or `K=V` whose V is one."""
+    from tether_common.known_secrets import is_committed
+
+    found = []
+    for doc in docs:
+        texts = list(_string_leaves(doc))
+        if doc.get("kind") == "Secret":  # `data` values are base64
+            texts += [
+                base64.b64decode(v).decode(errors="replace")
+                for v in (doc.get("data") or {}).values()
+            ]
+        for text in texts:
+            candidates = [
+                text,
+                *(line.split("=", 1)[1] for line in text.splitlines() if "=" in line),
+            ]
+            if any(is_committed(c.strip()) for c in candidates):
+                found.append(f"{doc['kind']}/{doc['metadata']['name']}")
+    return found
+
+
+def dev_setting_problems(docs: list[Doc]) -> list[str]:
+    """What the base and production must not carry: a dev setting, a Secret, a secret literal,
+    a committed key."""
+    problems: list[str] = []
+    for cm in find(docs, "ConfigMap"):
+        data = cm.get("data") or {}
+        name = f"ConfigMap/{cm['metadata']['name']}"
+        if data.get("TETHER_ENV", "production") != "production":
+            problems.append(f"{name}: TETHER_ENV={data['TETHER_ENV']!r} (dev setting)")
+        for key in data:
+            if key in DEV_ONLY_SETTINGS:
+                problems.append(f"{name}: sets {key} (dev setting)")
+            if SECRET_NAME.search(key):
+                problems.append(f"{name}: holds {key}, a secret, as plain configuration")
+    for w in workloads(docs):
+        for c in containers(w):
+            cname = f"{w['kind']}/{w['metadata']['name']} container {c['name']}"
+            env = effective_env(docs, c)
+            if env.get("TETHER_ENV") != "production":
+                problems.append(f"{cname}: TETHER_ENV={env.get('TETHER_ENV')!r} (dev setting)")
+            for key in DEV_ONLY_SETTINGS:
+                if key in env:
+                    problems.append(f"{cname}: sets {key} (dev setting)")
+            for var in c.get("env", []):
+                if SECRET_NAME.search(var["name"]) and "value" in var:
+                    problems.append(f"{cname}: {var['name']} is a secret literal")
+    if find(docs, "Secret"):
+        problems.append("renders a Secret: secrets come from the cluster, never from git")
+    for where in committed_secret_values(docs):
+        problems.append(f"{where}: carries a secret committed to Tether's repository")
+    return problems
+
+
+def _mounted_from(workload: Doc, container: Doc, path: str) -> Doc | None:
+    """The volume whose mount holds `path`, if any."""
+    volumes: dict[str, Doc] = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        root = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(root) and mount["name"] in volumes:
+            return volumes[mount["name"]]
+    return None
+
+
+def runtime_tls_problems(docs: list[Doc], runtime: Doc, gateway: Doc) -> list[str]:
+    """Production: the runtime serves gRPC over TLS from a mounted Secret, without reflection;
+    the gateway verifies it with a CA bundle and never sees the runtime's key."""
+    problems: list[str] = []
+    rt = pod_spec(runtime)["containers"][0]
+    env = effective_env(docs, rt)
+    tls_secret = ""
+    for key in ("TETHER_GRPC_TLS_CERT_FILE", "TETHER_GRPC_TLS_KEY_FILE"):
+        path = env.get(key, "")
+        volume = _mounted_from(runtime, rt, path) if path else None
+        if not path:
+            problems.append(f"{RUNTIME}: {key} is not set: runtime gRPC would be plaintext")
+        elif volume is None or "secret" not in volume:
+            problems.append(f"{RUNTIME}: {key}={path} is not in a mounted Secret")
+        else:
+            tls_secret = volume["secret"]["secretName"]
+    if env.get("TETHER_GRPC_REFLECTION", "0").lower() in ("1", "true", "yes", "on"):
+        problems.append(f"{RUNTIME}: TETHER_GRPC_REFLECTION is on in production")
+    gw = pod_spec(gateway)["containers"][0]
+    ca = effective_env(docs, gw).get("TETHER_RUNTIME_TLS_CA_FILE", "")
+    volume = _mounted_from(gateway, gw, ca) if ca else None
+    if not ca:
+        problems.append(
+            f"{GATEWAY}: TETHER_RUNTIME_TLS_CA_FILE is not set: plaintext to the runtime"
+        )
+    elif volume is None or not ({"secret", "configMap"} & set(volume)):
+        problems.append(f"{GATEWAY}: TETHER_RUNTIME_TLS_CA_FILE={ca} is not in a mounted volume")
+    for vol in pod_spec(gateway).get("volumes", []):
+        if tls_secret and (vol.get("secret") or {}).get("secretName") == tls_secret:
+            problems.append(f"{GATEWAY}: mounts the runtime's TLS Secret {tls_secret} (its key)")
+    return problems
+
+
+def _path_elements(path: str) -> list[str]:
+    return [e for e in path.split("/") if e]
+
+
+def ingress_routes(ingress: Doc, path: str) -> bool:
+    """Whether the Ingress sends `path` to a backend (Kubernetes Exact / Prefix matching)."""
+    for rule in ingress["spec"].get("rules", []):
+        for p in (rule.get("http") or {}).get("paths", []):
+            kind, want = p.get("pathType", "ImplementationSpecific"), p.get("path", "/")
+            if kind == "Exact" and path == want:
+                return True
+            if kind == "Prefix":
+                prefix = _path_elements(want)
+                if _path_elements(path)[: len(prefix)] == prefix:
+                    return True
+            if kind == "ImplementationSpecific" and path.startswith(want):
+                return True
+    return bool(ingress["spec"].get("defaultBackend"))
+
+
+# ----------------------------------------------------------------------------- network policies
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One end of a connection: a pod (namespace + labels) or an address outside the cluster."""
+
+    what: str
+    namespace: str | None = None  # None: outside the cluster
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ip: str = ""
+
+    @property
+    def namespace_labels(self) -> dict[str, str]:
+        return {"kubernetes.io/metadata.name": self.namespace} if self.namespace else {}
+
+
+def pod(what: str, namespace: str, labels: Mapping[str, str]) -> Peer:
+    return Peer(what, namespace, dict(labels))
+
+
+def _peer_matches(rule_peer: Mapping[str, Any], peer: Peer, policy_ns: str) -> bool:
+    if "ipBlock" in rule_peer:
+        if not peer.ip:
+            return False
+        block = rule_peer["ipBlock"]
+        ip = ipaddress.ip_address(peer.ip)
+        return ip in ipaddress.ip_network(block["cidr"]) and not any(
+            ip in ipaddress.ip_network(e) for e in block.get("except") or []
+        )
+    if peer.namespace is None:
+        return False  # pod and namespace selectors select pods in the cluster only
+    if "namespaceSelector" in rule_peer:
+        if not selector_matches(rule_peer["namespaceSelector"], peer.namespace_labels):
+            return False
+    elif peer.namespace != policy_ns:
+        return False
+    if "podSelector" in rule_peer:
+        return selector_matches(rule_peer["podSelector"], peer.labels)
+    return True
+
+
+def _port_matches(rule: Mapping[str, Any], port: int, protocol: str) -> bool:
+    ports = rule.get("ports")
+    if not ports:
+        return True
+    for p in ports:
+        if p.get("protocol", "TCP") != protocol:
+            continue
+        if "port" not in p:
+            return True
+        if isinstance(p["port"], int) and p["port"] <= port <= p.get("endPort", p["port"]):
+            return True
+    return False
+
+
+def allowed(
+    docs: Iterable[Doc],
+    direction: str,
+    subject: Mapping[str, str],
+    other: Peer,
+    port: int,
+    protocol: str = "TCP",
+) -> bool:
+    """NetworkPolicy semantics for a pod of namespace `tether` with labels `subject`: may it send
+    (direction "Egress") to `other`, or receive (direction "Ingress") from it, on `port`? Not
+    selected by any policy of that direction: yes; else only if a rule of one admits it."""
+    key = "egress" if direction == "Egress" else "ingress"
+    peers_key = "to" if direction == "Egress" else "from"
+    selecting = [
+        np
+        for np in find(docs, "NetworkPolicy")
+        if np["metadata"].get("namespace", NAMESPACE) == NAMESPACE
+        and selector_matches(np["spec"]["podSelector"], subject)
+        and direction in np["spec"].get("policyTypes", ["Ingress"])
+    ]
+    if not selecting:
+        return True
+    for np in selecting:
+        for rule in np["spec"].get(key) or []:
+            peers = rule.get(peers_key)
+            if not _port_matches(rule, port, protocol):
+                continue
+            if not peers or any(_peer_matches(p, other, NAMESPACE) for p in peers):
+                return True
+    return False
+
+
+def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Doc) -> list[str]:
+    """Who may reach what, evaluated on the rendered policies for the peers that matter."""
+    problems: list[str] = []
+    rt, gw, mig = pod_labels(runtime), pod_labels(gateway), pod_labels(job)
     deny = [
         np
-        for np in nps
+        for np in find(docs, "NetworkPolicy")
         if np["spec"]["podSelector"] == {}
         and set(np["spec"].get("policyTypes", [])) == {"Ingress", "Egress"}
         and not np["spec"].get("ingress")
@@ -467,100 +798,117 @@ def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Do
     ]
     if not deny:
         problems.append("NetworkPolicy: no default deny (ingress and egress) for the namespace")
-
-    # runtime ingress: gateway pods on 50051; only the monitoring namespace on the metrics port
-    rt_ingress = [
-        r
-        for np in policies_selecting(docs, rt_labels)
-        if "Ingress" in np["spec"].get("policyTypes", [])
-        for r in np["spec"].get("ingress") or []
-    ]
-    if not rt_ingress:
-        problems.append("NetworkPolicy: nothing lets the gateway reach the runtime")
-    for rule in rt_ingress:
-        peers = rule.get("from") or []
-        if (
-            rule_ports(rule) == {("TCP", RUNTIME_METRICS_PORT)}
-            and peers
-            and all(
-                set(p) == {"namespaceSelector"}
-                and p["namespaceSelector"].get("matchLabels")
-                == {"kubernetes.io/metadata.name": "monitoring"}
-                for p in peers
-            )
-        ):
-            continue  # Prometheus scraping /metrics: no access to the API port
-        if not peers or any(
-            "namespaceSelector" in p
-            or "ipBlock" in p
-            or not selector_matches(p.get("podSelector"), gw_labels)
-            or selector_matches(p.get("podSelector"), {"app.kubernetes.io/name": "other"})
-            for p in peers
-        ):
-            problems.append("NetworkPolicy: runtime ingress admits pods other than the gateway")
-        if rule_ports(rule) != {("TCP", GRPC_PORT)}:
-            problems.append(f"NetworkPolicy: runtime ingress opens ports other than {GRPC_PORT}")
-
-    # gateway ingress: the ingress controller on 8080
-    gw_ingress = [
-        r
-        for np in policies_selecting(docs, gw_labels)
-        if "Ingress" in np["spec"].get("policyTypes", [])
-        for r in np["spec"].get("ingress") or []
-    ]
-    if not any(
-        any(
-            (p.get("namespaceSelector") or {})
-            .get("matchLabels", {})
-            .get("kubernetes.io/metadata.name")
-            == "ingress-nginx"
-            for p in r.get("from") or []
-        )
-        and ("TCP", HTTP_PORT) in rule_ports(r)
-        for r in gw_ingress
-    ):
-        problems.append("NetworkPolicy: the ingress controller cannot reach the gateway on 8080")
-    for r in gw_ingress:
-        if not r.get("from") or rule_ports(r) != {("TCP", HTTP_PORT)}:
-            problems.append("NetworkPolicy: gateway ingress is open beyond its HTTP port")
-
-    # gateway egress to runtime
-    if not any(
-        any(selector_matches(p.get("podSelector"), rt_labels) for p in r.get("to") or [])
-        and ("TCP", GRPC_PORT) in rule_ports(r)
-        for np in policies_selecting(docs, gw_labels)
-        for r in np["spec"].get("egress") or []
-    ):
-        problems.append("NetworkPolicy: the gateway cannot reach the runtime on 50051")
-
-    # stores + DNS: all three tether workloads may, nothing else in the namespace may
     outsider = {"app.kubernetes.io/name": "something-else", "app.kubernetes.io/part-of": "other"}
-    for port in (5432, 6379):
-        openers = [
-            np
-            for np in nps
-            if any(("TCP", port) in rule_ports(r) for r in np["spec"].get("egress") or [])
-        ]
-        for labels, who in (
-            (rt_labels, "runtime"),
-            (gw_labels, "gateway"),
-            (job_labels, "migrate job"),
-        ):
-            if not any(selector_matches(np["spec"]["podSelector"], labels) for np in openers):
-                problems.append(f"NetworkPolicy: {who} cannot reach port {port}")
-        if any(selector_matches(np["spec"]["podSelector"], outsider) for np in openers):
-            problems.append(f"NetworkPolicy: pods other than Tether's may reach port {port}")
-    for labels, who in (
-        (rt_labels, "runtime"),
-        (gw_labels, "gateway"),
-        (job_labels, "migrate job"),
-    ):
-        if not any(
-            ("UDP", 53) in rule_ports(r)
-            for np in policies_selecting(docs, labels)
-            for r in np["spec"].get("egress") or []
-        ):
-            problems.append(f"NetworkPolicy: {who} cannot resolve DNS")
+    monitoring = pod("Prometheus", "monitoring", {"app.kubernetes.io/name": "prometheus"})
+    collector = pod("the OTLP collector", "monitoring", {"app": "otel-collector"})
+    elsewhere = pod("a pod of another namespace", "default", {"app": "anything"})
+    nginx = pod("ingress-nginx", "ingress-nginx", {"app.kubernetes.io/name": "ingress-nginx"})
+    runtime_pod = Peer("the runtime", NAMESPACE, rt)
+    gateway_pod = Peer("the gateway", NAMESPACE, gw)
+    migrate_pod = Peer("the migrate job", NAMESPACE, mig)
+    outsider_pod = Peer("a non-Tether pod of the namespace", NAMESPACE, outsider)
+    dns = pod("kube-dns", "kube-system", {"k8s-app": "kube-dns"})
+    public = Peer("a public address", ip="34.120.10.20")
+    private = Peer("a private address", ip="10.20.0.5")
+    in_cluster_store = pod("a store pod", "tether-deps", {"app.kubernetes.io/name": "postgresql"})
+    stores = (private, public, in_cluster_store)
+
+    def must(ok: bool, msg: str) -> None:
+        if not ok:
+            problems.append(f"NetworkPolicy: {msg}")
+
+    # ingress
+    must(
+        allowed(docs, "Ingress", gw, nginx, HTTP_PORT),
+        "the ingress controller cannot reach the gateway on 8080",
+    )
+    for src in (elsewhere, monitoring, outsider_pod, runtime_pod):
+        must(
+            not allowed(docs, "Ingress", gw, src, HTTP_PORT),
+            f"{src.what} may reach the gateway's API port {HTTP_PORT} (gateway ingress is open beyond its HTTP port)",
+        )
+    must(
+        allowed(docs, "Ingress", rt, gateway_pod, GRPC_PORT),
+        "nothing lets the gateway reach the runtime",
+    )
+    for src in (outsider_pod, migrate_pod, monitoring, elsewhere, nginx):
+        must(
+            not allowed(docs, "Ingress", rt, src, GRPC_PORT),
+            f"runtime ingress admits pods other than the gateway ({src.what}) on {GRPC_PORT}",
+        )
+    for src in (outsider_pod, gateway_pod, elsewhere):
+        must(
+            not allowed(docs, "Ingress", rt, src, GRPC_HEALTH_PORT),
+            f"{src.what} may reach the runtime's plaintext health port {GRPC_HEALTH_PORT} "
+            "(only the kubelet, which policies do not govern, needs it)",
+        )
+    for labels, who in ((gw, "gateway"), (rt, "runtime")):
+        must(
+            allowed(docs, "Ingress", labels, monitoring, METRICS_PORT),
+            f"the monitoring namespace cannot scrape the {who}'s metrics port {METRICS_PORT}",
+        )
+        for src in (elsewhere, nginx, outsider_pod):
+            must(
+                not allowed(docs, "Ingress", labels, src, METRICS_PORT),
+                f"{src.what} may reach the {who}'s metrics port {METRICS_PORT} (only the monitoring namespace may)",
+            )
+
+    # egress: the gateway -> runtime; stores by component; DNS; OTLP only to monitoring
+    must(
+        allowed(docs, "Egress", gw, runtime_pod, GRPC_PORT),
+        "the gateway cannot reach the runtime on 50051",
+    )
+    for store in stores:
+        must(
+            allowed(docs, "Egress", rt, store, POSTGRES_PORT),
+            f"runtime cannot reach port {POSTGRES_PORT} ({store.what})",
+        )
+        must(
+            allowed(docs, "Egress", mig, store, POSTGRES_PORT),
+            f"migrate job cannot reach port {POSTGRES_PORT} ({store.what})",
+        )
+        must(
+            not allowed(docs, "Egress", gw, store, POSTGRES_PORT),
+            f"the gateway may reach Postgres (port {POSTGRES_PORT} at {store.what}): it holds no database credentials and needs no route",
+        )
+        must(
+            allowed(docs, "Egress", rt, store, REDIS_PORT),
+            f"runtime cannot reach port {REDIS_PORT} ({store.what})",
+        )
+        must(
+            allowed(docs, "Egress", gw, store, REDIS_PORT),
+            f"gateway cannot reach port {REDIS_PORT} ({store.what})",
+        )
+        must(
+            not allowed(docs, "Egress", mig, store, REDIS_PORT),
+            f"the migrate job may reach Redis (port {REDIS_PORT}), which it does not use",
+        )
+        for port in (POSTGRES_PORT, REDIS_PORT):
+            must(
+                not allowed(docs, "Egress", outsider, store, port),
+                f"pods other than Tether's may reach port {port}",
+            )
+    for labels, who in ((rt, "runtime"), (gw, "gateway"), (mig, "migrate job")):
+        must(allowed(docs, "Egress", labels, dns, 53, "UDP"), f"{who} cannot resolve DNS")
+        for port in OTLP_PORTS:
+            must(
+                allowed(docs, "Egress", labels, collector, port),
+                f"{who} cannot reach the OTLP collector in the monitoring namespace on {port}",
+            )
+            for dest in (elsewhere, public, private):
+                must(
+                    not allowed(docs, "Egress", labels, dest, port),
+                    f"{who} may send OTLP ({port}) to {dest.what} (only to the monitoring namespace)",
+                )
+    must(
+        allowed(docs, "Egress", rt, public, 443),
+        "the runtime cannot reach the model API / IdP on 443",
+    )
+    must(allowed(docs, "Egress", gw, public, 443), "the gateway cannot reach the IdP on 443")
+    must(
+        not allowed(docs, "Egress", gw, public, 80), "the gateway may reach the internet beyond 443"
+    )
+    must(not allowed(docs, "Egress", mig, public, 443), "the migrate job may reach the internet")
     return problems
 
 
@@ -581,6 +929,14 @@ def main(argv: list[str] | None = None) -> int:
     selected = [OVERLAYS_DIR / n for n in args.overlays] if args.overlays else overlays()
     failed = False
     print(f"renderer: {' '.join(renderer())}; schemas: Kubernetes {args.k8s_version} (strict)")
+    # The base is what production runs: no dev setting, no secret (the overlays add their own).
+    base_problems = dev_setting_problems(render(K8S_DIR / "base"))
+    print(
+        f"[base] {len(base_problems)} dev settings or secrets: {'FAILED' if base_problems else 'ok'}"
+    )
+    for line in base_problems:
+        print(f"  - {line}")
+    failed |= bool(base_problems)
     for path in selected:
         name = path.name
         try:

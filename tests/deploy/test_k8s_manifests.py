@@ -22,6 +22,15 @@ def test_every_overlay_is_tested(kv: ModuleType) -> None:
 def test_base_renders_too(kv: ModuleType) -> None:
     docs = kv.render(REPO / "deploy" / "k8s" / "base")
     assert kv.schema_errors(docs) == []
+    # The base is what production runs: no dev setting, no Secret, no secret literal.
+    assert kv.dev_setting_problems(docs) == []
+
+
+def test_dev_settings_are_caught(kv: ModuleType, rendered: dict[str, Docs]) -> None:
+    problems = "\n".join(kv.dev_setting_problems(rendered["dev"]))
+    assert "TETHER_ENV='dev'" in problems
+    assert "renders a Secret" in problems
+    assert "carries a secret committed to Tether's repository" in problems
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -71,7 +80,8 @@ def test_probes(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None
     docs = rendered[overlay]
     rt = kv.pod_spec(kv.one(docs, "Deployment", kv.RUNTIME))["containers"][0]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert rt[probe]["grpc"]["port"] == 50051
+        # the plaintext health-only port: kubelet's gRPC probes speak no TLS
+        assert rt[probe]["grpc"]["port"] == 50052
         assert "httpGet" not in rt[probe] and "exec" not in rt[probe]
     gw = kv.pod_spec(kv.one(docs, "Deployment", kv.GATEWAY))["containers"][0]
     assert gw["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -151,19 +161,47 @@ def test_tether_env_per_overlay(kv: ModuleType, rendered: dict[str, Docs], overl
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_secrets_only_by_reference(kv: ModuleType, rendered: dict[str, Docs], overlay: str) -> None:
     docs = rendered[overlay]
+    held = {}
     for w in kv.workloads(docs):
         for c in kv.containers(w):
             env = {e["name"]: e for e in c["env"]}
-            for key in ("DATABASE_URL", "REDIS_URL", "TETHER_JWT_SECRET"):
-                assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
-                assert "value" not in env[key]
+            own = f"{w['metadata']['name']}-secrets"
+            refs = {
+                name: e["valueFrom"]["secretKeyRef"]
+                for name, e in env.items()
+                if "secretKeyRef" in e.get("valueFrom", {})
+            }
+            for name, ref in refs.items():
+                assert ref["key"] == name and "value" not in env[name]
+                assert ref["name"].startswith(own), (name, ref)  # its own Secret only
+            held[w["metadata"]["name"]] = set(refs)
+    extra = set() if overlay == "production" else {"TETHER_JWT_SECRET"}  # the dev issuer
+    assert held["tether-runtime"] == {"DATABASE_URL", "REDIS_URL"} | extra
+    assert held["tether-migrate"] == {"DATABASE_URL"}
+    if overlay == "production":
+        assert held["tether-gateway"] == {
+            "REDIS_URL",
+            "TETHER_STREAM_TOKEN_SECRET",
+            "TETHER_OIDC_CLIENT_SECRET",
+        }
+    else:
+        assert held["tether-gateway"] == {"REDIS_URL", "TETHER_JWT_SECRET"}
     for cm in kv.find(docs, "ConfigMap"):
         assert not {"DATABASE_URL", "REDIS_URL", "TETHER_JWT_SECRET"} & set(cm.get("data") or {})
     secrets = kv.find(docs, "Secret")
     if overlay == "production":
         assert secrets == []  # provided by the cluster, never committed
     else:
-        assert len(secrets) == 1 and secrets[0]["metadata"]["name"].startswith("tether-secrets-")
+        names = sorted(s["metadata"]["name"].rsplit("-", 1)[0] for s in secrets)
+        assert names == [
+            "tether-gateway-secrets",
+            "tether-migrate-secrets",
+            "tether-runtime-secrets",
+        ]
+        [gateway_secret] = [
+            s for s in secrets if s["metadata"]["name"].startswith("tether-gateway")
+        ]
+        assert "DATABASE_URL" not in gateway_secret["data"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -204,16 +242,19 @@ def test_network_policies(kv: ModuleType, rendered: dict[str, Docs], overlay: st
     assert not kv.selector_matches(peer["podSelector"], job)
     assert rule["ports"] == [{"protocol": "TCP", "port": 50051}]
 
-    stores = kv.one(docs, "NetworkPolicy", "tether-egress-stores")
-    for labels in (rt, gw, job):
-        assert kv.selector_matches(stores["spec"]["podSelector"], labels)
-    assert not kv.selector_matches(
-        stores["spec"]["podSelector"], {"app.kubernetes.io/name": "debug-shell"}
-    )
+    stores = kv.one(docs, "NetworkPolicy", "tether-runtime-egress-stores")
+    assert kv.selector_matches(stores["spec"]["podSelector"], rt)
+    for labels in (gw, job, {"app.kubernetes.io/name": "debug-shell"}):
+        assert not kv.selector_matches(stores["spec"]["podSelector"], labels)
     assert {(p["protocol"], p["port"]) for r in stores["spec"]["egress"] for p in r["ports"]} == {
         ("TCP", 5432),
         ("TCP", 6379),
     }
+    mig = kv.one(docs, "NetworkPolicy", "tether-migrate-egress-postgres")
+    assert kv.selector_matches(mig["spec"]["podSelector"], job)
+    assert [p for r in mig["spec"]["egress"] for p in r["ports"]] == [
+        {"protocol": "TCP", "port": 5432}
+    ]
 
     gw_in = kv.one(docs, "NetworkPolicy", "tether-gateway-ingress")
     assert kv.selector_matches(gw_in["spec"]["podSelector"], gw)
@@ -302,9 +343,9 @@ def test_schema_validation_rejects_wrong_types(kv: ModuleType, rendered: dict[st
             "admits pods other than the gateway",
         ),
         (
-            lambda kv, d: kv.one(d, "NetworkPolicy", "tether-egress-stores")["spec"].__setitem__(
-                "podSelector", {}
-            ),
+            lambda kv, d: kv.one(d, "NetworkPolicy", "tether-runtime-egress-stores")[
+                "spec"
+            ].__setitem__("podSelector", {}),
             "pods other than Tether's may reach port 5432",
         ),
         (
@@ -317,7 +358,7 @@ def test_schema_validation_rejects_wrong_types(kv: ModuleType, rendered: dict[st
             lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME))["containers"][0][
                 "env"
             ].__setitem__(-1, {"name": "TETHER_JWT_SECRET", "value": "x" * 40}),
-            "TETHER_JWT_SECRET is not a secretKeyRef",
+            "TETHER_JWT_SECRET is a literal value",
         ),
     ],
 )
@@ -349,20 +390,38 @@ def test_rendered_env_loads_into_settings(
     production guard once the cluster's Secret supplies real values."""
     from tether_common.config import Settings
 
-    cluster_secret = {
-        "DATABASE_URL": "postgresql://tether:pw@db.internal.example:5432/tether",
-        "REDIS_URL": "rediss://cache.internal.example:6379/0",
-        "TETHER_JWT_SECRET": "k" * 48,
+    # What the cluster's Secrets supply, per component (deploy/k8s/README.md).
+    cluster_secrets = {
+        kv.RUNTIME: {
+            "DATABASE_URL": "postgresql://tether:pw@db.internal.example:5432/tether",
+            "REDIS_URL": "rediss://cache.internal.example:6379/0",
+        },
+        kv.GATEWAY: {
+            "REDIS_URL": "rediss://cache.internal.example:6379/0",
+            "TETHER_STREAM_TOKEN_SECRET": "s" * 48,
+            "TETHER_OIDC_CLIENT_SECRET": "c" * 48,
+        },
     }
+    if overlay != "production":  # the dev issuer's key, from the dev overlay's Secrets
+        for values in cluster_secrets.values():
+            values["TETHER_JWT_SECRET"] = "k" * 48
     docs = rendered[overlay]
     for name in (kv.RUNTIME, kv.GATEWAY):
         c = kv.pod_spec(kv.one(docs, "Deployment", name))["containers"][0]
-        env = {**kv.effective_env(docs, c), **cluster_secret}
+        env = {**kv.effective_env(docs, c), **cluster_secrets[name]}
         settings = Settings.from_env(env)
         assert settings.env == ("production" if overlay == "production" else "dev")
         assert settings.drain_s == 20.0
         assert settings.tool_gate_mode == "enforce"
-        settings.check()  # raises UnsafeSettings on a production misconfiguration
+        # The production guard's reasons (none expected; a gateway is asked no DATABASE_URL).
+        # Production pods hold no HS256 key: their tokens come from the IdP (TETHER_OIDC_*). The
+        # dev overlay is a dev issuer's cluster: only its identity settings differ.
+        problems = settings.unsafe_for_production("gateway" if name == kv.GATEWAY else "runtime")
+        if overlay != "production":
+            problems = [
+                p for p in problems if not p.startswith(("TETHER_JWT_SECRET", "TETHER_OIDC"))
+            ]
+        assert problems == []
         if name == kv.GATEWAY:
             assert settings.http_addr == "0.0.0.0:8080"
             assert settings.runtime_target.startswith("dns:///")

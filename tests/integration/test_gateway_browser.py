@@ -67,6 +67,8 @@ def stack(fresh_database: str, base_env: dict[str, str]) -> Iterator[Stack]:
         **AGENT_ENV,
         "DATABASE_URL": fresh_database,
         "TETHER_SCRIPTED_DELAY_S": "0.01",
+        # The UI signs in by user name (POST /v1/dev/token), as under `tether dev`.
+        "TETHER_DEV_LOGIN": "1",
     }
     s = Stack(env)
     yield s

@@ -114,13 +114,19 @@ def http_ready(url: str) -> bool:
 
 
 def start_runtime(
-    env: dict[str, str], *, name: str = "runtime", timeout: float = 30, addr: str = ""
+    env: dict[str, str],
+    *,
+    name: str = "runtime",
+    timeout: float = 30,
+    addr: str = "",
+    probe_addr: str = "",
 ) -> Proc:
     """`addr` lets a runtime started after a kill take its predecessor's address, so a gateway
-    configured with it reaches the new one."""
+    configured with it reaches the new one. `probe_addr`: where its readiness is asked (its
+    plaintext health port, TETHER_GRPC_HEALTH_ADDR, when the API speaks TLS)."""
     addr = addr or f"127.0.0.1:{free_port()}"
     proc = _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr)
-    _wait(proc, lambda: grpc_serving(addr), timeout)
+    _wait(proc, lambda: grpc_serving(probe_addr or addr), timeout)
     return proc
 
 

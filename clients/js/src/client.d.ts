@@ -160,7 +160,7 @@ export class TetherClient {
   session(options?: { signal?: AbortSignal }): Promise<Session | null>;
   /** Sign out: the gateway clears the session cookie. */
   closeSession(options?: { signal?: AbortSignal }): Promise<void>;
-  /** Dev gateways only (TETHER_ENV=dev). */
+  /** Only a gateway started by `tether dev` (TETHER_DEV_LOGIN=1); 404 elsewhere. */
   devToken(user: string, options?: { signal?: AbortSignal }): Promise<{ token: string; user: string }>;
   /** @internal */
   openEvents(runId: string, after: number, signal?: AbortSignal): Promise<Response>;

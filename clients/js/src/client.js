@@ -315,7 +315,7 @@ export class TetherClient {
     }
   }
 
-  /** Dev gateways only (TETHER_ENV=dev): a token for `user`, as the demo's sign-in gets one. */
+  /** Only a gateway started by `tether dev` (TETHER_DEV_LOGIN=1): a token for `user`, as the demo's sign-in gets one. */
   async devToken(user, { signal } = {}) {
     return this.#json("POST", "/v1/dev/token", { body: { user }, signal, auth: false });
   }

@@ -93,14 +93,16 @@ async def test_http_wrong_method_is_json_405(client: TestClient[Any, Any]) -> No
     assert (await _error(resp))["code"] == "METHOD_NOT_ALLOWED"
 
 
-async def test_dev_token_only_in_dev(make_client: Any) -> None:
-    dev = await make_client()
-    resp = await dev.post("/v1/dev/token", json={"user": "alice"})
+async def test_dev_token_only_with_dev_login(make_client: Any) -> None:
+    login = await make_client(dev_login=True)
+    resp = await login.post("/v1/dev/token", json={"user": "alice"})
     assert resp.status == 201
     assert (await resp.json())["user"] == "alice"
-    prod = await make_client(env="production")
-    resp = await prod.post("/v1/dev/token", json={"user": "alice"})
-    assert resp.status == 404
+    # TETHER_ENV=dev (or unset) alone does not open it: only `tether dev` sets the switch.
+    for env in ("dev", "production"):
+        plain = await make_client(env=env, dev_login=False)
+        resp = await plain.post("/v1/dev/token", json={"user": "alice"})
+        assert resp.status == 404, env
 
 
 async def test_session_cookie_is_httponly_and_used_by_gets(

@@ -49,7 +49,13 @@ async def test_lost_publish_is_refilled_from_postgres(
     }
     rt = procs.add(await asyncio.to_thread(start_runtime, env, name=f"chaos-drop{every}"))
     gw = procs.add(
-        await asyncio.to_thread(start_gateway, env, rt.addr, name=f"chaos-drop{every}-gw")
+        await asyncio.to_thread(
+            # the runtime's metrics port: a gateway given it would serve its own metrics there
+            start_gateway,
+            {k: v for k, v in env.items() if k != "TETHER_METRICS_ADDR"},
+            rt.addr,
+            name=f"chaos-drop{every}-gw",
+        )
     )
     db = await asyncpg.connect(env["DATABASE_URL"])
     grpc_client = Client(rt.addr, bearer())

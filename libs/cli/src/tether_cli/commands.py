@@ -12,6 +12,7 @@ from typing import Any, Literal
 import uvloop
 from tether_common.auth import Scope, issue_token
 from tether_common.config import Settings
+from tether_common.errors import UnsafeSettings
 from tether_common.logging import setup_logging
 
 log = logging.getLogger("tether_cli")
@@ -137,6 +138,9 @@ def serve(service: Service, settings: Settings) -> int:
         uvloop.run(_server(service)(settings))
     except KeyboardInterrupt:
         return 130
+    except UnsafeSettings as err:  # e.g. a TLS certificate file that cannot be read
+        print(f"tether {service}: {err.message}", file=sys.stderr)
+        return 2
     except Exception as err:
         if service == "runtime":
             from tether_runtime.agents import AgentLoadError

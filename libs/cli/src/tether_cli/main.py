@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         if args.verb in ("runtime", "gateway", "dev"):
-            settings.check()
+            settings.check("gateway" if args.verb == "gateway" else "runtime")
     except UnsafeSettings as err:
         print(f"tether {args.verb}: {err.message}", file=sys.stderr)
         return EXIT_UNSAFE_SETTINGS

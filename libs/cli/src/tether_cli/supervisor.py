@@ -80,6 +80,8 @@ class Supervisor:
             "TETHER_GRPC_ADDR": self.grpc_addr,
             "TETHER_HTTP_ADDR": self.http_addr,
             "TETHER_RUNTIME_TARGET": os.environ.get("TETHER_RUNTIME_TARGET") or self.grpc_addr,
+            # The web UI's sign-in by user name (POST /v1/dev/token): only `tether dev` serves it.
+            "TETHER_DEV_LOGIN": "1",
         }
         if embedded:
             self.env["TETHER_EMBEDDED_STORES"] = "1"
@@ -120,12 +122,17 @@ class Supervisor:
             dev_env.remove(self.dev_dir)
 
     async def _spawn(self, name: str) -> asyncio.subprocess.Process:
-        return await self._spawn_python(name, ("-m", "tether_cli.main", name))
+        env = self.env
+        if name == "gateway":  # TETHER_METRICS_ADDR is the runtime's port here: one binds it
+            env = {k: v for k, v in env.items() if k != "TETHER_METRICS_ADDR"}
+        return await self._spawn_python(name, ("-m", "tether_cli.main", name), env)
 
-    async def _spawn_python(self, name: str, argv: tuple[str, ...]) -> asyncio.subprocess.Process:
+    async def _spawn_python(
+        self, name: str, argv: tuple[str, ...], env: dict[str, str] | None = None
+    ) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             sys.executable, *argv,
-            env=self.env, stdin=subprocess.DEVNULL,
+            env=self.env if env is None else env, stdin=subprocess.DEVNULL,
             # Own process group: a terminal's Ctrl-C reaches only us, and we stop them in order.
             process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
         )  # fmt: skip

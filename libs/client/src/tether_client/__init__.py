@@ -9,7 +9,13 @@ this distribution): `Run`, `Conversation`, `RunEvent`, ... Events are `RunEvent`
 from tether.runtime.v1.events_pb2 import RunEvent
 from tether.runtime.v1.resources_pb2 import Conversation, Interrupt, Run
 
-from tether_client.channel import channel_options, channel_target, open_channel
+from tether_client.channel import (
+    channel_options,
+    channel_target,
+    open_channel,
+    tls_credentials,
+    tls_from_env,
+)
 from tether_client.client import TetherClient, decision_key
 from tether_client.errors import (
     AgentNotFound,
@@ -74,4 +80,6 @@ __all__ = [
     "event_kind",
     "is_terminal",
     "open_channel",
+    "tls_credentials",
+    "tls_from_env",
 ]

@@ -12,13 +12,18 @@
 - **Message size**: up to 16 MiB received (a replayed event batch, a long run).
 - **Deadlines**: every unary call gets one (`DEFAULT_DEADLINE_S` unless the caller passes
   `timeout=`); event streams get none, as they live as long as the run.
+- **TLS**: with `TETHER_RUNTIME_TLS_CA_FILE` set (`tls_from_env`), the channel verifies the
+  runtime's certificate against that CA bundle; `TETHER_RUNTIME_TLS_SERVER_NAME` names the
+  certificate's host when it is not the target's (`grpc.ssl_target_name_override`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -57,6 +62,33 @@ def channel_options() -> Sequence[tuple[str, Any]]:
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.enable_retries", 1),
     )
+
+
+def tls_credentials(ca_file: str) -> grpc.ChannelCredentials:
+    """Credentials that trust only the CA bundle in `ca_file` (PEM)."""
+    try:
+        roots = Path(ca_file).read_bytes()
+    except OSError as err:
+        raise ValueError(
+            f"cannot read the runtime's CA bundle {ca_file!r}: {err.strerror}"
+        ) from None
+    return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
+def tls_options(server_name: str) -> tuple[tuple[str, Any], ...]:
+    """The name the runtime's certificate must carry, when not the target's host."""
+    return (("grpc.ssl_target_name_override", server_name),) if server_name else ()
+
+
+def tls_from_env(
+    env: Mapping[str, str] | None = None,
+) -> tuple[grpc.ChannelCredentials | None, tuple[tuple[str, Any], ...]]:
+    """TLS from TETHER_RUNTIME_TLS_CA_FILE / TETHER_RUNTIME_TLS_SERVER_NAME: (None, ()) unset."""
+    e = os.environ if env is None else env
+    ca_file = e.get("TETHER_RUNTIME_TLS_CA_FILE", "")
+    if not ca_file:
+        return None, ()
+    return tls_credentials(ca_file), tls_options(e.get("TETHER_RUNTIME_TLS_SERVER_NAME", ""))
 
 
 def open_channel(

@@ -41,7 +41,7 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
 
 from tether_client._metadata import ON_BEHALF_METADATA, TokenProvider, call_metadata
-from tether_client.channel import DEFAULT_DEADLINE_S, open_channel
+from tether_client.channel import DEFAULT_DEADLINE_S, open_channel, tls_from_env
 from tether_client.errors import InvalidArgument, from_rpc_error
 from tether_client.retry import NO_RETRY, RetryPolicy, unary_retryable
 from tether_client.rpc import EventCall, RuntimeApi
@@ -73,7 +73,8 @@ class TetherClient:
     target (`ipv4:a:1,b:2`, `dns:///...`, `unix:...`). Authenticate with `token` (a JWT sent as
     `authorization: Bearer`) or `token_provider` (called before every try, sync or async, for
     tokens that expire). `secure=True` uses TLS with the system's roots; `credentials` picks
-    your own. `metadata` is added to every call; `options` replace channel options of the same
+    your own; with neither, TETHER_RUNTIME_TLS_CA_FILE (if set) makes it TLS trusting that CA.
+    `metadata` is added to every call; `options` replace channel options of the same
     key (`tether_client.channel.channel_options`). `on_behalf_of`: a service whose token carries
     the on-behalf capability acts as this user (it still cannot approve)."""
 
@@ -98,11 +99,14 @@ class TetherClient:
         self.retry = retry or RetryPolicy()
         self._token = token
         self._token_provider = token_provider
-        self._credentials = credentials or (grpc.ssl_channel_credentials() if secure else None)
+        env_tls, env_options = (None, ()) if credentials or secure else tls_from_env()
+        self._credentials = (
+            credentials or (grpc.ssl_channel_credentials() if secure else None) or env_tls
+        )
         self._extra = tuple(metadata)
         if on_behalf_of:
             self._extra += ((ON_BEHALF_METADATA, on_behalf_of),)
-        self._options = tuple(options)
+        self._options = (*env_options, *options)
         self._channel: grpc.aio.Channel | None = None
         self._api: RuntimeApi | None = None
 

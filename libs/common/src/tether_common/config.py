@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, TypedDict
 
 from tether_common.errors import UnsafeSettings
+from tether_common.known_secrets import is_committed
 from tether_common.redaction import redact_mapping
 
 DEV_JWT_SECRET = "tether-dev-secret-do-not-use-in-production"  # noqa: S105 - a known dev value
@@ -26,6 +27,17 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(_float(env, name, default))
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise UnsafeSettings(f"{name}={raw!r} is not a switch (1/0, true/false)")
 
 
 MODEL_CHOICES = ("agent", "openai", "anthropic")
@@ -63,6 +75,17 @@ def _oidc_settings(e: Mapping[str, str]) -> _IdentitySettings:
         oidc_jwks_refetch_s=_float(e, "TETHER_OIDC_JWKS_REFETCH_S", Settings.oidc_jwks_refetch_s),
         jwt_leeway_s=leeway,
     )
+
+
+# What a process is, for the production guard: each is refused only what it would use.
+Component = Literal["runtime", "gateway"]
+# The settings that hold a key able to sign tokens (the names of later ones are looked up, so a
+# key added to Settings is checked against the repository's committed values too).
+SIGNING_KEYS = (
+    ("TETHER_JWT_SECRET", "jwt_secret"),
+    ("TETHER_STREAM_TOKEN_SECRET", "stream_token_secret"),
+    ("TETHER_OIDC_CLIENT_SECRET", "oidc_client_secret"),
+)
 
 
 @dataclass(frozen=True)
@@ -134,7 +157,8 @@ class Settings:
     stream_quiet_check_s: float = 1.0
     # Runtime: close HTTP/2 connections after this age, so clients rebalance over new pods.
     grpc_max_connection_age_s: float = 300.0
-    # Runtime: serve Prometheus metrics here ("host:port"); empty: not served.
+    # Serve Prometheus metrics here ("host:port"). Runtime: empty, not served. Gateway: empty,
+    # on its API port's /metrics; set, on this port alone (not on the API port).
     metrics_addr: str = ""
     max_body_bytes: int = 64 * 1024
     rate_limit_per_min: int = 120
@@ -152,6 +176,22 @@ class Settings:
     trust_traceparent: bool = False
     log_level: str = "INFO"
     service_name: str = "tether"
+    # --- deployment: what a pod exposes (deploy/k8s/README.md) ---
+    # Gateway: serve POST /v1/dev/token (a token for any user name). Set only by `tether dev`
+    # and tests; refused in production; never implied by TETHER_ENV.
+    dev_login: bool = False
+    # Runtime: serve gRPC over TLS with this certificate chain and key (PEM files).
+    grpc_tls_cert_file: str = ""
+    grpc_tls_key_file: str = ""
+    # Runtime: also serve grpc.health.v1 alone, in plaintext, here ("host:port"; kubelet's
+    # native gRPC probes speak no TLS); empty: not served.
+    grpc_health_addr: str = ""
+    # Runtime: gRPC server reflection (default on in dev, off in production).
+    grpc_reflection: bool = True
+    # Gateway and other runtime clients: verify the runtime's TLS certificate with this CA
+    # bundle (PEM); set, the channel is TLS. The name to verify, when not the target's host.
+    runtime_tls_ca_file: str = ""
+    runtime_tls_server_name: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -241,11 +281,13 @@ class Settings:
             trust_traceparent=e.get("TETHER_TRUST_TRACEPARENT", "0") in ("1", "true"),
             log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
             service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
+            **_deployment_settings(e, mode),
         )
 
-    def unsafe_for_production(self) -> list[str]:
-        """Every reason this configuration would break a guarantee in production."""
-        problems: list[str] = []
+    def unsafe_for_production(self, component: Component = "runtime") -> list[str]:
+        """Every reason this configuration would break a guarantee in production, for this
+        component (a gateway holds no database credentials, so none are asked of it)."""
+        problems: list[str] = _exposure_problems(self)
         if self.embedded_stores:
             problems.append(
                 "TETHER_EMBEDDED_STORES is set: embedded Postgres/Redis are single-process and "
@@ -258,7 +300,10 @@ class Settings:
                 "connected to one gateway would never see a run executing on another runtime"
             )
         problems.extend(self._identity_problems())
-        for name, url in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url)):
+        stores = [("REDIS_URL", self.redis_url)]
+        if component == "runtime":
+            stores.insert(0, ("DATABASE_URL", self.database_url))
+        for name, url in stores:
             if (
                 "127.0.0.1" in url
                 or "localhost" in url
@@ -302,11 +347,11 @@ class Settings:
             )
         return problems
 
-    def check(self) -> None:
+    def check(self, component: Component = "runtime") -> None:
         """Refuse to start in production on unsafe settings (invariant 8)."""
         if self.env != "production":
             return
-        problems = self.unsafe_for_production()
+        problems = self.unsafe_for_production(component)
         if problems:
             raise UnsafeSettings(
                 "refusing to start with TETHER_ENV=production, because:\n"
@@ -317,3 +362,51 @@ class Settings:
     def public_view(self) -> dict[str, object]:
         """The live settings with every secret masked, for the start-up log line."""
         return redact_mapping(asdict(self))
+
+
+class _Deployment(TypedDict):
+    dev_login: bool
+    grpc_tls_cert_file: str
+    grpc_tls_key_file: str
+    grpc_health_addr: str
+    grpc_reflection: bool
+    runtime_tls_ca_file: str
+    runtime_tls_server_name: str
+
+
+def _deployment_settings(e: Mapping[str, str], mode: str) -> _Deployment:
+    """The settings of what a pod exposes: dev login, gRPC TLS, reflection, health port."""
+    cert = e.get("TETHER_GRPC_TLS_CERT_FILE", "")
+    key = e.get("TETHER_GRPC_TLS_KEY_FILE", "")
+    if bool(cert) != bool(key):
+        raise UnsafeSettings(
+            "TETHER_GRPC_TLS_CERT_FILE and TETHER_GRPC_TLS_KEY_FILE go together: set both to "
+            "serve gRPC over TLS, or neither"
+        )
+    return {
+        "dev_login": _flag(e, "TETHER_DEV_LOGIN", False),
+        "grpc_tls_cert_file": cert,
+        "grpc_tls_key_file": key,
+        "grpc_health_addr": e.get("TETHER_GRPC_HEALTH_ADDR", ""),
+        "grpc_reflection": _flag(e, "TETHER_GRPC_REFLECTION", mode != "production"),
+        "runtime_tls_ca_file": e.get("TETHER_RUNTIME_TLS_CA_FILE", ""),
+        "runtime_tls_server_name": e.get("TETHER_RUNTIME_TLS_SERVER_NAME", ""),
+    }
+
+
+def _exposure_problems(settings: Settings) -> list[str]:
+    """Production refusals about what a pod exposes: the dev login route, a committed key."""
+    problems: list[str] = []
+    if settings.dev_login:
+        problems.append(
+            "TETHER_DEV_LOGIN is set: the gateway would serve POST /v1/dev/token, which mints a "
+            "token for any user name to anyone who asks"
+        )
+    for name, attribute in SIGNING_KEYS:
+        value = getattr(settings, attribute, "")
+        if isinstance(value, str) and is_committed(value):
+            problems.append(
+                f"{name} is a value committed to Tether's repository (a dev, test or example "
+                "key): anyone with a clone could mint tokens with it"
+            )
+    return problems

@@ -411,7 +411,8 @@ async def close_session(request: web.Request) -> web.Response:
 
 
 async def dev_token(request: web.Request) -> web.Response:
-    """Dev only (the route exists only when TETHER_ENV=dev): a user token for the demo login."""
+    """Dev only (the route exists only with TETHER_DEV_LOGIN=1, which `tether dev` sets and
+    production refuses): a user token for the demo login."""
     gw = state(request)
     data = await _body(request, gw, DEV_TOKEN)
     user = data["user"].strip()

@@ -60,7 +60,7 @@ def create_app(settings: Settings) -> web.Application:
     app.on_response_prepare.append(add_security_headers)
 
     async def runtime_channel(app: web.Application) -> AsyncIterator[None]:
-        channel = open_channel(settings.runtime_target)
+        channel = open_channel(settings)
         unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a channel does
         log.info("runtime channel open", extra={"grpc_poller_sockets_unblocked": unblocked})
         gw.runtime = RuntimeClient(channel)
@@ -90,8 +90,10 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.extend([runtime_channel, redis_client])
     app.on_shutdown.append(end_streams)
     app.on_cleanup.append(lambda _: gw.verifier.aclose())
-    health.add_routes(app)
-    api.add_routes(app, dev=settings.env == "dev")
+    # With TETHER_METRICS_ADDR, /metrics is served on that port alone (server.py).
+    health.add_routes(app, with_metrics=not settings.metrics_addr)
+    # The dev token route only when `tether dev` (or a test) asks for it: never by TETHER_ENV.
+    api.add_routes(app, dev=settings.dev_login)
     app.router.add_get("/", _index)
     # The more specific prefix first: /static/client/ is not a folder of STATIC_DIR in a checkout.
     app.router.add_static("/static/client/", client_dir(), append_version=False)

@@ -8,7 +8,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from tether_gateway.state import state
+from tether_gateway.state import STATE, state
 
 REDIS_PING_TIMEOUT_S = 1.0
 
@@ -59,8 +59,18 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, *, with_metrics: bool = True) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    if with_metrics:
+        app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
+
+
+def metrics_app(api: web.Application) -> web.Application:
+    """/metrics alone, for its own port (TETHER_METRICS_ADDR): what the API app counts, served
+    where only the monitoring namespace may connect, never on the port the Ingress reaches."""
+    app = web.Application()
+    app[STATE] = api[STATE]
+    app.router.add_get("/metrics", metrics)
+    return app

@@ -15,6 +15,7 @@ from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_client import channel as client_channel
 from tether_client.rpc import EOF_MARK, EventCall, RuntimeApi, StartStreamCall
+from tether_common.config import Settings
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
 
@@ -130,9 +131,16 @@ class RuntimeClient:
         return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
-    """tether_client's channel: round_robin over a DNS name's pods, keepalive, 16 MiB."""
-    return client_channel.open_channel(target)
+def open_channel(settings: Settings) -> grpc.aio.Channel:
+    """tether_client's channel: round_robin over a DNS name's pods, keepalive, 16 MiB; TLS
+    verified against TETHER_RUNTIME_TLS_CA_FILE when it is set."""
+    if not settings.runtime_tls_ca_file:
+        return client_channel.open_channel(settings.runtime_target)
+    return client_channel.open_channel(
+        settings.runtime_target,
+        client_channel.tls_credentials(settings.runtime_tls_ca_file),
+        client_channel.tls_options(settings.runtime_tls_server_name),
+    )
 
 
 @dataclass

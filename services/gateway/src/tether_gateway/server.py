@@ -9,12 +9,15 @@ import signal
 import time
 
 from aiohttp import web
+from tether_client.channel import tls_credentials
 from tether_common.config import Settings
+from tether_common.errors import UnsafeSettings
 from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
 from tether_gateway.app import create_app
+from tether_gateway.health import metrics_app
 from tether_gateway.state import STATE
 
 log = logging.getLogger(__name__)
@@ -26,7 +29,12 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 async def run_server(settings: Settings) -> None:
-    settings.check()
+    settings.check("gateway")
+    if settings.runtime_tls_ca_file:  # an unreadable CA bundle stops the pod before it serves
+        try:
+            tls_credentials(settings.runtime_tls_ca_file)
+        except ValueError as err:
+            raise UnsafeSettings(f"TETHER_RUNTIME_TLS_CA_FILE: {err}") from None
     setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
@@ -37,6 +45,7 @@ async def run_server(settings: Settings) -> None:
     host, port = split_addr(settings.http_addr)
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
+    metrics_runner = await _serve_metrics(app, settings.metrics_addr)
     freeze_startup_objects()
     log.info("gateway listening on %s:%s", host, port)
 
@@ -56,7 +65,21 @@ async def run_server(settings: Settings) -> None:
         await asyncio.wait_for(runner.cleanup(), timeout=settings.drain_s)
     except TimeoutError:
         log.warning("drain exceeded %.1fs; exiting anyway", settings.drain_s)
+    if metrics_runner is not None:
+        await metrics_runner.cleanup()
     log.info("gateway stopped after %.2fs of drain", time.monotonic() - began)
+
+
+async def _serve_metrics(app: web.Application, addr: str) -> web.AppRunner | None:
+    """Prometheus /metrics on its own address (TETHER_METRICS_ADDR), if one is set."""
+    if not addr:
+        return None
+    runner = web.AppRunner(metrics_app(app), handle_signals=False)
+    await runner.setup()
+    host, port = split_addr(addr)
+    await web.TCPSite(runner, host, port).start()
+    log.info("gateway metrics on %s:%s", host, port)
+    return runner
 
 
 def main() -> None:

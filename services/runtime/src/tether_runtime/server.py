@@ -1,5 +1,5 @@
-"""One runtime pod: the gRPC server (API, health, reflection) and the workers, with a graceful
-shutdown that flips health to NOT_SERVING first."""
+"""One runtime pod: the gRPC server (API, health, reflection in dev; TLS when configured:
+transport.py) and the workers, with a graceful shutdown that flips health to NOT_SERVING first."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sys
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
@@ -25,6 +24,12 @@ from tether_runtime.bus import EventBus
 from tether_runtime.engine import Engine
 from tether_runtime.servicer import RuntimeServicer, register
 from tether_runtime.store.db import create_pool
+from tether_runtime.transport import (
+    enable_reflection,
+    health_only_server,
+    listen,
+    server_credentials,
+)
 from tether_runtime.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,7 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     settings.check()
+    tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
     setup_tracing("tether-runtime")
     log.info("runtime starting", extra={"settings": settings.public_view()})
@@ -75,10 +81,9 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         register(server, RuntimeServicer(engine, verifier))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    port = server.add_insecure_port(settings.grpc_addr)
+    enable_reflection(server, settings, (SERVICE_NAME, health.SERVICE_NAME))
+    port = listen(server, settings, tls)
+    probes = health_only_server(settings, health_servicer)
     metrics_addr = settings.metrics_addr
     if metrics_addr:
         from prometheus_client import start_http_server
@@ -87,6 +92,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         start_http_server(int(mport), addr=host or "0.0.0.0")
     worker = Worker(engine) if settings.runtime_role != "api" else None
     await server.start()
+    if probes is not None:
+        await probes.start()
     if worker is not None:
         await worker.start()
     for name in ("", SERVICE_NAME):
@@ -113,6 +120,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     if worker is not None:
         await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
     await server.stop(grace=settings.drain_s / 2)
+    if probes is not None:
+        await probes.stop(grace=None)
     await engine.close()
     await verifier.aclose()
     await bus.close()
