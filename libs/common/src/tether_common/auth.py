@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +36,7 @@ def issue_token(
         "iat": now,
         "exp": now + int(ttl_s),
         "scope": scope,
+        "jti": uuid.uuid4().hex,  # what a sign-out revokes (tether_common.revocation)
     }
     if run_id:
         claims["run"] = run_id

@@ -28,6 +28,19 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(_float(env, name, default))
 
 
+MAX_STREAM_TOKEN_TTL_S = 300.0
+
+
+def _stream_token_ttl(env: Mapping[str, str]) -> float:
+    ttl = _float(env, "TETHER_STREAM_TOKEN_TTL_S", 120.0)
+    if not 1 <= ttl <= MAX_STREAM_TOKEN_TTL_S:
+        raise UnsafeSettings(
+            f"TETHER_STREAM_TOKEN_TTL_S must be between 1 and {MAX_STREAM_TOKEN_TTL_S:.0f} "
+            f"seconds, not {ttl}: a stream token must be short-lived"
+        )
+    return ttl
+
+
 MODEL_CHOICES = ("agent", "openai", "anthropic")
 
 
@@ -102,6 +115,15 @@ class Settings:
     rate_limit_cancel_per_min: int = 120
     # Gateway: open SSE streams per user across every gateway pod (counted in Redis); 0: no cap.
     max_streams_per_user: int = 20
+    # Issue #16, stream tokens and the gateway's service identity (gateway only). The stream
+    # token key: empty in dev means derived from jwt_secret (stream_tokens.stream_token_key).
+    stream_token_secret: str = field(default="", repr=False)
+    stream_token_ttl_s: float = 120.0
+    jwt_leeway_s: float = 30.0
+    oidc_issuer: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = field(default="", repr=False)
+    oidc_client_secret_file: str = ""
     log_level: str = "INFO"
     service_name: str = "tether"
 
@@ -188,6 +210,13 @@ class Settings:
             rate_limit_stream_token_per_min=_int(e, "TETHER_RATE_LIMIT_STREAM_TOKEN_PER_MIN", rate),
             rate_limit_cancel_per_min=_int(e, "TETHER_RATE_LIMIT_CANCEL_PER_MIN", rate),
             max_streams_per_user=_int(e, "TETHER_MAX_STREAMS_PER_USER", cls.max_streams_per_user),
+            stream_token_secret=e.get("TETHER_STREAM_TOKEN_SECRET", ""),
+            stream_token_ttl_s=_stream_token_ttl(e),
+            jwt_leeway_s=_float(e, "TETHER_JWT_LEEWAY_S", cls.jwt_leeway_s),
+            oidc_issuer=e.get("TETHER_OIDC_ISSUER", ""),
+            oidc_client_id=e.get("TETHER_OIDC_CLIENT_ID", ""),
+            oidc_client_secret=e.get("TETHER_OIDC_CLIENT_SECRET", ""),
+            oidc_client_secret_file=e.get("TETHER_OIDC_CLIENT_SECRET_FILE", ""),
             log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
             service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
         )

@@ -7,17 +7,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
-import jwt
 from aiohttp import web
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
-from tether_common.auth import issue_token, verify_token
+from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 
-from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
+from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
-from tether_gateway.runtime_client import OpenedRun
+from tether_gateway.runtime_client import Credential, OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import Field, body, compact_object, page_size, read_json, validate
@@ -64,8 +63,8 @@ def _json(data: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
-def _caller(request: web.Request, gw: GatewayState, *, cookie: bool = False) -> Caller:
-    return authenticate(request, gw.settings.jwt_secret, cookie=cookie)
+async def _caller(request: web.Request, gw: GatewayState, *, cookie: bool = False) -> Caller:
+    return await authenticate(request, gw.auth, cookie=cookie)
 
 
 async def _body(request: web.Request, gw: GatewayState, schema: dict[str, Field]) -> dict[str, str]:
@@ -78,7 +77,7 @@ def wants_stream(request: web.Request) -> bool:
 
 async def create_conversation(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "conversation", caller.principal.user_id)
     data = await _body(request, gw, CREATE_CONVERSATION)
     req = rs.CreateConversationRequest(title=data.get("title", ""))
@@ -88,7 +87,7 @@ async def create_conversation(request: web.Request) -> web.Response:
 
 async def list_conversations(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = await _caller(request, gw, cookie=True)
     req = rs.ListConversationsRequest(
         page_size=page_size(request), page_token=request.query.get("pageToken", "")
     )
@@ -103,7 +102,7 @@ async def list_conversations(request: web.Request) -> web.Response:
 
 async def get_conversation(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = await _caller(request, gw, cookie=True)
     req = rs.GetConversationRequest(conversation_id=request.match_info["id"])
     resp = await gw.client().get_conversation(req, caller.token)
     return _json({"conversation": conversation_json(resp.conversation)})
@@ -111,7 +110,7 @@ async def get_conversation(request: web.Request) -> web.Response:
 
 async def list_messages(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = await _caller(request, gw, cookie=True)
     req = rs.ListMessagesRequest(
         conversation_id=request.match_info["id"],
         page_size=page_size(request, default=100, maximum=500),
@@ -128,7 +127,7 @@ async def list_messages(request: web.Request) -> web.Response:
 
 async def list_agents(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = await _caller(request, gw, cookie=True)
     resp = await gw.client().list_agents(caller.token)
     return _json(
         {"agents": [agent_json(a) for a in resp.agents], "defaultAgent": resp.default_agent}
@@ -138,7 +137,7 @@ async def list_agents(request: web.Request) -> web.Response:
 async def start_run(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     data = await _body(request, gw, START_RUN)
     fields = {
@@ -179,6 +178,8 @@ async def start_run(request: web.Request) -> web.StreamResponse:
             status=201,
             headers={"Location": location, "X-Run-Id": run.id},
             slot=slot,
+            expires_at=caller.expires_at,
+            jtis=caller.jtis,
         )
     body_json = {"run": run_json(run), "replayed": replayed}
     return web.json_response(body_json, status=201, headers={"Location": location})
@@ -198,7 +199,7 @@ async def _start_streaming(
 
 async def get_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = await _caller(request, gw, cookie=True)
     req = rs.GetRunRequest(run_id=request.match_info["id"])
     resp = await gw.client().get_run(req, caller.token)
     return _json({"run": run_json(resp.run)})
@@ -217,7 +218,7 @@ _RUN_STATUS_FILTER = {
 async def list_runs(request: web.Request) -> web.Response:
     """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
     gw = state(request)
-    caller = _caller(request, gw, cookie=True)
+    caller = await _caller(request, gw, cookie=True)
     status = request.query.get("status")
     if status is not None and status not in _RUN_STATUS_FILTER:
         raise InvalidArgument(f"status must be one of {', '.join(_RUN_STATUS_FILTER)}")
@@ -235,7 +236,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def resume_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
     raw = await read_json(request, gw.settings.max_body_bytes)
     # `fill` is the one field that is not a string: taken out before the string fields' check.
@@ -269,7 +270,7 @@ def _answer_text(data: dict[str, str], fill: object) -> str:
 
 async def cancel_run(request: web.Request) -> web.Response:
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "cancel", caller.principal.user_id)
     data = await _body(request, gw, CANCEL_RUN)
     req = rs.CancelRunRequest(run_id=request.match_info["id"], reason=data.get("reason", ""))
@@ -281,18 +282,18 @@ async def cancel_run(request: web.Request) -> web.Response:
 
 
 async def stream_token(request: web.Request) -> web.Response:
-    """A short-lived token reading one run's events: for `EventSource`, which sends no headers."""
+    """A short-lived token reading one run's events: for `EventSource`, which sends no headers.
+    Signed with the gateways' own key (stream_tokens.py), never outliving the caller's token."""
     gw = state(request)
-    caller = _caller(request, gw)
+    caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "stream_token", caller.principal.user_id)
     run_id = request.match_info["id"]
     # Only a caller who may read the run gets a token for it (404/403 come from the runtime).
     await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
-    ttl = STREAM_TOKEN_TTL_S
-    token = issue_token(
-        gw.settings.jwt_secret, caller.principal.user_id, ttl_s=ttl, scope="stream", run_id=run_id
+    token, exp = gw.auth.stream_tokens.mint(
+        caller.principal.user_id, run_id, not_after=caller.expires_at, session_jti=caller.jti
     )
-    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + ttl))
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(exp))
     return _json(
         {"token": token, "expiresAt": expires, "eventsUrl": f"/v1/runs/{run_id}/events"}, 201
     )
@@ -316,6 +317,8 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         head=opened.head,
         ended=opened.ended,
         slot=slot,
+        expires_at=opened.expires_at,
+        jtis=opened.jtis,
     )
 
 
@@ -324,9 +327,11 @@ class EventsOpen:
     """What an SSE open resolved to: where to follow the run from, what to send first."""
 
     run_id: str
-    token: str
+    token: Credential
     user_id: str
     after: int
+    expires_at: float  # the opening token's: the stream ends then (stream_grants.py)
+    jtis: tuple[str, ...]  # and when one of these is revoked
     head: bytes = b""  # a `reset` for a resume point ahead of the run
     ended: bool = False  # the run is over: nothing follows the head
 
@@ -334,18 +339,19 @@ class EventsOpen:
 async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | None:
     """Auth, rate limit, resume point and the caller's own GetRun (the ownership check) for an
     SSE open; None when the run is over with nothing left to send (204)."""
-    caller = authenticate(request, gw.settings.jwt_secret, cookie=True, stream_token=True)
+    caller = await authenticate(request, gw.auth, cookie=True, stream_token=True)
     run_id = request.match_info["id"]
     p = caller.principal
     await gw.limiter.check(gw.redis, "events", p.user_id)
     if p.scope == "stream" and p.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
     after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
-    resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
+    # A stream token's reader is checked as its user, by the gateway's service identity.
+    resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.credential)
     run = resp.run
     if is_finished(run, after):
         return None
-    opened = EventsOpen(run_id, caller.token, p.user_id, after)
+    opened = EventsOpen(run_id, caller.credential, p.user_id, after, caller.expires_at, caller.jtis)
     if after > run.last_sequence:
         # Ahead of the run (a stale or forged Last-Event-ID): the client redraws from the run's
         # state in this GetRun's answer, then follows the shared feed from the real position.
@@ -359,8 +365,8 @@ async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | N
 async def open_session(request: web.Request) -> web.Response:
     """Dev-friendly login: trade a bearer token for an HttpOnly cookie (GET routes accept it)."""
     gw = state(request)
-    caller = _caller(request, gw)
-    claims_ttl = _remaining_s(gw, caller.token)
+    caller = await _caller(request, gw)
+    claims_ttl = max(1, int(caller.expires_at - time.time()))
     resp = web.Response(status=204)
     resp.set_cookie(
         SESSION_COOKIE,
@@ -375,6 +381,11 @@ async def open_session(request: web.Request) -> web.Response:
 
 
 async def close_session(request: web.Request) -> web.Response:
+    """Sign out: the session's token is revoked on every gateway pod (its open streams end), not
+    merely forgotten by this browser. Needs the session itself (cookie or bearer)."""
+    gw = state(request)
+    caller = await _caller(request, gw, cookie=True)
+    await gw.auth.revocations.revoke(gw.redis, caller.jti, caller.expires_at)
     resp = web.Response(status=204)
     resp.del_cookie(SESSION_COOKIE, path="/v1")
     return resp
@@ -387,12 +398,6 @@ async def dev_token(request: web.Request) -> web.Response:
     user = data["user"].strip()
     token = issue_token(gw.settings.jwt_secret, user, ttl_s=DEV_TOKEN_TTL_S)
     return _json({"token": token, "user": user}, 201)
-
-
-def _remaining_s(gw: GatewayState, token: str) -> int:
-    verify_token(gw.settings.jwt_secret, token)
-    claims = jwt.decode(token, options={"verify_signature": False})
-    return max(1, int(claims.get("exp", 0)) - int(time.time()))
 
 
 def add_routes(app: web.Application, *, dev: bool) -> None:

@@ -10,10 +10,12 @@ import time
 
 from aiohttp import web
 from tether_common.config import Settings
+from tether_common.errors import UnsafeSettings
 from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
+from tether_gateway import service_identity, stream_tokens
 from tether_gateway.app import create_app
 from tether_gateway.state import STATE
 
@@ -25,8 +27,22 @@ def split_addr(addr: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)  # noqa: S104 - ":8080" means all interfaces
 
 
+def check_gateway(settings: Settings) -> None:
+    """What only a production gateway needs: its stream token key and its service identity."""
+    if settings.env != "production":
+        return
+    problems = stream_tokens.production_problems(settings)
+    problems += service_identity.production_problems(settings)
+    if problems:
+        raise UnsafeSettings(
+            "refusing to start the gateway with TETHER_ENV=production, because:\n"
+            + "".join(f"  - {p}\n" for p in problems)
+        )
+
+
 async def run_server(settings: Settings) -> None:
     settings.check()
+    check_gateway(settings)
     setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.

@@ -7,11 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from tether_common.config import Settings
+from tether_common.revocation import Revocations
 
+from tether_gateway.auth import Authenticator
 from tether_gateway.metrics import Metrics
 from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.run_feed import FeedRegistry
+from tether_gateway.stream_grants import StreamGrants
 from tether_gateway.stream_slots import StreamSlots
+from tether_gateway.stream_tokens import StreamTokens
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -29,8 +33,16 @@ class GatewayState:
     limiter: RateLimiter = field(init=False)
     feeds: FeedRegistry = field(init=False)
     slots: StreamSlots = field(init=False)
+    auth: Authenticator = field(init=False)
+    grants: StreamGrants = field(init=False)
 
     def __post_init__(self) -> None:
+        self.auth = Authenticator(
+            self.settings.jwt_secret, StreamTokens.from_settings(self.settings), Revocations()
+        )
+        self.grants = StreamGrants(self.settings.jwt_leeway_s)
+        # A revocation any pod records ends this pod's open streams holding that token.
+        self.auth.revocations.on_revoked(self.grants.revoked)
         self.limiter = RateLimiter.from_settings(self.settings)
         # A lease of three heartbeats, refreshed every heartbeat: one missed tick is no loss.
         self.slots = StreamSlots(
