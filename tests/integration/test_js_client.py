@@ -240,7 +240,7 @@ def test_the_gateway_serves_the_client_source_itself(stack: Stack) -> None:
 def test_reconnects_against_a_gateway_killed_and_restarted(
     stack: Stack, fresh_database: str
 ) -> None:
-    services = asyncio.run(_services(fresh_database, 3))
+    services = asyncio.run(_services(fresh_database, 4))
     control = _control_server(stack)
     try:
         env = {
@@ -253,7 +253,7 @@ def test_reconnects_against_a_gateway_killed_and_restarted(
     finally:
         control.shutdown()
         control.server_close()
-    assert "# pass 4" in out, out
+    assert "# pass 5" in out, out
     assert stack.starts >= 3, "the suite killed and restarted the gateway"
 
 

@@ -51,6 +51,13 @@ export interface StreamOptions {
   onConnect?: (info: { after: number }) => void;
   /** A connection dropped or failed; the stream waits `delayMs`, then reconnects. */
   onReconnect?: (info: ReconnectInfo) => void;
+  /**
+   * The token that opened the stream expired or was revoked (the gateway's `reauthenticate`
+   * frame). Awaited, then the stream reconnects at once after the last event, with the token
+   * `getToken` gives then: refresh it here (or in getToken). A second one in a row with no
+   * event between is treated as a failed connection (backoff, onReconnect).
+   */
+  onReauthenticate?: (info: { reason: "expired" | "revoked"; after: number }) => void | Promise<void>;
   retry?: RetryOptions;
 }
 
@@ -142,6 +149,8 @@ export class TetherClient {
     runId: string,
     options?: { signal?: AbortSignal },
   ): Promise<{ token: string; expiresAt: string; eventsUrl: string }>;
+  /** Sign out: revokes this client's token (or session cookie) on every gateway pod. */
+  closeSession(options?: { signal?: AbortSignal }): Promise<void>;
   /** Dev gateways only (TETHER_ENV=dev). */
   devToken(user: string, options?: { signal?: AbortSignal }): Promise<{ token: string; user: string }>;
   /** @internal */

@@ -203,3 +203,42 @@ test("cancel a run waiting for approval; errors carry the gateway's status and c
     (err) => err instanceof TetherApiError && err.status === 404,
   );
 });
+
+test("a sign-out ends the open stream (reauthenticate); with a new token it resumes after the last event", async () => {
+  const anonymous = new TetherClient({ baseUrl: base });
+  let current = (await anonymous.devToken("alice")).token;
+  const signedOut = current;
+  const client = new TetherClient({ baseUrl: base, getToken: () => current, retry: FAST });
+  const conversation = await client.createConversation({ title: "js reauthenticate" });
+  const reauths = [];
+  const connects = [];
+  let interrupt = null;
+  const run = await client.startRun(conversation.id, `restart the abnormal ${services[3]} instance`, {
+    stream: true,
+    agent: "opspilot",
+    retry: FAST,
+    onConnect: (info) => connects.push(info),
+    onReauthenticate: async (info) => {
+      reauths.push(info);
+      current = (await anonymous.devToken("alice")).token; // the app signs in again
+      await client.approve(run.runId, interrupt.interruptId);
+    },
+  });
+  const events = [];
+  for await (const ev of run) {
+    events.push(ev);
+    if (ev.type === "interrupt") {
+      interrupt = ev;
+      await client.closeSession(); // revokes `signedOut`: the gateway ends this stream
+    }
+  }
+  assert.deepEqual(reauths, [{ reason: "revoked", after: interrupt.sequence }]);
+  assert.deepEqual(connects.map((c) => c.after), [0, interrupt.sequence], "one reconnect, from the interrupt");
+  checkDense(events);
+  assert.equal(events.at(-1).type, "done");
+  await assert.rejects(new TetherClient({ baseUrl: base, token: signedOut }).getRun(run.runId), (err) => {
+    assert.ok(err instanceof TetherApiError);
+    assert.equal(err.status, 401);
+    return true;
+  });
+});
