@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -221,4 +223,35 @@ async def test_sign_out_on_one_pod_revokes_on_every_pod(pods, http, db, runtime,
 
     # Signing out needs the session: without one nothing is revoked and the answer is 401.
     async with http.delete(f"{a}/v1/session") as r:
+        assert r.status == 401
+
+
+async def test_an_operator_revokes_a_token_by_its_jti(pods, http, db, base_env):
+    a, b = pods
+    user = new_user("ops")
+    ids = await owned_interrupted_run(db, a, http, user)
+    leaked = issue_token(TEST_SECRET, user)
+    jti = jwt.decode(leaked, options={"verify_signature": False})["jti"]
+    held = await http.get(f"{a}/v1/runs/{ids['run']}/events", headers=auth(leaked))
+    try:
+        assert held.status == 200
+        cli = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tether_cli.main",
+            "revoke",
+            jti,
+            "--ttl",
+            "600",
+            env={**os.environ, **base_env},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await cli.communicate()
+        assert cli.returncode == 0, out.decode()
+        frames = await frames_until_end(held, within_s=3)
+        assert reauthenticate(frames) == [{"type": "reauthenticate", "reason": "revoked"}]
+    finally:
+        held.close()
+    async with http.get(f"{b}/v1/runs/{ids['run']}", headers=auth(leaked)) as r:
         assert r.status == 401
