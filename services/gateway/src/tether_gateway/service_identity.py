@@ -111,8 +111,11 @@ class ClientCredentialsIdentity:
                 raise ValueError("the issuer's discovery document names no token_endpoint")
             self._endpoint = endpoint
         form = {"grant_type": "client_credentials", "scope": SERVICE_SCOPES}
-        auth = aiohttp.BasicAuth(self._client_id, self._client_secret)
-        async with session.post(self._endpoint, data=form, auth=auth) as resp:
+        # client_secret_basic (RFC 6749 2.3.1): the default every identity provider accepts.
+        basic = aiohttp.encode_basic_auth(self._client_id, self._client_secret)
+        async with session.post(
+            self._endpoint, data=form, headers={"Authorization": basic}
+        ) as resp:
             resp.raise_for_status()
             body = await resp.json()
         token, expires_in = body["access_token"], float(body.get("expires_in", 300))
