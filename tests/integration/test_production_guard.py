@@ -56,3 +56,20 @@ def test_dev_refuses_production() -> None:
     result = _tether("dev", {"TETHER_ENV": "production"})
     assert result.returncode == 2, result
     assert "refusing" in result.stderr and "TETHER_ENV=production" in result.stderr
+
+
+def test_a_production_gateway_needs_its_own_stream_token_key() -> None:
+    safe = {
+        "TETHER_ENV": "production",
+        "DATABASE_URL": "postgresql://tether@db.internal:5432/tether",
+        "REDIS_URL": "redis://cache.internal:6379/0",
+        "TETHER_JWT_SECRET": "k" * 48,
+    }
+    for key, why in (
+        ("", "TETHER_STREAM_TOKEN_SECRET is not set"),
+        ("short", "TETHER_STREAM_TOKEN_SECRET is shorter than 32 bytes"),
+        ("k" * 48, "must not be the user tokens' key"),
+    ):
+        result = _tether("gateway", {**safe, "TETHER_STREAM_TOKEN_SECRET": key})
+        assert result.returncode == 2, result
+        assert why in result.stderr and "Traceback" not in result.stderr, result.stderr

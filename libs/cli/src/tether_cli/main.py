@@ -182,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.verb in ("runtime", "gateway", "dev"):
             settings.check()
+        if args.verb == "gateway":
+            from tether_gateway.server import check_gateway
+
+            check_gateway(settings)
     except UnsafeSettings as err:
         print(f"tether {args.verb}: {err.message}", file=sys.stderr)
         return EXIT_UNSAFE_SETTINGS

@@ -28,11 +28,11 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 def check_gateway(settings: Settings) -> None:
-    """What only a production gateway needs: its stream token key and its service identity."""
+    """What only a production gateway needs: its own stream token key. (Without a service
+    identity it starts, saying so: stream-token streams are then refused with 503.)"""
     if settings.env != "production":
         return
     problems = stream_tokens.production_problems(settings)
-    problems += service_identity.production_problems(settings)
     if problems:
         raise UnsafeSettings(
             "refusing to start the gateway with TETHER_ENV=production, because:\n"
@@ -43,6 +43,9 @@ def check_gateway(settings: Settings) -> None:
 async def run_server(settings: Settings) -> None:
     settings.check()
     check_gateway(settings)
+    if settings.env == "production":
+        for problem in service_identity.production_problems(settings):
+            log.warning("%s", problem)
     setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
