@@ -247,6 +247,8 @@ def test_reconnects_against_a_gateway_killed_and_restarted(
             "TETHER_GATEWAY_URL": stack.url,
             "TETHER_CONTROL_URL": f"http://127.0.0.1:{control.server_address[1]}",
             "TETHER_TOKEN": issue_token(TEST_SECRET, "alice"),
+            # Two more logins of alice: one the suite signs out, the one it signs in with then.
+            "TETHER_FRESH_TOKENS": ",".join(issue_token(TEST_SECRET, "alice") for _ in range(2)),
             "TETHER_SERVICES": ",".join(services),
         }
         out = _node_tests(CLIENT / "test" / "gateway", env=env, timeout=240)

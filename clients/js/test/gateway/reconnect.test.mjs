@@ -3,6 +3,7 @@
 // gateway and starts it again at the same address when this file asks. Environment:
 //   TETHER_GATEWAY_URL  the gateway; TETHER_CONTROL_URL  POST /kill, POST /start
 //   TETHER_TOKEN        a token for alice; TETHER_SERVICES  abnormal services, comma-separated
+//   TETHER_FRESH_TOKENS two more tokens for alice (other logins), comma-separated
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
@@ -205,9 +206,9 @@ test("cancel a run waiting for approval; errors carry the gateway's status and c
 });
 
 test("a sign-out ends the open stream (reauthenticate); with a new token it resumes after the last event", async () => {
-  const anonymous = new TetherClient({ baseUrl: base });
-  let current = (await anonymous.devToken("alice")).token;
-  const signedOut = current;
+  const [signedOut, fresh] = (process.env.TETHER_FRESH_TOKENS || "").split(",");
+  assert.ok(signedOut && fresh, "TETHER_FRESH_TOKENS: two tokens");
+  let current = signedOut;
   const client = new TetherClient({ baseUrl: base, getToken: () => current, retry: FAST });
   const conversation = await client.createConversation({ title: "js reauthenticate" });
   const reauths = [];
@@ -220,7 +221,7 @@ test("a sign-out ends the open stream (reauthenticate); with a new token it resu
     onConnect: (info) => connects.push(info),
     onReauthenticate: async (info) => {
       reauths.push(info);
-      current = (await anonymous.devToken("alice")).token; // the app signs in again
+      current = fresh; // the app signs in again
       await client.approve(run.runId, interrupt.interruptId);
     },
   });
