@@ -105,6 +105,7 @@ def test_api_fuzz(api_schema: Any, rows: Rows, mode: GenerationMode) -> None:
     """Every operation of the served document, valid and invalid data alike."""
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) >= 15
+
     def check(case: Any) -> None:
         # A token per case: DELETE /v1/session revokes the one it is sent with.
         auth = bearer(FUZZ_USER)
