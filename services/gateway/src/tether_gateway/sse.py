@@ -161,7 +161,7 @@ class EventStream:
         self._queued += len(frame)
         self._source_done = True
         self._wake()
-        self.gw.metrics.sse_dropped.labels(f"reauthenticate_{reason}").inc()
+        self.gw.metrics.sse_reauthenticate.labels(reason).inc()
 
     def _watch_grant(self) -> None:
         if self.expires_at is None:
