@@ -20,6 +20,7 @@ KEY_PREFIX = "tether:revoked:"
 MAX_JTI_CHARS = 256
 _RECONNECT_S = (0.2, 0.5, 1.0, 2.0)
 _PRUNE_EVERY_S = 60.0
+_LOAD_BATCH = 500
 
 Listener = Callable[[str], None]
 
@@ -106,10 +107,18 @@ class Revocations:
                 await asyncio.sleep(delay)
 
     async def _load(self, redis: Any) -> None:
-        async for raw_key in redis.scan_iter(match=KEY_PREFIX + "*", count=500):
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            value = await redis.get(key)
-            until = _float(value)
+        batch: list[str] = []
+        async for raw_key in redis.scan_iter(match=KEY_PREFIX + "*", count=_LOAD_BATCH):
+            batch.append(raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key))
+            if len(batch) >= _LOAD_BATCH:
+                await self._load_batch(redis, batch)
+                batch = []
+        if batch:
+            await self._load_batch(redis, batch)
+
+    async def _load_batch(self, redis: Any, keys: list[str]) -> None:
+        for key, value in zip(keys, await redis.mget(keys), strict=True):
+            until = _float(value)  # None: expired between the scan and the read
             if until is not None:
                 self._learn(key.removeprefix(KEY_PREFIX), until)
 
