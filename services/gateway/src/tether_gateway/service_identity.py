@@ -95,7 +95,7 @@ class ClientCredentialsIdentity:
                 return self._token
             try:
                 await self._grant()
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as err:
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as err:
                 log.warning("service token grant failed: %s", type(err).__name__)
                 raise Unavailable("the gateway's service identity is unavailable") from err
         return self._token
