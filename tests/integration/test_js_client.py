@@ -240,20 +240,22 @@ def test_the_gateway_serves_the_client_source_itself(stack: Stack) -> None:
 def test_reconnects_against_a_gateway_killed_and_restarted(
     stack: Stack, fresh_database: str
 ) -> None:
-    services = asyncio.run(_services(fresh_database, 3))
+    services = asyncio.run(_services(fresh_database, 4))
     control = _control_server(stack)
     try:
         env = {
             "TETHER_GATEWAY_URL": stack.url,
             "TETHER_CONTROL_URL": f"http://127.0.0.1:{control.server_address[1]}",
             "TETHER_TOKEN": issue_token(TEST_SECRET, "alice"),
+            # Two more logins of alice: one the suite signs out, the one it signs in with then.
+            "TETHER_FRESH_TOKENS": ",".join(issue_token(TEST_SECRET, "alice") for _ in range(2)),
             "TETHER_SERVICES": ",".join(services),
         }
         out = _node_tests(CLIENT / "test" / "gateway", env=env, timeout=240)
     finally:
         control.shutdown()
         control.server_close()
-    assert "# pass 4" in out, out
+    assert "# pass 5" in out, out
     assert stack.starts >= 3, "the suite killed and restarted the gateway"
 
 

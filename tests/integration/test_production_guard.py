@@ -81,3 +81,15 @@ def test_dev_refuses_production() -> None:
     result = _tether("dev", {"TETHER_ENV": "production"})
     assert result.returncode == 2, result
     assert "refusing" in result.stderr and "TETHER_ENV=production" in result.stderr
+
+
+def test_a_production_gateway_needs_its_own_stream_token_key() -> None:
+    # Otherwise production-safe: stores off this machine, tokens from an IdP, no dev issuer key.
+    safe = {**SAFE_STORES, **IDP}
+    for key, why in (
+        ("", "TETHER_STREAM_TOKEN_SECRET is not set"),
+        ("short", "TETHER_STREAM_TOKEN_SECRET is shorter than 32 bytes"),
+    ):
+        result = _tether("gateway", {**safe, "TETHER_STREAM_TOKEN_SECRET": key})
+        assert result.returncode == 2, result
+        assert why in result.stderr and "Traceback" not in result.stderr, result.stderr

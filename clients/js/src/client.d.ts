@@ -63,6 +63,13 @@ export interface StreamOptions {
   onConnect?: (info: { after: number }) => void;
   /** A connection dropped or failed; the stream waits `delayMs`, then reconnects. */
   onReconnect?: (info: ReconnectInfo) => void;
+  /**
+   * The token that opened the stream expired or was revoked (the gateway's `reauthenticate`
+   * frame). Awaited, then the stream reconnects at once after the last event, with the token
+   * `getToken` gives then: refresh it here (or in getToken). A second one in a row with no
+   * event between is treated as a failed connection (backoff, onReconnect).
+   */
+  onReauthenticate?: (info: { reason: "expired" | "revoked"; after: number }) => void | Promise<void>;
   retry?: RetryOptions;
 }
 
@@ -158,7 +165,7 @@ export class TetherClient {
   openSession(token: string, options?: { signal?: AbortSignal }): Promise<Session>;
   /** The cookie's session (user, CSRF token), or null without one. */
   session(options?: { signal?: AbortSignal }): Promise<Session | null>;
-  /** Sign out: the gateway clears the session cookie. */
+  /** Sign out: revokes this client's token (or session cookie) on every gateway pod. */
   closeSession(options?: { signal?: AbortSignal }): Promise<void>;
   /** Only a gateway started by `tether dev` (TETHER_DEV_LOGIN=1); 404 elsewhere. */
   devToken(user: string, options?: { signal?: AbortSignal }): Promise<{ token: string; user: string }>;

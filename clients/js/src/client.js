@@ -306,7 +306,11 @@ export class TetherClient {
     }
   }
 
-  /** DELETE /v1/session: sign out (the cookie is cleared). */
+  /**
+   * Sign out: DELETE /v1/session revokes the token (or session cookie) this client sends, on
+   * every gateway pod; streams open with it end with a `reauthenticate` frame. The cookie is
+   * cleared and the CSRF token forgotten.
+   */
   async closeSession({ signal } = {}) {
     try {
       await this.#json("DELETE", "/v1/session", { signal });
@@ -363,12 +367,13 @@ export class RunStream {
 
   async *#events() {
     const signal = this.#controller.signal;
-    const { onConnect, onReconnect } = this.#options;
+    const { onConnect, onReconnect, onReauthenticate } = this.#options;
     const retry = { ...this.#client.retry, maxAttempts: Infinity, ...this.#options.retry };
     let res = this.#first;
     this.#first = null;
     let failures = 0;
     let serverRetryMs = null;
+    let reauthenticating = false; // the last connection ended with `reauthenticate`, no event since
     try {
       while (!signal.aborted) {
         let lastError;
@@ -379,7 +384,13 @@ export class RunStream {
           onConnect?.({ after: this.lastSequence });
           const body = res.body;
           res = null;
+          let reauthenticate = null;
           for await (const msg of iterateSse(body, { onRetry: (ms) => (serverRetryMs = ms) })) {
+            if (msg.event === "reauthenticate") {
+              // The token that opened this stream expired or was revoked: the gateway ends it.
+              reauthenticate = parseEvent(msg.data) ?? { type: "reauthenticate", reason: "expired" };
+              break;
+            }
             const ev = parseEvent(msg.data);
             if (!ev) continue;
             if (ev.type === "reset") {
@@ -394,11 +405,24 @@ export class RunStream {
             if (!(ev.sequence > this.lastSequence)) continue; // already delivered
             this.lastSequence = ev.sequence;
             failures = 0;
+            reauthenticating = false;
             if (TERMINAL_EVENTS.has(ev.type)) this.end = ev;
             yield ev;
             if (this.end) return;
           }
-          lastError = new TetherNetworkError("the event stream ended before the run did");
+          if (reauthenticate && !reauthenticating) {
+            // A new token (the caller's getToken, or onReauthenticate's doing), then resume
+            // after the last event at once: no backoff, not a failure. A second one in a row
+            // with nothing delivered between goes the failure path's backoff.
+            reauthenticating = true;
+            await onReauthenticate?.({ reason: reauthenticate.reason, after: this.lastSequence });
+            continue;
+          }
+          lastError = reauthenticate
+            ? new TetherError(`the stream's authorisation ended (${reauthenticate.reason})`, {
+                code: "REAUTHENTICATE",
+              })
+            : new TetherNetworkError("the event stream ended before the run did");
         } catch (err) {
           if (isAbort(err, signal)) return;
           if (err instanceof TetherError && !err.retryable) throw err;

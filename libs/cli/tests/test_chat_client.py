@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from tether_cli.chat_answers import NoAnswer, Preset, answer, ask_fill, coerce, pick
-from tether_cli.gateway_http import GatewayApi, sse_events
+from tether_cli.gateway_http import ApiError, GatewayApi, sse_events
 
 
 @pytest.fixture
@@ -136,3 +136,53 @@ def test_answers_from_presets_or_the_end_of_input() -> None:
         answer(confirm, Preset(), lambda _q: None, print)
     one, two = (answer(confirm, Preset(confirm="reject"), lambda _q: None, print) for _ in "12")
     assert one["decision"] == "reject" and one["idempotencyKey"] != two["idempotencyKey"]
+
+
+REAUTH = b'event: reauthenticate\ndata: {"type":"reauthenticate","reason":"expired"}\n\n'
+
+
+@pytest.fixture
+async def reauth_server() -> AsyncIterator[tuple[TestServer, list[int]]]:
+    """/v1/runs/ok/events: event 1 then `reauthenticate` the first time; after that the rest.
+    /v1/runs/never/events: `reauthenticate` every time (a token that stays refused)."""
+    opened: list[int] = []
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        opened.append(int(request.headers.get("Last-Event-ID", "-1")))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if request.match_info["id"] == "never":
+            await resp.write(REAUTH)
+            return resp
+        if len(opened) == 1:
+            one = {"type": "text_delta", "sequence": 1, "delta": "a"}
+            await resp.write(f"id: 1\ndata: {json.dumps(one)}\n\n".encode() + REAUTH)
+            return resp
+        await resp.write(b'id: 2\ndata: {"type": "done", "sequence": 2}\n\n')
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/runs/{id}/events", events)
+    srv = TestServer(app)
+    await srv.start_server()
+    yield srv, opened
+    await srv.close()
+
+
+async def test_follow_reconnects_at_once_after_reauthenticate(
+    reauth_server: tuple[TestServer, list[int]],
+) -> None:
+    srv, opened = reauth_server
+    notices: list[str] = []
+    api = GatewayApi(str(srv.make_url("")), "t", notice=notices.append)
+    try:
+        got = [ev["sequence"] async for ev in api.follow("ok", 0)]
+        opened.clear()
+        with pytest.raises(ApiError) as info:
+            [ev async for ev in api.follow("never", 0)]
+    finally:
+        await api.close()
+    assert got == [1, 2]
+    assert any("token ended: reconnecting after event 1" in n for n in notices)
+    assert not any("connection lost" in n for n in notices), "no backoff for a reauthenticate"
+    assert info.value.status == 401 and len(opened) == 2, "a second one in a row is the end"

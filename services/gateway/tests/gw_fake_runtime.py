@@ -67,6 +67,7 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
         self.live: dict[str, list[asyncio.Queue[events_pb2.RunEvent | None]]] = {}
         self.stream_calls: list[tuple[str, int]] = []
         self.tokens: list[str] = []
+        self.on_behalf: list[str] = []  # each call's x-tether-on-behalf-of ("" when none)
         self.fail_next_stream_after: int | None = None
         # What StartRun / StartRunAndStreamEvents / ResumeRun received, in order.
         self.starts: list[tuple[str, str]] = []  # (method, agent)
@@ -89,6 +90,7 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
     def _auth(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         md = dict(context.invocation_metadata() or ())
         self.tokens.append(str(md.get("authorization", "")))
+        self.on_behalf.append(str(md.get("x-tether-on-behalf-of", "")))
 
     async def GetRun(self, request: rs.GetRunRequest, context: Any) -> rs.GetRunResponse:
         self._auth(context)

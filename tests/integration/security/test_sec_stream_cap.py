@@ -57,7 +57,7 @@ async def open_until(http: Any, base: str, run_id: str, user: str, within_s: flo
 
 
 async def test_cap_holds_across_gateways_and_a_closed_stream_frees_its_slot(
-    capped, http, db, runtime, base_env, procs
+    capped, http, db, runtime, base_env, procs, redis_client
 ):
     a, b = capped
     user, other = new_user("cap"), new_user("cap")
@@ -99,6 +99,13 @@ async def test_cap_holds_across_gateways_and_a_closed_stream_frees_its_slot(
         async with opened(http, b, run_id, user) as resp:
             assert resp.status == 429
 
+    # Every stream above is closed: each pod notices at its next write and frees the slot (the
+    # streams' heartbeats tick at different moments, so wait for all of them, not for timing).
+    deadline = time.monotonic() + 5
+    while await redis_client.zcard(f"tether:streams:{{{user}}}") and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await redis_client.zcard(f"tether:streams:{{{user}}}") == 0, "closed streams kept slots"
+
     # A pod that crashes holding a stream: its lease runs out (three heartbeats) and the slot
     # with it, though nobody released it.
     c = start_gateway({**base_env, **CAP_ENV}, runtime.addr, name="gateway-cap-c")
@@ -109,7 +116,7 @@ async def test_cap_holds_across_gateways_and_a_closed_stream_frees_its_slot(
             stack.callback(resp.close)
             assert resp.status == 200
         crashed = await http.get(f"{c.addr}/v1/runs/{run_id}/events", headers=bearer(user))
-        assert crashed.status == 200
+        assert crashed.status == 200, await crashed.text()
         c.kill()
         async with opened(http, a, run_id, user) as resp:
             assert resp.status == 429, "the crashed pod's stream should still count at first"

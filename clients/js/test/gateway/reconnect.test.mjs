@@ -3,6 +3,7 @@
 // gateway and starts it again at the same address when this file asks. Environment:
 //   TETHER_GATEWAY_URL  the gateway; TETHER_CONTROL_URL  POST /kill, POST /start
 //   TETHER_TOKEN        a token for alice; TETHER_SERVICES  abnormal services, comma-separated
+//   TETHER_FRESH_TOKENS two more tokens for alice (other logins), comma-separated
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
@@ -202,4 +203,43 @@ test("cancel a run waiting for approval; errors carry the gateway's status and c
     client.streamRun("run_00000000000000000000000000", { onEvent: () => {} }),
     (err) => err instanceof TetherApiError && err.status === 404,
   );
+});
+
+test("a sign-out ends the open stream (reauthenticate); with a new token it resumes after the last event", async () => {
+  const [signedOut, fresh] = (process.env.TETHER_FRESH_TOKENS || "").split(",");
+  assert.ok(signedOut && fresh, "TETHER_FRESH_TOKENS: two tokens");
+  let current = signedOut;
+  const client = new TetherClient({ baseUrl: base, getToken: () => current, retry: FAST });
+  const conversation = await client.createConversation({ title: "js reauthenticate" });
+  const reauths = [];
+  const connects = [];
+  let interrupt = null;
+  const run = await client.startRun(conversation.id, `restart the abnormal ${services[3]} instance`, {
+    stream: true,
+    agent: "opspilot",
+    retry: FAST,
+    onConnect: (info) => connects.push(info),
+    onReauthenticate: async (info) => {
+      reauths.push(info);
+      current = fresh; // the app signs in again
+      await client.approve(run.runId, interrupt.interruptId);
+    },
+  });
+  const events = [];
+  for await (const ev of run) {
+    events.push(ev);
+    if (ev.type === "interrupt") {
+      interrupt = ev;
+      await client.closeSession(); // revokes `signedOut`: the gateway ends this stream
+    }
+  }
+  assert.deepEqual(reauths, [{ reason: "revoked", after: interrupt.sequence }]);
+  assert.deepEqual(connects.map((c) => c.after), [0, interrupt.sequence], "one reconnect, from the interrupt");
+  checkDense(events);
+  assert.equal(events.at(-1).type, "done");
+  await assert.rejects(new TetherClient({ baseUrl: base, token: signedOut }).getRun(run.runId), (err) => {
+    assert.ok(err instanceof TetherApiError);
+    assert.equal(err.status, 401);
+    return true;
+  });
 });

@@ -26,7 +26,12 @@ export async function flow(): Promise<TerminalEvent | null> {
   const status: "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled" = run.status;
   void status;
   void replayed;
-  const end = await client.streamRun(run.id, { after: 3, onEvent: (e: RunEvent) => void e.sequence });
+  const end = await client.streamRun(run.id, {
+    after: 3,
+    onEvent: (e: RunEvent) => void e.sequence,
+    onReauthenticate: async ({ reason, after }) => void (reason === "revoked" ? after : 0),
+  });
+  await client.closeSession();
   try {
     await client.cancel(run.id, "bored");
   } catch (err) {

@@ -263,6 +263,7 @@ class GatewayApi:
         last = after
         backoff = Backoff(self.patience_s)
         lost = False
+        reauthenticated = False  # the last connection ended with `reauthenticate`, no event since
         while True:
             resp = opened
             opened = None
@@ -276,6 +277,13 @@ class GatewayApi:
                     lost = False
                 backoff.reset()
                 async for ev in sse_events(resp):
+                    if ev.get("type") == "reauthenticate":
+                        # The token expired or was revoked: the gateway ends the stream. One
+                        # reconnect at once (a revoked or expired token is then a 401).
+                        if reauthenticated:
+                            raise ApiError(401, "UNAUTHENTICATED", "the stream's token ended")
+                        reauthenticated = True
+                        break
                     if ev.get("type") == "reset":
                         # The stream restarted from the run's state: the log continues after it.
                         run = ev.get("run") or {}
@@ -288,10 +296,13 @@ class GatewayApi:
                     if seq <= last:
                         continue  # already handed out: never twice
                     last = seq
+                    reauthenticated = False
                     yield ev
                     if ev.get("type") in TERMINAL_TYPES:
                         return
-                raise ConnectionResetError("the gateway ended the stream before the run ended")
+                else:
+                    raise ConnectionResetError("the gateway ended the stream before the run ended")
+                self.notice(f"the stream's token ended: reconnecting after event {last}")
             except Exception as err:
                 if not retryable(err):
                     raise

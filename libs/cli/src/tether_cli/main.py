@@ -8,7 +8,7 @@ import sys
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 
-from tether_cli import commands, connect, runs
+from tether_cli import commands, connect, revoke, runs
 
 EXIT_UNSAFE_SETTINGS = 2
 
@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--user", help="only this user's grants")
     _add_chat(verbs)
     _add_runs(verbs)
+    revoke.add_arguments(verbs)
     return parser
 
 
@@ -186,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.verb in ("runtime", "gateway", "dev"):
             settings.check("gateway" if args.verb == "gateway" else "runtime")
+        if args.verb == "gateway":
+            from tether_gateway.server import check_gateway
+
+            check_gateway(settings)
     except UnsafeSettings as err:
         print(f"tether {args.verb}: {err.message}", file=sys.stderr)
         return EXIT_UNSAFE_SETTINGS
@@ -201,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         return commands.seed_demo(settings, reset=args.reset)
     if args.verb == "agents":
         return commands.agents(settings, as_json=args.json)
+    if args.verb == "revoke":
+        return revoke.revoke(settings, args)
     if args.verb in ("runtime", "gateway"):
         return commands.serve(args.verb, settings)
     if args.verb == "conformance":

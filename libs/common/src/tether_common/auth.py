@@ -86,7 +86,7 @@ def issue_token(
         "iat": now,
         "exp": now + int(ttl_s),
         "scope": scope,
-        "jti": uuid.uuid4().hex,
+        "jti": uuid.uuid4().hex,  # what a sign-out revokes (tether_common.revocation)
     }
     if run_id:
         claims["run"] = run_id

@@ -40,6 +40,19 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise UnsafeSettings(f"{name}={raw!r} is not a switch (1/0, true/false)")
 
 
+MAX_STREAM_TOKEN_TTL_S = 300.0
+
+
+def _stream_token_ttl(env: Mapping[str, str]) -> float:
+    ttl = _float(env, "TETHER_STREAM_TOKEN_TTL_S", 120.0)
+    if not 1 <= ttl <= MAX_STREAM_TOKEN_TTL_S:
+        raise UnsafeSettings(
+            f"TETHER_STREAM_TOKEN_TTL_S must be between 1 and {MAX_STREAM_TOKEN_TTL_S:.0f} "
+            f"seconds, not {ttl}: a stream token must be short-lived"
+        )
+    return ttl
+
+
 MODEL_CHOICES = ("agent", "openai", "anthropic")
 MAX_JWT_LEEWAY_S = 300.0
 
@@ -174,6 +187,13 @@ class Settings:
     # Gateway: continue a caller's `traceparent` and baggage (only internal callers reach it);
     # off: each request starts its own trace and links the caller's (request_tracing.py).
     trust_traceparent: bool = False
+    # Issue #16, stream tokens and the gateway's service identity (gateway only). The stream
+    # token key: empty in dev means derived from jwt_secret (stream_tokens.stream_token_key).
+    stream_token_secret: str = field(default="", repr=False)
+    stream_token_ttl_s: float = 120.0
+    oidc_client_id: str = ""
+    oidc_client_secret: str = field(default="", repr=False)
+    oidc_client_secret_file: str = ""
     log_level: str = "INFO"
     service_name: str = "tether"
     # --- deployment: what a pod exposes (deploy/k8s/README.md) ---
@@ -279,6 +299,11 @@ class Settings:
             rate_limit_cancel_per_min=_int(e, "TETHER_RATE_LIMIT_CANCEL_PER_MIN", rate),
             max_streams_per_user=_int(e, "TETHER_MAX_STREAMS_PER_USER", cls.max_streams_per_user),
             trust_traceparent=e.get("TETHER_TRUST_TRACEPARENT", "0") in ("1", "true"),
+            stream_token_secret=e.get("TETHER_STREAM_TOKEN_SECRET", ""),
+            stream_token_ttl_s=_stream_token_ttl(e),
+            oidc_client_id=e.get("TETHER_OIDC_CLIENT_ID", ""),
+            oidc_client_secret=e.get("TETHER_OIDC_CLIENT_SECRET", ""),
+            oidc_client_secret_file=e.get("TETHER_OIDC_CLIENT_SECRET_FILE", ""),
             log_level=e.get("TETHER_LOG_LEVEL", cls.log_level),
             service_name=e.get("OTEL_SERVICE_NAME", cls.service_name),
             **_deployment_settings(e, mode),

@@ -15,9 +15,9 @@ from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 
 from tether_gateway import csrf
-from tether_gateway.auth import SESSION_COOKIE, STREAM_TOKEN_TTL_S, Caller, authenticate
+from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
-from tether_gateway.runtime_client import OpenedRun
+from tether_gateway.runtime_client import Credential, OpenedRun
 from tether_gateway.sse import is_finished, parse_resume_point, stream_response
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import Field, body, compact_object, page_size, read_json, validate
@@ -67,7 +67,7 @@ def _json(data: dict[str, Any], status: int = 200) -> web.Response:
 async def _caller(request: web.Request, gw: GatewayState) -> Caller:
     """A bearer header, or the session cookie: for a state-changing method only with the CSRF
     token and from this origin (csrf.py), checked before anything is changed."""
-    caller = await authenticate(request, gw.verifier, cookie=True)
+    caller = await authenticate(request, gw.auth, cookie=True)
     if caller.via_cookie and request.method not in ("GET", "HEAD", "OPTIONS"):
         csrf.check(request, caller.token)
     return caller
@@ -184,6 +184,8 @@ async def start_run(request: web.Request) -> web.StreamResponse:
             status=201,
             headers={"Location": location, "X-Run-Id": run.id},
             slot=slot,
+            expires_at=caller.expires_at,
+            jtis=caller.jtis,
         )
     body_json = {"run": run_json(run), "replayed": replayed}
     return web.json_response(body_json, status=201, headers={"Location": location})
@@ -286,18 +288,18 @@ async def cancel_run(request: web.Request) -> web.Response:
 
 
 async def stream_token(request: web.Request) -> web.Response:
-    """A short-lived token reading one run's events: for `EventSource`, which sends no headers."""
+    """A short-lived token reading one run's events: for `EventSource`, which sends no headers.
+    Signed with the gateways' own key (stream_tokens.py), never outliving the caller's token."""
     gw = state(request)
     caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "stream_token", caller.principal.user_id)
     run_id = request.match_info["id"]
     # Only a caller who may read the run gets a token for it (404/403 come from the runtime).
     await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
-    ttl = STREAM_TOKEN_TTL_S
-    token = issue_token(
-        gw.settings.jwt_secret, caller.principal.user_id, ttl_s=ttl, scope="stream", run_id=run_id
+    token, exp = gw.auth.stream_tokens.mint(
+        caller.principal.user_id, run_id, not_after=caller.expires_at, session_jti=caller.jti
     )
-    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + ttl))
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(exp))
     return _json(
         {"token": token, "expiresAt": expires, "eventsUrl": f"/v1/runs/{run_id}/events"}, 201
     )
@@ -321,6 +323,8 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         head=opened.head,
         ended=opened.ended,
         slot=slot,
+        expires_at=opened.expires_at,
+        jtis=opened.jtis,
     )
 
 
@@ -329,9 +333,11 @@ class EventsOpen:
     """What an SSE open resolved to: where to follow the run from, what to send first."""
 
     run_id: str
-    token: str
+    token: Credential
     user_id: str
     after: int
+    expires_at: float  # the opening token's: the stream ends then (stream_grants.py)
+    jtis: tuple[str, ...]  # and when one of these is revoked
     head: bytes = b""  # a `reset` for a resume point ahead of the run
     ended: bool = False  # the run is over: nothing follows the head
 
@@ -339,18 +345,19 @@ class EventsOpen:
 async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | None:
     """Auth, rate limit, resume point and the caller's own GetRun (the ownership check) for an
     SSE open; None when the run is over with nothing left to send (204)."""
-    caller = await authenticate(request, gw.verifier, cookie=True, stream_token=True)
+    caller = await authenticate(request, gw.auth, cookie=True, stream_token=True)
     run_id = request.match_info["id"]
     p = caller.principal
     await gw.limiter.check(gw.redis, "events", p.user_id)
     if p.scope == "stream" and p.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
     after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
-    resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.token)
+    # A stream token's reader is checked as its user, by the gateway's service identity.
+    resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.credential)
     run = resp.run
     if is_finished(run, after):
         return None
-    opened = EventsOpen(run_id, caller.token, p.user_id, after)
+    opened = EventsOpen(run_id, caller.credential, p.user_id, after, caller.expires_at, caller.jtis)
     if after > run.last_sequence:
         # Ahead of the run (a stale or forged Last-Event-ID): the client redraws from the run's
         # state in this GetRun's answer, then follows the shared feed from the real position.
@@ -367,8 +374,8 @@ async def open_session(request: web.Request) -> web.Response:
     page keeps the CSRF token in memory only and forgets the bearer."""
     gw = state(request)
     csrf.check_origin(request, required=False)  # a browser's login from another site: refused
-    caller = await authenticate(request, gw.verifier)
-    remaining = max(1, int(caller.principal.remaining_s()))
+    caller = await authenticate(request, gw.auth)
+    remaining = max(1, int(caller.expires_at - time.time()))
     resp = _json(_session_json(caller, remaining))
     resp.set_cookie(
         SESSION_COOKIE,
@@ -386,7 +393,7 @@ async def get_session(request: web.Request) -> web.Response:
     """Who the session cookie names, and its CSRF token: what a reloaded page needs."""
     gw = state(request)
     caller = await _caller(request, gw)
-    return _json(_session_json(caller, max(1, int(caller.principal.remaining_s()))))
+    return _json(_session_json(caller, max(1, int(caller.expires_at - time.time()))))
 
 
 def _session_json(caller: Caller, remaining_s: int) -> dict[str, Any]:
@@ -399,12 +406,12 @@ def _session_json(caller: Caller, remaining_s: int) -> dict[str, Any]:
 
 
 async def close_session(request: web.Request) -> web.Response:
-    """Sign out: clears the cookie. A request carrying the cookie is checked like any other
-    state-changing one (another site cannot sign the user out); without it there is nothing
-    to clear and nothing to check."""
-    session = request.cookies.get(SESSION_COOKIE)
-    if session and not request.headers.get("Authorization"):
-        csrf.check(request, session)
+    """Sign out: the session's token is revoked on every gateway pod (its open streams end), not
+    merely forgotten by this browser. Needs the session itself (bearer, or the cookie with the
+    CSRF checks of any state-changing request: another site cannot sign the user out)."""
+    gw = state(request)
+    caller = await _caller(request, gw)
+    await gw.auth.revocations.revoke(gw.redis, caller.jti, caller.expires_at)
     resp = web.Response(status=204)
     resp.del_cookie(SESSION_COOKIE, path="/v1")
     return resp

@@ -20,6 +20,7 @@ from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
 from tether_gateway.request_tracing import tracing_middleware
 from tether_gateway.runtime_client import RuntimeClient, open_channel
+from tether_gateway.service_identity import service_identity
 from tether_gateway.state import STATE, GatewayState
 from tether_gateway.validation import storable_params
 
@@ -63,10 +64,13 @@ def create_app(settings: Settings) -> web.Application:
         channel = open_channel(settings)
         unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a channel does
         log.info("runtime channel open", extra={"grpc_poller_sockets_unblocked": unblocked})
-        gw.runtime = RuntimeClient(channel)
+        identity = service_identity(settings)
+        gw.runtime = RuntimeClient(channel, identity=identity)
         yield
         gw.runtime = None
         await channel.close(grace=1.0)
+        if identity is not None:
+            await identity.close()
 
     async def redis_client(app: web.Application) -> AsyncIterator[None]:
         if settings.redis_url:
@@ -76,10 +80,12 @@ def create_app(settings: Settings) -> web.Application:
         refresher = asyncio.create_task(
             gw.slots.run_refresher(lambda: gw.redis, settings.sse_heartbeat_s)
         )
+        revocations = asyncio.create_task(gw.auth.revocations.follow(lambda: gw.redis))
         yield
-        refresher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await refresher
+        for task in (refresher, revocations):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if gw.redis is not None:
             await gw.redis.aclose()
             gw.redis = None
@@ -89,7 +95,7 @@ def create_app(settings: Settings) -> web.Application:
 
     app.cleanup_ctx.extend([runtime_channel, redis_client])
     app.on_shutdown.append(end_streams)
-    app.on_cleanup.append(lambda _: gw.verifier.aclose())
+    app.on_cleanup.append(lambda _: gw.auth.verifier.aclose())
     # With TETHER_METRICS_ADDR, /metrics is served on that port alone (server.py).
     health.add_routes(app, with_metrics=not settings.metrics_addr)
     # The dev token route only when `tether dev` (or a test) asks for it: never by TETHER_ENV.

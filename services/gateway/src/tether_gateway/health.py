@@ -1,4 +1,5 @@
-"""Liveness, readiness (runtime gRPC health + Redis ping), Prometheus metrics, OpenAPI."""
+"""Liveness, readiness (runtime gRPC health + Redis ping + the revoked tokens loaded),
+Prometheus metrics, OpenAPI."""
 
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ async def readyz(request: web.Request) -> web.Response:
     gw = state(request)
     runtime = gw.runtime is not None and await gw.runtime.serving()
     redis = await _redis_ok(gw.redis)
-    ready = runtime and redis and not gw.draining
+    # A pod that has not loaded the revoked tokens yet would let a signed-out session in.
+    revocations = gw.auth.revocations.synced.is_set()
+    ready = runtime and redis and revocations and not gw.draining
     checks = {
         "runtime": "ok" if runtime else "unavailable",
         "redis": "ok" if redis else "unavailable",
+        "revocations": "ok" if revocations else "loading",
         "draining": gw.draining,
     }
     return web.json_response(

@@ -43,6 +43,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.sse_reauthenticate = Counter(
+            "tether_gateway_sse_reauthenticate",
+            "SSE streams ended because the token that opened them expired or was revoked",
+            ["reason"],
+            registry=r,
+        )
         self.sse_heartbeats = Counter(
             "tether_gateway_sse_heartbeats", "Keep-alive comments sent to idle streams", registry=r
         )

@@ -25,7 +25,7 @@ import grpc
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
-from tether_gateway.runtime_client import OpenedRun, follow_events
+from tether_gateway.runtime_client import Credential, OpenedRun, follow_events
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -61,7 +61,7 @@ class RunFeed:
         self,
         registry: FeedRegistry,
         run_id: str,
-        token: str,
+        token: Credential,
         after: int,
         *,
         ring_frames: int = RING_FRAMES,
@@ -87,7 +87,7 @@ class RunFeed:
         """A connection resuming after `after` can be served from the ring, then live."""
         return not self.closed and self.floor <= after
 
-    def join(self, sub: Subscriber, after: int, token: str) -> None:
+    def join(self, sub: Subscriber, after: int, token: Credential) -> None:
         if not self.covers(after):
             raise ValueError("the feed's ring does not cover this resume point")
         if self._linger is not None:
@@ -244,7 +244,9 @@ class FeedRegistry:
         if self._on_upstream is not None:
             self._on_upstream(delta)
 
-    def subscribe(self, run_id: str, sub: Subscriber, after: int, token: str) -> RunFeed | None:
+    def subscribe(
+        self, run_id: str, sub: Subscriber, after: int, token: Credential
+    ) -> RunFeed | None:
         """Join the run's feed (creating it when there is none); None when the existing feed's
         ring does not reach back to `after` (the caller then streams on its own)."""
         feed = self.feeds.get(run_id)
@@ -259,7 +261,7 @@ class FeedRegistry:
         feed.join(sub, after, token)
         return feed
 
-    def adopt(self, run_id: str, token: str, opened: OpenedRun) -> None:
+    def adopt(self, run_id: str, token: Credential, opened: OpenedRun) -> None:
         """Make the call that started a run (StartRunAndStreamEvents) the run's feed, for its
         starter's connection to join from sequence 0 as any other. A feed this process already
         has for the run (a replayed start) makes the call redundant. A feed nobody joins closes

@@ -1,6 +1,7 @@
 """The gateway's gRPC channel to the runtime, on tether_client: its channel settings (round_robin,
 keepalive, message size) and its typed calls (`RuntimeApi`). The gateway keeps its own policy:
-each call forwards the browser's bearer token, unary calls get the gateway's deadline, and a
+each call forwards the browser's bearer token (or, for a stream token's reader, the gateway's
+service identity on the user's behalf, service_identity.py), unary calls get the gateway's deadline, and a
 failed call stays a `grpc.aio.AioRpcError` for the error middleware to map to HTTP."""
 
 from __future__ import annotations
@@ -19,94 +20,124 @@ from tether_common.config import Settings
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
 
+from tether_gateway.service_identity import ON_BEHALF_HEADER, OnBehalf, ServiceIdentity
+
 UNARY_DEADLINE_S = 5.0
 HEALTH_DEADLINE_S = 1.0
 
 Metadata = tuple[tuple[str, str], ...]
+# Who a runtime call is made as: the caller's own bearer token, or the gateway's service
+# identity on behalf of a user (a stream token's, which the runtime cannot verify).
+Credential = str | OnBehalf
 
 
 class RuntimeClient:
     """Typed calls with the metadata that forwards the caller's bearer token."""
 
-    def __init__(self, channel: grpc.aio.Channel, deadline_s: float = UNARY_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        deadline_s: float = UNARY_DEADLINE_S,
+        identity: ServiceIdentity | None = None,
+    ) -> None:
         self.channel = channel
         self.deadline_s = deadline_s
+        self.identity = identity
         self.api = RuntimeApi(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
 
-    @staticmethod
-    def metadata(token: str) -> Metadata:
+    async def metadata(self, credential: Credential) -> Metadata:
         # The current trace (the browser's request) continues in the runtime.
-        return (("authorization", f"Bearer {token}"), *inject_carrier().items())
+        trace = tuple(inject_carrier().items())
+        if isinstance(credential, str):
+            return (("authorization", f"Bearer {credential}"), *trace)
+        if self.identity is None:
+            raise Unavailable("the gateway has no service identity to read this run with")
+        service = await self.identity.token()
+        return (
+            ("authorization", f"Bearer {service}"),
+            (ON_BEHALF_HEADER, credential.user_id),
+            *trace,
+        )
 
     async def create_conversation(
-        self, request: rs.CreateConversationRequest, token: str
+        self, request: rs.CreateConversationRequest, token: Credential
     ) -> rs.CreateConversationResponse:
         return await self.api.create_conversation(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
     async def get_conversation(
-        self, request: rs.GetConversationRequest, token: str
+        self, request: rs.GetConversationRequest, token: Credential
     ) -> rs.GetConversationResponse:
         return await self.api.get_conversation(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
     async def list_conversations(
-        self, request: rs.ListConversationsRequest, token: str
+        self, request: rs.ListConversationsRequest, token: Credential
     ) -> rs.ListConversationsResponse:
         return await self.api.list_conversations(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
     async def list_messages(
-        self, request: rs.ListMessagesRequest, token: str
+        self, request: rs.ListMessagesRequest, token: Credential
     ) -> rs.ListMessagesResponse:
         return await self.api.list_messages(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def start_run(self, request: rs.StartRunRequest, token: str) -> rs.StartRunResponse:
+    async def start_run(
+        self, request: rs.StartRunRequest, token: Credential
+    ) -> rs.StartRunResponse:
         return await self.api.start_run(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def resume_run(self, request: rs.ResumeRunRequest, token: str) -> rs.ResumeRunResponse:
+    async def resume_run(
+        self, request: rs.ResumeRunRequest, token: Credential
+    ) -> rs.ResumeRunResponse:
         return await self.api.resume_run(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def get_run(self, request: rs.GetRunRequest, token: str) -> rs.GetRunResponse:
+    async def get_run(self, request: rs.GetRunRequest, token: Credential) -> rs.GetRunResponse:
         return await self.api.get_run(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def cancel_run(self, request: rs.CancelRunRequest, token: str) -> rs.CancelRunResponse:
+    async def cancel_run(
+        self, request: rs.CancelRunRequest, token: Credential
+    ) -> rs.CancelRunResponse:
         return await self.api.cancel_run(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def list_runs(self, request: rs.ListRunsRequest, token: str) -> rs.ListRunsResponse:
+    async def list_runs(
+        self, request: rs.ListRunsRequest, token: Credential
+    ) -> rs.ListRunsResponse:
         return await self.api.list_runs(
-            request, metadata=self.metadata(token), timeout=self.deadline_s
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def list_agents(self, token: str) -> rs.ListAgentsResponse:
+    async def list_agents(self, token: Credential) -> rs.ListAgentsResponse:
         return await self.api.list_agents(
-            rs.ListAgentsRequest(), metadata=self.metadata(token), timeout=self.deadline_s
+            rs.ListAgentsRequest(), metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    def stream_events(self, request: rs.StreamRunEventsRequest, token: str) -> EventCall:
+    async def stream_events(
+        self, request: rs.StreamRunEventsRequest, token: Credential
+    ) -> EventCall:
         # No deadline: the stream lives as long as the run; keepalive detects dead peers.
-        return self.api.stream_run_events(request, metadata=self.metadata(token))
+        return self.api.stream_run_events(request, metadata=await self.metadata(token))
 
     async def start_run_streaming(
-        self, request: rs.StartRunAndStreamEventsRequest, token: str
+        self, request: rs.StartRunAndStreamEventsRequest, token: Credential
     ) -> OpenedRun:
         """StartRunAndStreamEvents up to its first message (the run as started), within the
         unary deadline; the call then streams on without one, as StreamRunEvents does."""
-        call = self.api.start_run_and_stream_events(request, metadata=self.metadata(token))
+        call = self.api.start_run_and_stream_events(request, metadata=await self.metadata(token))
         try:
             async with asyncio.timeout(self.deadline_s):
                 first = await call.read()
@@ -162,7 +193,7 @@ MAX_RETRIES = 5
 async def follow_events(
     client: Callable[[], RuntimeClient],
     run_id: str,
-    token: str,
+    token: Credential,
     position: Callable[[], int],
     opened: OpenedRun | None = None,
 ) -> AsyncGenerator[Sequence[events_pb2.RunEvent], None]:
@@ -179,7 +210,7 @@ async def follow_events(
             opened = None
         else:
             request = rs.StreamRunEventsRequest(run_id=run_id, after_sequence=position())
-            call, head = client().stream_events(request, token), None
+            call, head = await client().stream_events(request, token), None
         try:
             if head:
                 yield head

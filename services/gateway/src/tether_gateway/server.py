@@ -16,6 +16,7 @@ from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
+from tether_gateway import service_identity, stream_tokens
 from tether_gateway.app import create_app
 from tether_gateway.health import metrics_app
 from tether_gateway.state import STATE
@@ -28,6 +29,19 @@ def split_addr(addr: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)  # noqa: S104 - ":8080" means all interfaces
 
 
+def check_gateway(settings: Settings) -> None:
+    """What only a production gateway needs: its own stream token key. (Without a service
+    identity it starts, saying so: stream-token streams are then refused with 503.)"""
+    if settings.env != "production":
+        return
+    problems = stream_tokens.production_problems(settings)
+    if problems:
+        raise UnsafeSettings(
+            "refusing to start the gateway with TETHER_ENV=production, because:\n"
+            + "".join(f"  - {p}\n" for p in problems)
+        )
+
+
 async def run_server(settings: Settings) -> None:
     settings.check("gateway")
     if settings.runtime_tls_ca_file:  # an unreadable CA bundle stops the pod before it serves
@@ -35,6 +49,10 @@ async def run_server(settings: Settings) -> None:
             tls_credentials(settings.runtime_tls_ca_file)
         except ValueError as err:
             raise UnsafeSettings(f"TETHER_RUNTIME_TLS_CA_FILE: {err}") from None
+    check_gateway(settings)
+    if settings.env == "production":
+        for problem in service_identity.production_problems(settings):
+            log.warning("%s", problem)
     setup_tracing("tether-gateway")
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.

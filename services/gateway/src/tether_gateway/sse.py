@@ -1,6 +1,7 @@
 """SSE (DESIGN section 6): each connection follows its run's shared feed (one StreamRunEvents call
 per run per process, run_feed.py) or a dedicated call of its own; `retry:` first, pre-encoded
-frames written coalesced, heartbeats when idle, a bounded per-connection buffer, drain on exit."""
+frames written coalesced, heartbeats when idle, a bounded per-connection buffer, drain on exit;
+a `reauthenticate` frame and the end when the token that opened it expires or is revoked."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from tether_common.errors import InvalidArgument
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
 from tether_gateway.run_feed import TERMINAL_STATUSES, RunFeed
-from tether_gateway.runtime_client import follow_events
+from tether_gateway.runtime_client import Credential, follow_events
 from tether_gateway.state import GatewayState
+from tether_gateway.stream_grants import Reason, reauthenticate_frame
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +69,13 @@ class EventStream:
         resp: web.StreamResponse,
         *,
         run_id: str,
-        token: str,
+        token: Credential,
         after: int,
         started: float,
         head: bytes = b"",
         ended: bool = False,
+        expires_at: float | None = None,
+        jtis: tuple[str, ...] = (),
     ) -> None:
         self.gw = gw
         self.request = request
@@ -82,6 +86,8 @@ class EventStream:
         self.started = started
         self.head = head
         self.ended = ended
+        self.expires_at = expires_at
+        self.jtis = jtis
         self.limit = gw.settings.sse_buffer_bytes
         self._chunks: list[bytes] = []
         self._queued = 0
@@ -92,6 +98,8 @@ class EventStream:
         self._source_done = False
         self._feed: RunFeed | None = None
         self._pump_task: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self._reauthenticating = False
 
     def stop(self) -> None:
         self._stopping = True
@@ -136,6 +144,38 @@ class EventStream:
     def source_ended(self, error: BaseException | None) -> None:
         self._source_done = True
         self._wake()
+
+    def reauthenticate(self, reason: Reason) -> None:
+        """The token that opened this stream expired or was revoked: nothing more is read for
+        it; what is queued goes out, then the `reauthenticate` frame, then the stream ends."""
+        if self._reauthenticating or self._dropped:
+            return
+        self._reauthenticating = True
+        if self._feed is not None:
+            self._feed.leave(self)
+            self._feed = None
+        if self._pump_task is not None and not self._pump_task.done():
+            self._pump_task.cancel()
+        frame = reauthenticate_frame(reason)
+        self._chunks.append(frame)
+        self._queued += len(frame)
+        self._source_done = True
+        self._wake()
+        self.gw.metrics.sse_reauthenticate.labels(reason).inc()
+
+    def _watch_grant(self) -> None:
+        if self.expires_at is None:
+            return
+        self._expiry = self.gw.grants.watch(self, self.jtis, self.expires_at)
+        # Revoked between the request's check and now (the open awaited the runtime meanwhile).
+        if any(self.gw.auth.revocations.is_revoked(j) for j in self.jtis):
+            self.reauthenticate("revoked")
+
+    def _unwatch_grant(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        self.gw.grants.forget(self, self.jtis)
 
     def _pending(self) -> int:
         transport = self.request.transport
@@ -236,7 +276,9 @@ class EventStream:
         first = True
         try:
             await self._write(f"retry: {self.gw.settings.sse_retry_ms}\n\n".encode())
-            self._start_source()
+            self._watch_grant()
+            if not self._reauthenticating:
+                self._start_source()
             while not self.stopping() and not self._dropped:
                 if not self._chunks and not self._source_done:
                     if not await self._sleep(heartbeat_s):
@@ -262,6 +304,7 @@ class EventStream:
         except (ConnectionError, SlowClient):
             pass  # the client went away or was dropped; it reconnects with its Last-Event-ID
         finally:
+            self._unwatch_grant()
             self._chunks = []
             if self._feed is not None:
                 self._feed.leave(self)
@@ -295,7 +338,7 @@ async def stream_response(
     gw: GatewayState,
     *,
     run_id: str,
-    token: str,
+    token: Credential,
     after: int,
     started: float,
     head: bytes = b"",
@@ -303,8 +346,11 @@ async def stream_response(
     status: int = 200,
     headers: dict[str, str] | None = None,
     slot: str | None = None,
+    expires_at: float | None = None,
+    jtis: tuple[str, ...] = (),
 ) -> web.StreamResponse:
-    """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends."""
+    """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends;
+    `expires_at` / `jtis`: the opening token's, which end it (stream_grants.py)."""
     try:
         resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
@@ -322,6 +368,8 @@ async def stream_response(
         started=started,
         head=head,
         ended=ended,
+        expires_at=expires_at,
+        jtis=jtis,
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()

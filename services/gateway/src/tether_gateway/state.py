@@ -8,11 +8,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
+from tether_common.revocation import Revocations
 
+from tether_gateway.auth import Authenticator
 from tether_gateway.metrics import Metrics
 from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.run_feed import FeedRegistry
+from tether_gateway.stream_grants import StreamGrants
 from tether_gateway.stream_slots import StreamSlots
+from tether_gateway.stream_tokens import StreamTokens
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -30,12 +34,21 @@ class GatewayState:
     limiter: RateLimiter = field(init=False)
     feeds: FeedRegistry = field(init=False)
     slots: StreamSlots = field(init=False)
-    # The same verifier the runtimes use (OIDC issuer and/or dev issuer); it holds the JWKS.
-    verifier: TokenVerifier = field(init=False)
+    auth: Authenticator = field(init=False)
+    grants: StreamGrants = field(init=False)
 
     def __post_init__(self) -> None:
+        # The user tokens' verifier is the runtimes' (OIDC issuer and/or dev issuer; it holds
+        # the JWKS); stream tokens are the gateways' own.
+        self.auth = Authenticator(
+            TokenVerifier.from_settings(self.settings),
+            StreamTokens.from_settings(self.settings),
+            Revocations(),
+        )
+        self.grants = StreamGrants(self.settings.jwt_leeway_s)
+        # A revocation any pod records ends this pod's open streams holding that token.
+        self.auth.revocations.on_revoked(self.grants.revoked)
         self.limiter = RateLimiter.from_settings(self.settings)
-        self.verifier = TokenVerifier.from_settings(self.settings)
         # A lease of three heartbeats, refreshed every heartbeat: one missed tick is no loss.
         self.slots = StreamSlots(
             self.settings.max_streams_per_user, lease_s=3 * self.settings.sse_heartbeat_s
