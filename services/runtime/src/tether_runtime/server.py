@@ -65,7 +65,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     bus = EventBus(settings.redis_url)
     await bus.start()
     await agents.start(settings.database_url)
-    gate = ToolGate(settings.tool_gate_mode, settings.tool_deny)
+    gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
     engine = Engine(pool, bus, settings, gate, agents)
     server = grpc.aio.server(options=server_options(settings))
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
