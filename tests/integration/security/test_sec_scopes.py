@@ -9,7 +9,9 @@
 - the gate's allowlist depends on the user (TETHER_TOOL_ALLOW_GRANT): a tool reserved to holders of
   `tool.use` is not offered to anyone else's model, and a call forced by a scripted model is a
   gate violation that is blocked; a holder is offered it and reaches the card, and revoking the
-  grant takes it off the next offer."""
+  grant takes it off the next offer;
+- a scope cannot be dodged: naming one's own service with another service's instance reads
+  nothing (the tool reads only an instance of the service its scope names)."""
 
 from __future__ import annotations
 
@@ -310,3 +312,31 @@ async def test_a_tool_reserved_to_a_grant_is_neither_offered_nor_callable_withou
     _, evs = await run_as(holder)
     assert types(evs)[-1] == "done"
     assert RESERVED not in _offered(llm.requests[0].body)
+
+
+async def test_a_scope_cannot_be_dodged_by_naming_ones_own_service(
+    openai_runtime: tuple[Proc, FakeOpenAI], private_db: Any
+) -> None:
+    """A model (or a prompt injection steering it) that names the user's own service with another
+    service's instance reads nothing: the grant covers the scope named, and the tool reads only
+    an instance of that service."""
+    proc, llm = openai_runtime
+    user = new_user("dodger")
+    mine, _ = await abnormal_service(private_db, prefix="dmine", owner=user)
+    _, theirs = await abnormal_service(private_db, prefix="dtheirs", owner=new_user("owner"))
+    await _plant_log(private_db, theirs, f"connecting with {MARKER}")
+    dodge = FakeCall("get_logs", {"service": mine, "env": "prod", "instance_id": theirs})
+    llm.replies = [Reply(calls=[dodge]), Reply(text="Nothing for you.")]
+    llm.requests.clear()
+    c = Client(proc.addr, token(TEST_SECRET, user))
+    try:
+        run = (await c.start(await c.conversation(), f"logs of {theirs}")).run
+        evs = await c.events(run.id)
+    finally:
+        await c.close()
+    assert types(evs)[-1] == "done", types(evs)
+    (done,) = [e.tool_finished for e in evs if e.WhichOneof("event") == "tool_finished"]
+    assert done.status == events_pb2.TOOL_STATUS_ERROR
+    assert f"no instance {theirs} in {mine}/prod" in done.summary
+    assert MARKER not in str(evs)
+    assert all(MARKER not in m for m in _tool_messages(llm.requests[1].body))
