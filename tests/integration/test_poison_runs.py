@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
+from tether_testkit.inventory import grant_service
 from tether_testkit.processes import Proc, free_port, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
@@ -96,6 +97,7 @@ async def _target(conn: asyncpg.Connection) -> str:
         f"{svc}-1",
         svc,
     )
+    await grant_service(conn, USER, svc)
     return svc
 
 

@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 from tether_common.auth import issue_token
 from tether_testkit import stores
+from tether_testkit.inventory import grant_service
 from tether_testkit.processes import Proc, free_port, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.timeout(240)
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("pyclient_script.py")
 QUICKSTART = REPO / "docs" / "examples" / "client_quickstart.py"
-USER = "alice"  # the demo grants: alice may restart any instance
+USER = "alice"  # granted each service this test makes (grant_service)
 COMPLETED = 4  # RUN_STATUS_COMPLETED
 
 
@@ -148,6 +149,7 @@ async def fresh_instance(conn: asyncpg.Connection, name: str) -> str:
         inst,
         svc,
     )
+    await grant_service(conn, USER, svc)
     return inst
 
 

@@ -24,6 +24,7 @@ import pytest
 from tether.runtime.v1 import events_pb2
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
+from tether_testkit.inventory import grant_service
 from tether_testkit.processes import Proc, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
@@ -88,6 +89,7 @@ async def fresh_target(conn: asyncpg.Connection) -> tuple[str, str]:
         inst,
         svc,
     )
+    await grant_service(conn, USER, svc)
     return svc, inst
 
 

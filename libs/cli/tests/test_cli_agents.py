@@ -80,6 +80,23 @@ def test_lists_the_installed_reference_agent_with_its_tools() -> None:
     assert "restart_instance  write" in text
     assert "grant: instance.restart on {service}/{env}, risk high" in text
     assert "at-most-once: idempotent by key" in text
+    # A read tool's grant, and a note on the one any user may call.
+    logs = text[text.index("get_logs ") : text.index("restart_instance ")]
+    assert "grant: logs.read on {service}/{env}\n" in logs
+    ungated = text[text.index("find_instances ") : text.index("recent_errors ")]
+    assert "note: read tool 'find_instances' declares no action, so every user" in ungated
+
+
+def test_a_tool_reserved_to_a_grant_is_listed_as_such() -> None:
+    env = {"TETHER_AGENTS": "", "TETHER_TOOL_ALLOW_GRANT": "opspilot:delete_instance"}
+    out = tether_cli("agents", env=env)
+    assert out.returncode == 0, out.stderr
+    delete = out.stdout[out.stdout.index("delete_instance ") :]
+    assert "offered only to holders of tool.use on opspilot/delete_instance" in delete
+    assert "offered only" not in out.stdout[: out.stdout.index("delete_instance ")]
+    listing = json.loads(tether_cli("agents", "--json", env=env).stdout)
+    (opspilot,) = listing["agents"]
+    assert [t["name"] for t in opspilot["tools"] if t["grant_to_use"]] == ["delete_instance"]
 
 
 def test_an_agent_outside_the_source_tree_by_tether_agents(tmp_path: Path) -> None:

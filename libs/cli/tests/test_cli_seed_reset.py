@@ -80,7 +80,7 @@ async def test_reset_puts_the_demo_back_and_leaves_the_rest(base_env: dict[str, 
         "--action",
         "instance.restart",
         "--scope",
-        "*",
+        "payment-api/*",  # the demo's grants are scoped per service
     )
     assert revoked.returncode == 0, revoked.stderr
     changed = await _state(db)
@@ -117,3 +117,18 @@ async def test_seed_demo_help_says_what_reset_does(base_env: dict[str, str]) -> 
     out = await run_tether(base_env, "seed-demo", "--help")
     assert out.returncode == 0
     assert "--reset" in out.stdout and "as first seeded" in out.stdout
+
+
+async def test_seed_demo_withdraws_the_global_grants_older_versions_seeded(
+    base_env: dict[str, str], db
+) -> None:
+    await db.execute(
+        "INSERT INTO \"grant\" (user_id, action, scope) VALUES ('bob', 'service.scale', '*') "
+        "ON CONFLICT DO NOTHING"
+    )
+    assert await policy.granted(db, "bob", "service.scale", "payment-api/prod")
+    out = await run_tether(base_env, "seed-demo")
+    assert out.returncode == 0, out.stderr
+    assert not await policy.granted(db, "bob", "service.scale", "payment-api/prod")
+    assert await policy.granted(db, "bob", "service.scale", "checkout-web/prod")
+    assert await policy.granted(db, "alice", "logs.read", "payment-api/staging")

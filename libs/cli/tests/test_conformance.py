@@ -62,6 +62,9 @@ def test_opspilot_passes_with_one_effect_per_key(admin_dsn: str, redis_url: str)
         # Killed inside the call, the engine called it again with the same key.
         assert rows[(tool, "during")][4] == "called it again with the same key"
     assert "opspilot: PASS (9/9 rows pass)" in r.stdout
+    # Not a failure, but said: the one read tool every user may call (logs need logs.read).
+    notes = [line for line in r.stdout.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and "read tool 'find_instances' declares no action" in notes[0], notes
 
 
 def test_a_tool_lying_about_its_key_is_caught(admin_dsn: str, redis_url: str) -> None:

@@ -130,7 +130,7 @@ def test_every_problem_is_listed_at_once() -> None:
         "agent name 'Bad Name!': 1-64 lowercase letters",
         "two tools are named 'look'",
         "write tool 'no_action' needs action='noun.verb'",
-        "tool 'read_with_write_hooks' is effect='read' but declares action, scope, "
+        "tool 'read_with_write_hooks' is effect='read' but declares "
         "idempotent_by_key, recheck, reconcile, confirmation, which only a write tool has",
         "tool 'not_async': must be an `async def` function",
         "tool 'odd_effect': effect must be 'read' or 'write', not 'delete'",
@@ -257,3 +257,46 @@ def test_the_question_names_are_reserved() -> None:
     agent = Agent("picky", "d", "i", ScriptedModel(lambda request: "ok"), [select_option])
     with pytest.raises(AgentDefinitionError, match="may not be named 'select_option'"):
         agent.check()
+
+
+# -- read tools with a grant -------------------------------------------------------------------
+
+
+def test_a_read_tool_may_declare_an_action_and_a_scope() -> None:
+    @tool(effect="read", action="logs.read", scope="{service}/{env}")
+    async def logs(service: str, env: str = "prod") -> str:
+        """Logs."""
+        return service
+
+    assert logs.problems() == [] and logs.warnings() == []
+    assert logs.scope(logs.validate({"service": "payment-api"})) == "payment-api/prod"
+
+
+def test_a_read_tool_without_an_action_loads_with_a_warning() -> None:
+    @tool(effect="read")
+    async def logs(service: str) -> str:
+        """Logs."""
+        return service
+
+    assert logs.problems() == []
+    (warning,) = logs.warnings()
+    assert "declares no action, so every user may call it" in warning
+    assert Agent("a", "d", "i", _model(), [logs]).warnings() == [warning]
+
+
+@pytest.mark.parametrize(
+    ("action", "scope", "problem"),
+    [
+        ("", "{service}", "declares a scope but no action"),
+        ("logs", "{service}", "action must look like 'noun.verb'"),
+        ("logs.read", "{service}/{region}", "names ['region'], which are not parameters"),
+    ],
+)
+def test_a_read_tools_grant_must_be_checkable(action: str, scope: str, problem: str) -> None:
+    @tool(effect="read", action=action, scope=scope)
+    async def logs(service: str) -> str:
+        """Logs."""
+        return service
+
+    (found,) = logs.problems()
+    assert problem in found, found

@@ -41,7 +41,8 @@ async def test_list_agents_names_opspilot_with_its_tools_and_effects(alice) -> N
     delete = tools["delete_instance"]
     assert (delete.effect, delete.action, delete.risk) == ("write", "instance.delete", "high")
     logs = tools["get_logs"]
-    assert (logs.effect, logs.action, logs.risk) == ("read", "", "")
+    assert (logs.effect, logs.action, logs.risk) == ("read", "logs.read", "")
+    assert tools["find_instances"].action == "", "an ungated read tool names no grant"
     assert all(t.description for t in agent.tools)
 
 

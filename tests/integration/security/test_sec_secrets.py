@@ -35,7 +35,8 @@ async def test_planted_secrets_never_leave(private_env, private_db, http):
     runtime = start_runtime(private_env, name="runtime-secrets")
     gateway = start_gateway(private_env, runtime.addr, name="gateway-secrets")
     try:
-        _, instance = await abnormal_service(db, prefix="leak")
+        user = new_user("leak")
+        _, instance = await abnormal_service(db, prefix="leak", owner=user)  # may read its logs
         for line in (
             f"ERROR payment provider rejected key {API_KEY}",
             f"WARN retrying with Authorization: Bearer {JWT}",
@@ -47,7 +48,6 @@ async def test_planted_secrets_never_leave(private_env, private_db, http):
                 instance,
                 line,
             )
-        user = new_user("leak")
         base, auth = gateway.addr, bearer(user)
         async with http.post(f"{base}/v1/conversations", json={}, headers=auth) as r:
             assert r.status == 201

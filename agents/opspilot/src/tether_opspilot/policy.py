@@ -54,7 +54,12 @@ def decide(req: ModelRequest) -> Step:
         if not instance:
             return "Which instance's logs do you want? Name a service or instance."
         if not any(r["tool"] == "get_logs" for r in results):
-            return ToolCall("get_logs", {"instance_id": instance})
+            owner = service or instance.rsplit("-", 1)[0]
+            return ToolCall("get_logs", {"service": owner, "env": env, "instance_id": instance})
+        if not results[-1]["ok"]:
+            if results[-1]["outcome"] == "denied":
+                return f"You are not allowed to read the logs of {instance}, so I did not."
+            return f"I could not read the logs of {instance}: {results[-1]['summary']}."
         lines = results[-1]["data"].get("lines", [])
         body = "; ".join(f"{ln['level']} {ln['line']}" for ln in lines[:4]) or "no lines"
         return f"The latest logs of {instance}: {body}."
@@ -63,6 +68,8 @@ def decide(req: ModelRequest) -> Step:
             return "Which service should I look at? For example: payment-api in prod."
         if not results:
             return ToolCall("recent_errors", {"service": service, "env": env})
+        if results[-1]["outcome"] == "denied":
+            return f"You are not allowed to read the errors of {service} in {env}, so I did not."
         d = results[-1]["data"]
         worst = d.get("worst_instance")
         tail = f", most of them on {worst}" if worst else ""

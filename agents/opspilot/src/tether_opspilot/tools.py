@@ -33,7 +33,9 @@ async def find_instances(
     return ToolResult(f"{len(found)} instance(s): {names}", {"instances": found}, facts)
 
 
-@tool(effect="read")
+# Logs and error messages can carry what a service should not show to everyone (hosts, tokens in
+# a stack trace): reading them takes the `logs.read` grant on the service in its environment.
+@tool(effect="read", action="logs.read", scope="{service}/{env}")
 async def recent_errors(ctx: ToolContext, service: Service, env: Env = "prod") -> ToolResult:
     """Recent errors of a service in an environment."""
     async with ctx.state.acquire() as conn:
@@ -49,14 +51,25 @@ async def recent_errors(ctx: ToolContext, service: Service, env: Env = "prod") -
     return ToolResult(summary, data, {"service": service, "env": env})
 
 
-@tool(effect="read")
-async def get_logs(ctx: ToolContext, instance_id: str) -> ToolResult:
-    """The latest log lines of one instance."""
+@tool(
+    effect="read",
+    action="logs.read",
+    # As for a restart: the inventory reads only an instance of the service/env named, so the
+    # scope cannot be dodged by naming another service.
+    scope="{service}/{env}",
+    summary="instance_id={instance_id}",
+)
+async def get_logs(
+    ctx: ToolContext, service: Service, instance_id: str, env: Env = "prod"
+) -> ToolResult:
+    """The latest log lines of one instance of a service."""
     async with ctx.state.acquire() as conn:
+        inst = await inventory.get_instance(conn, instance_id)
+        if inst is None or (inst["service"], inst["env"]) != (service, env):
+            return ToolResult(f"no instance {instance_id} in {service}/{env}", ok=False)
         lines = await inventory.logs(conn, instance_id)
-    return ToolResult(
-        f"{len(lines)} log lines of {instance_id}", {"lines": lines}, {"instance_id": instance_id}
-    )
+    facts = {"instance_id": instance_id, "service": service, "env": env}
+    return ToolResult(f"{len(lines)} log lines of {instance_id}", {"lines": lines}, facts)
 
 
 def _restarted(instance_id: str, res: dict[str, Any]) -> ToolResult:

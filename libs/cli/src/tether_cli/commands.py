@@ -91,16 +91,15 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
                     "effect": t.effect,
                     "description": t.description,
                     "switched_off": f"{name}:{t.name}" in settings.tool_deny,
+                    "grant_to_use": f"{name}:{t.name}" in settings.tool_allow_grant
+                    or f"{name}:*" in settings.tool_allow_grant,
+                    **({"action": t.action, "scope": t.scope_template} if t.action else {}),
                     **(
-                        {
-                            "action": t.action,
-                            "scope": t.scope_template,
-                            "risk": t.risk,
-                            "at_most_once": t.at_most_once,
-                        }
+                        {"risk": t.risk, "at_most_once": t.at_most_once}
                         if t.effect == "write"
                         else {}
                     ),
+                    "warnings": t.warnings(),
                 }
                 for t in loaded.agent.tools
             ],
@@ -122,10 +121,16 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
         for t in a["tools"]:
             off = "  [switched off by TETHER_TOOL_DENY]" if t["switched_off"] else ""
             print(f"    {t['name']:<{width}}  {t['effect']:<5}  {t['description']}{off}")
+            pad = " " * (width + 13)
+            if t["grant_to_use"]:
+                print(f"{pad}offered only to holders of tool.use on {a['name']}/{t['name']}")
             if t["effect"] == "write":
-                pad = " " * (width + 13)
                 print(f"{pad}grant: {t['action']} on {t['scope']}, risk {t['risk']}")
                 print(f"{pad}at-most-once: {_AT_MOST_ONCE[t['at_most_once']]}")
+            elif "action" in t:
+                print(f"{pad}grant: {t['action']} on {t['scope']}")
+            for warning in t["warnings"]:
+                print(f"{pad}note: {warning}")
         print()
     return 0
 

@@ -370,6 +370,7 @@ async def _main(opts: Options) -> int:
                 "TETHER_RATE_LIMIT_PER_MIN": "0",
                 "TETHER_MAX_STREAMS_PER_USER": "0",
                 "TETHER_TOOL_DENY": "",  # the gate is an operator's switch; conformance tests the tool
+                "TETHER_TOOL_ALLOW_GRANT": "",
             },
             Path(work),
         )
@@ -396,12 +397,15 @@ async def _main(opts: Options) -> int:
                     "passed": passed,
                     "rows": [asdict(r) for r in rows],
                     "not_checked": missing,
+                    "warnings": agent.warnings(),
                 },
                 indent=2,
             )
         )
     else:
         print(table(rows, missing, opts.allow_missing_examples))
+        for warning in agent.warnings():  # not a failure: least privilege is the agent's call
+            print(f"note: {warning}")
         print(
             f"\n{agent.name}: {'PASS' if passed else 'FAIL'} "
             f"({sum(r.ok for r in rows)}/{len(rows)} rows pass)"

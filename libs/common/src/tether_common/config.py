@@ -53,6 +53,17 @@ def _stream_token_ttl(env: Mapping[str, str]) -> float:
     return ttl
 
 
+def _tool_pairs(env: Mapping[str, str], name: str) -> frozenset[str]:
+    """Comma-separated `agent:tool` (or `agent:*`) entries; a malformed one fails the start
+    (a typo would otherwise leave a tool open to everyone)."""
+    pairs = frozenset(s.strip() for s in env.get(name, "").split(",") if s.strip())
+    for pair in pairs:
+        agent, _, tool = pair.partition(":")
+        if not agent.strip() or not tool.strip() or "/" in pair or ":" in tool:
+            raise UnsafeSettings(f"{name}: {pair!r} is not 'agent:tool' or 'agent:*'")
+    return pairs
+
+
 MODEL_CHOICES = ("agent", "openai", "anthropic")
 MAX_JWT_LEEWAY_S = 300.0
 
@@ -141,6 +152,9 @@ class Settings:
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
     tool_deny: frozenset[str] = frozenset()
+    # "agent:tool" (or "agent:*") entries offered only to users holding `tool.use` on
+    # "agent/tool" (TETHER_TOOL_ALLOW_GRANT); other users are never offered them.
+    tool_allow_grant: frozenset[str] = frozenset()
     # The agent a run gets when it names none (when only one agent is loaded: that one).
     default_agent: str = "opspilot"
     # Agents to load: `module:attribute` specs, and whether the `tether.agents` entry points too.
@@ -268,6 +282,7 @@ class Settings:
             tool_deny=frozenset(
                 s.strip() for s in e.get("TETHER_TOOL_DENY", "").split(",") if s.strip()
             ),
+            tool_allow_grant=_tool_pairs(e, "TETHER_TOOL_ALLOW_GRANT"),
             default_agent=e.get("TETHER_DEFAULT_AGENT", cls.default_agent),
             agents=tuple(s.strip() for s in e.get("TETHER_AGENTS", "").split(",") if s.strip()),
             agent_entry_points=e.get("TETHER_AGENT_ENTRY_POINTS", "1") not in ("0", "false"),

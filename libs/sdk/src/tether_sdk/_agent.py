@@ -106,6 +106,11 @@ class Agent:
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
 
+    def warnings(self) -> list[str]:
+        """What loads but deserves a look (`tether agents` and `tether conformance` print it):
+        read tools any user may call."""
+        return [w for t in self.tools if isinstance(t, Tool) for w in t.warnings()]
+
     def problems(self) -> list[str]:
         out: list[str] = []
         if not _AGENT_NAME.match(self.name or ""):

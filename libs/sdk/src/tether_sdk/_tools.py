@@ -1,10 +1,12 @@
 """Tools: async functions with typed parameters and a declared effect.
 
-`read` tools run at once and may run again after a crash. `write` tools need a grant (`action`
-on a `scope` computed from the arguments) and a person's confirmation, may `recheck` the world
-after approval, and say how they stay at-most-once across a crash: the external system honours
-the idempotency key (`idempotent_by_key=True`), or `reconcile` asks it what the key already did.
-A write tool with neither is still allowed: after a crash inside it, a person decides."""
+`read` tools run at once and may run again after a crash; one that declares an `action` runs
+only for a user holding that grant on its `scope` (else the model is told it was denied). `write`
+tools need a grant (`action` on a `scope` computed from the arguments) and a person's
+confirmation, may `recheck` the world after approval, and say how they stay at-most-once across
+a crash: the external system honours the idempotency key (`idempotent_by_key=True`), or
+`reconcile` asks it what the key already did. A write tool with neither is still allowed: after
+a crash inside it, a person decides."""
 
 from __future__ import annotations
 
@@ -331,11 +333,19 @@ class Tool:
         elif self.effect not in EFFECTS:
             out.append(f"tool {n}: effect must be 'read' or 'write', not {self.effect!r}")
         elif self.effect == "read":
+            if self.action and not _ACTION.match(self.action):
+                out.append(
+                    f"read tool {n}: action must look like 'noun.verb' (e.g. 'logs.read'): the "
+                    f"grant a user must hold to call it (got {self.action!r})"
+                )
+            if self._scope is not None and not self.action:
+                out.append(
+                    f"read tool {n} declares a scope but no action, so no grant would ever be "
+                    "checked: add action='noun.verb' (e.g. 'logs.read'), or drop the scope"
+                )
             extras = [
                 label
                 for label, present in (
-                    ("action", bool(self.action)),
-                    ("scope", self._scope is not None),
                     ("idempotent_by_key", self.idempotent_by_key),
                     ("recheck", self._recheck is not None),
                     ("reconcile", self._reconcile is not None),
@@ -348,20 +358,19 @@ class Tool:
                     f"tool {n} is effect='read' but declares {', '.join(extras)}, which only a "
                     "write tool has: if it changes something, declare effect='write'"
                 )
-        else:
-            if not self.action or not _ACTION.match(self.action):
+        elif not self.action or not _ACTION.match(self.action):
+            out.append(
+                f"write tool {n} needs action='noun.verb' (e.g. 'instance.restart'): the "
+                f"grant a person must hold to run it (got {self.action!r})"
+            )
+        if isinstance(self._scope, str):
+            fields = {f for _, f, _, _ in string.Formatter().parse(self._scope) if f}
+            unknown = fields - set(self._schema.get("properties", {}))
+            if unknown:
                 out.append(
-                    f"write tool {n} needs action='noun.verb' (e.g. 'instance.restart'): the "
-                    f"grant a person must hold to run it (got {self.action!r})"
+                    f"tool {n}: scope {self._scope!r} names {sorted(unknown)}, which are not "
+                    "parameters"
                 )
-            if isinstance(self._scope, str):
-                fields = {f for _, f, _, _ in string.Formatter().parse(self._scope) if f}
-                unknown = fields - set(self._schema.get("properties", {}))
-                if unknown:
-                    out.append(
-                        f"write tool {n}: scope {self._scope!r} names {sorted(unknown)}, which are "
-                        "not parameters"
-                    )
         if isinstance(self._summary, str):
             fields = {f for _, f, _, _ in string.Formatter().parse(self._summary) if f}
             unknown = fields - set(self._schema.get("properties", {}))
@@ -378,6 +387,16 @@ class Tool:
             except InvalidArguments as err:
                 out.append(f"tool {n}: example {i} does not fit the schema: {err.message}")
         return out
+
+    def warnings(self) -> list[str]:
+        """What loads but deserves a look: a read tool without an action runs for every user."""
+        if self.effect == "read" and not self.action:
+            return [
+                f"read tool {self.name!r} declares no action, so every user may call it on any "
+                "target: if what it reads is not for everyone (logs, records, secrets), declare "
+                "action='noun.read' and a scope from its arguments (e.g. '{service}/{env}')"
+            ]
+        return []
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, effect={self.effect!r})"
@@ -417,9 +436,12 @@ def tool(
     examples: Sequence[Mapping[str, Any]] = (),
     summary: Scope | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
-    """Declare a tool. Use `@tool(effect="read")` or `@tool(effect="write", action=...)`; a tool
-    with no effect is refused when its agent loads.
+    """Declare a tool. Use `@tool(effect="read")`, `@tool(effect="read", action=..., scope=...)`
+    or `@tool(effect="write", action=...)`; a tool with no effect is refused when its agent
+    loads.
 
+    - `action`: the grant the run's user must hold, 'noun.verb'. Required for a write tool;
+      optional for a read tool (`action="logs.read"`): without it, every user may call it.
     - `scope`: a template over the arguments ("{service}/{env}") or a function of them; the
       grant `action` must cover it. Undeclared: "*" (only an unrestricted grant covers it).
     - `idempotent_by_key`: the external system honours `ctx.idempotency_key`, so after a crash

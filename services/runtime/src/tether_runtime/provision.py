@@ -14,12 +14,20 @@ from tether_runtime.agents import discover
 from tether_runtime.store import grants
 from tether_runtime.store.migrations import migrate
 
-# alice and bob may restart and scale anything; everyone else only reads.
+# Least privilege, by service: alice looks after payment-api (the demo's walkthrough), bob after
+# checkout-web, in every environment; each may read the logs of, restart and scale only their own
+# service. Everyone else may list instances and nothing more.
 DEMO_GRANTS = [
-    ("alice", "instance.restart", "*"),
-    ("alice", "service.scale", "*"),
-    ("bob", "instance.restart", "*"),
-    ("bob", "service.scale", "*"),
+    (user, action, f"{service}/*")
+    for user, service in (("alice", "payment-api"), ("bob", "checkout-web"))
+    for action in ("logs.read", "instance.restart", "service.scale")
+]
+# What the demo granted before its grants were scoped: withdrawn when the demo is seeded, so a
+# database seeded by an older Tether does not keep alice and bob global.
+OLD_DEMO_GRANTS = [
+    (user, action, "*")
+    for user in ("alice", "bob")
+    for action in ("instance.restart", "service.scale")
 ]
 
 
@@ -54,6 +62,8 @@ async def seed_demo(dsn: str, config: Config = None, *, reset: bool = False) -> 
             await load(state)
     conn = await asyncpg.connect(dsn)
     try:
+        for user, action, scope in OLD_DEMO_GRANTS:
+            await grants.revoke(conn, user, action, scope)
         for user, action, scope in DEMO_GRANTS:
             await grants.add(conn, user, action, scope)
     finally:

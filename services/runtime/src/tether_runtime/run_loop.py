@@ -223,9 +223,14 @@ class RunExecutor:
         with tracer.start_as_current_span("model.step"):
             await self._model_step_inner()
 
-    def _request(self, conv_system: str, facts: dict[str, Any]) -> ModelRequest:
+    async def _request(self, conv_system: str, facts: dict[str, Any]) -> ModelRequest:
         agent = self.loaded.agent
-        offered = [t.schema() for t in agent.tools if not self.e.gate.denied(agent.name, t.name)]
+        # Per user and per step: a tool reserved to a grant's holders is offered only to them,
+        # and a grant revoked mid-run stops the next step's offer.
+        usable = await self.e.gate.offered(
+            self.e.pool, agent.name, [t.name for t in agent.tools], self.run.user_id
+        )
+        offered = [t.schema() for t in agent.tools if t.name in usable]
         if getattr(self.loaded.model, "provider", None):
             offered += questions.TOOL_SCHEMAS  # a provider's model asks a person by a tool call
         return ModelRequest(
@@ -241,7 +246,9 @@ class RunExecutor:
         async with self.e.pool.acquire() as conn:
             conv = await conversations.get(conn, self.run.conversation_id)
         assert conv is not None
-        request = self._request(context.step_context(self.loaded, conv, cp.messages), conv.facts)
+        request = await self._request(
+            context.step_context(self.loaded, conv, cp.messages), conv.facts
+        )
         # Text of this step that an earlier, crashed attempt already streamed (first step only).
         skip, self.resume_skip = self.resume_skip, 0
         step = await ModelStep(self, request, skip).run()

@@ -72,7 +72,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     bus = EventBus(settings.redis_url)
     await bus.start()
     await agents.start(settings.database_url)
-    gate = ToolGate(settings.tool_gate_mode, settings.tool_deny)
+    gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
     engine = Engine(pool, bus, settings, gate, agents)
     verifier = TokenVerifier.from_settings(settings)
     server = grpc.aio.server(options=server_options(settings))

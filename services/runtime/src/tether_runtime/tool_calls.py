@@ -1,6 +1,7 @@
 """The tool-call state machine: one pending call of a run, from the model's request to its result.
 
-    validate arguments -> gate -> read: claim, call (timeout, retries), finish
+    validate arguments -> gate -> read: grant (if it declares an action), claim, call
+                                  (timeout, retries), finish
                                -> write: grant -> card (interrupt) -> approved -> re-authorize,
                                   recheck -> claim -> call -> finish
                                   after a crash inside the call: call again with the same key
@@ -106,7 +107,8 @@ class ToolCalls:
             await self._skip(call, failure(f"{why}; send them again as one JSON object", "invalid"))
             return
         declared = [t.name for t in agent.tools]
-        if not self.x.e.gate.allows(agent.name, declared, call.tool, self.x.run.user_id):
+        gate, pool, user = self.x.e.gate, self.x.e.pool, self.x.run.user_id
+        if not await gate.allows(pool, agent.name, declared, call.tool, user):
             await self._skip(call, failure(f"{call.tool}: blocked by the tool policy", "blocked"))
             return
         if tool is None:
@@ -170,11 +172,6 @@ class ToolCalls:
             await self._skip(call, row.result)
             return
         key = f"{self._run_id}:{call.call_id}"
-        started = (
-            []
-            if row is not None
-            else [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))]
-        )
         epoch = self.x.epoch
 
         async def claim(conn: Conn) -> None:
@@ -182,6 +179,17 @@ class ToolCalls:
                 conn, self._run_id, call.call_id, tool.name, args, key, epoch, "new"
             )
 
+        denial = await self._read_denied(tool, args)
+        if denial is not None:
+            # Recorded like any finished call (a replay after a crash answers the same), and
+            # announced by its `tool_finished` alone: the tool never started, nothing was read.
+            await self._finish(call, tool, denial, before=claim)
+            return
+        started = (
+            []
+            if row is not None
+            else [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))]
+        )
         await self.x.commit(started, claim)
         limits = self.x.loaded.agent.limits
         attempt = 0
@@ -205,6 +213,18 @@ class ToolCalls:
                 body = failure(str(err))
             await self._finish(call, tool, body)
             return
+
+    async def _read_denied(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any] | None:
+        """A read tool that declares an `action` needs the run's user to hold it on the call's
+        scope, checked before every call (never cached); one without stays open to all."""
+        if not tool.action:
+            return None
+        user, scope = self.x.run.user_id, tool.scope(args)
+        async with self.x.e.pool.acquire() as conn:
+            if await policy.granted(conn, user, tool.action, scope):
+                return None
+        metrics.TOOL_CALLS.labels(tool=tool.name, status="denied").inc()
+        return failure(f"{user} may not {tool.action} on {scope}", "denied")
 
     # -- write tools -----------------------------------------------------------------------
 
@@ -544,17 +564,26 @@ class ToolCalls:
         await asyncio.sleep(min(base * 2 ** (attempt - 1), max(0.0, self.x.time_left())))
 
     async def _finish(
-        self, call: PendingCall, tool: Tool, body: dict[str, Any], *, store: bool = True
+        self,
+        call: PendingCall,
+        tool: Tool,
+        body: dict[str, Any],
+        *,
+        store: bool = True,
+        before: Apply | None = None,
     ) -> None:
         """The call's result to the model and its `tool_finished` to everyone; `store=False`
-        when a person's answer already settled the call's row."""
-        if store:
+        when a person's answer already settled the call's row; `before` (the call's claim) in
+        the same transaction."""
+        if store and body["outcome"] != "denied":  # a denial was counted as one
             metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if body["ok"] else "error").inc()
         self.x.record(call, body)
         save = self.x.save()
         run_id, epoch, conv_id = self._run_id, self.x.epoch, self.x.run.conversation_id
 
         async def apply(conn: Conn) -> None:
+            if before is not None:
+                await before(conn)
             if store:
                 await interrupts.finish_call(
                     conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body

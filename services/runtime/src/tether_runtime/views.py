@@ -87,7 +87,7 @@ class AgentToolView:
     name: str
     description: str
     effect: str  # "read" or "write"
-    action: str  # the grant a write tool needs; "" for a read tool
+    action: str  # the grant the tool needs; "" for a read tool any user may call
     risk: str  # "low", "medium" or "high" for a write tool; "" for a read tool
 
 
