@@ -1,0 +1,1 @@
+"""An ops graph."""
