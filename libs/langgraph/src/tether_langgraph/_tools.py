@@ -25,7 +25,7 @@ import contextvars
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
@@ -112,6 +112,28 @@ class WriteTool(BaseTool):
         return "lgw_" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
+@overload
+def write_tool(
+    tool: BaseTool,
+    *,
+    action: str,
+    scope: Scope = "*",
+    idempotent_by_key: bool = False,
+    timeout_s: float | None = None,
+) -> WriteTool: ...
+
+
+@overload
+def write_tool(
+    tool: None = None,
+    *,
+    action: str,
+    scope: Scope = "*",
+    idempotent_by_key: bool = False,
+    timeout_s: float | None = None,
+) -> Callable[[BaseTool], WriteTool]: ...
+
+
 def write_tool(
     tool: BaseTool | None = None,
     *,
@@ -119,7 +141,7 @@ def write_tool(
     scope: Scope = "*",
     idempotent_by_key: bool = False,
     timeout_s: float | None = None,
-) -> Any:
+) -> WriteTool | Callable[[BaseTool], WriteTool]:
     """Mark a LangChain tool as a write (`write_tool(t, action=...)` or as a decorator above
     `@tool`). `action` is the grant a user needs ("noun.verb"), `scope` what it acts on."""
 
