@@ -94,11 +94,15 @@ async def test_sse_approval_on_another_gateway_pod(env, procs, db, http):
     a = start_gateway(env, runtime.addr, name="gateway-a")
     b = start_gateway(env, runtime.addr, name="gateway-b")
     procs.extend([a, b])
-    async with http.post(f"{a.addr}/v1/conversations", json={"title": "lg"}, headers=headers()) as r:
+    async with http.post(
+        f"{a.addr}/v1/conversations", json={"title": "lg"}, headers=headers()
+    ) as r:
         assert r.status == 201, await r.text()
         conv = (await r.json())["conversation"]["id"]
     body = {"text": ASK, "agent": "lgops", "idempotencyKey": uuid.uuid4().hex}
-    async with http.post(f"{a.addr}/v1/conversations/{conv}/runs", json=body, headers=headers()) as r:
+    async with http.post(
+        f"{a.addr}/v1/conversations/{conv}/runs", json=body, headers=headers()
+    ) as r:
         assert r.status == 201, await r.text()
         run_id = (await r.json())["run"]["id"]
 
