@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tether.runtime.v1 import resources_pb2
+from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.auth import issue_token
 from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.processes import start_gateway, start_runtime
@@ -144,3 +144,38 @@ async def test_sse_approval_on_another_gateway_pod(env, procs, db, http):
     replay = await SseReader(again).rest()
     again.close()
     assert [(f.id, f.event, f.data) for f in replay] == [(f.id, f.event, f.data) for f in frames]
+
+
+async def test_a_rejected_restart_is_not_performed_and_the_graph_says_so(env, procs, db):
+    proc = start_runtime(env, name="runtime-lgops-reject")
+    procs.append(proc)
+    c = Client(proc.addr, token(TEST_SECRET, "alice"))
+    try:
+        run = (await c.start(await c.conversation(), ASK, agent="lgops")).run
+        evs = await c.events(run.id, until="interrupt")
+        await c.resume(run.id, evs[-1].interrupt.interrupt_id, events_pb2.DECISION_REJECTED)
+        rest = await c.events(run.id, after=evs[-1].sequence)
+        assert types(rest)[-1] == "done", types(rest)
+        assert_dense(evs + rest)
+        assert "Nothing restarted: The restart of checkout was rejected" in text_of(rest)
+        assert await restarts(db) == 0
+    finally:
+        await c.close()
+
+
+async def test_an_expired_approval_resumes_the_graph_as_not_approved(env, procs, db):
+    proc = start_runtime({**env, "TETHER_INTERRUPT_TTL_S": "1"}, name="runtime-lgops-expiry")
+    procs.append(proc)
+    c = Client(proc.addr, token(TEST_SECRET, "alice"))
+    try:
+        run = (await c.start(await c.conversation(), ASK, agent="lgops")).run
+        evs = await c.events(run.id)  # through the expiry to the end
+        kinds = types(evs)
+        assert kinds[-1] == "done", kinds
+        resolved = [e.interrupt_resolved for e in evs if types([e]) == ["interrupt_resolved"]]
+        assert [r.decision for r in resolved] == [events_pb2.DECISION_EXPIRED]
+        assert_dense(evs)
+        assert "was rejected; nothing was done" in text_of(evs)
+        assert await restarts(db) == 0
+    finally:
+        await c.close()

@@ -18,7 +18,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from tether_langgraph._checkpointer import checkpointer_for
+from tether_langgraph._checkpointer import checkpointer_for, lease_lost_type
 from tether_langgraph._interrupts import UNANSWERED, Question, question_of, resume_value
 
 if TYPE_CHECKING:
@@ -65,20 +65,28 @@ class GraphRun:
             await self.host.finish(self._output(state.values))
             return
         for _ in range(MAX_ROUNDS):
-            token = current_host.set(self.host)
-            try:
-                async for mode, chunk in self.graph.astream(
-                    graph_input, self.config, stream_mode=STREAM_MODES
-                ):
-                    await self._on(mode, chunk)
-            finally:
-                current_host.reset(token)
+            await self._stream(graph_input)
             state = await self.graph.aget_state(self.config)
             if not state.interrupts:
                 await self.host.finish(self._output(state.values))
                 return
             graph_input = await self._answer(state.interrupts[0])
         raise RuntimeError("the graph kept asking the same question")
+
+    async def _stream(self, graph_input: Any) -> None:
+        lost = lease_lost_type()
+        token = current_host.set(self.host)
+        try:
+            async for mode, chunk in self.graph.astream(
+                graph_input, self.config, stream_mode=STREAM_MODES
+            ):
+                await self._on(mode, chunk)
+        except Exception as err:
+            if lost is not None and isinstance(err, lost):
+                self.host.lease_lost()  # a checkpoint write after a takeover: a zombie
+            raise
+        finally:
+            current_host.reset(token)
 
     # -- interrupts --------------------------------------------------------------------------
 

@@ -133,6 +133,10 @@ class DrivenRun:
     def time_left(self) -> float:
         return self.x.time_left()
 
+    def lease_lost(self) -> NoReturn:
+        """The agent's own store refused a write: another worker took the run over."""
+        raise event_log.Fenced(self.run_id)
+
     def fail(self, code: str, message: str) -> NoReturn:
         """End the run in error (a message for a person)."""
         raise RunFailure(code, message)
