@@ -1,8 +1,10 @@
 """kill -9 of the runtime running the LangGraph ops graph, the graph's progress in Tether's
 Postgres checkpointer: a runtime killed while paused at the graph's interrupt() is resumed by
-another process; one killed inside the restart tool (after its effect) is taken over and the
-restart is not performed again (at most once), the call ending in error, not tried again. Events
-stay dense and each tool call is announced once across both processes."""
+another process; one killed inside the restart tool (after its effect) is taken over, LangGraph
+re-runs the approval node from its start, the graph's own re-check finds the service healthy and
+the restart is not performed again. Events stay dense and each tool call is announced once
+across both processes. (The write tool's own recovery, for a graph without such a re-check, is
+libs/langgraph/tests/test_graph_agent.py's.)"""
 
 from __future__ import annotations
 
@@ -86,13 +88,7 @@ async def test_killed_inside_the_write_tool_it_is_not_performed_again(env, procs
         assert sorted(started) == sorted(calls(every, "tool_finished"))
         restart = [e.tool_finished for e in every if types([e]) == ["tool_finished"]][-1]
         assert restart.tool == "restart_service"
-        assert "not tried again" in restart.summary
+        assert restart.summary == "checkout is healthy now; it was not restarted."
         assert await restarts(db) == 1, "the restart was performed again after the takeover"
-        row = await db.fetchrow(
-            "SELECT status, claimed_epoch FROM tool_call WHERE run_id = $1 AND tool = $2",
-            run.id,
-            "restart_service",
-        )
-        assert row["status"] == "failed" and row["claimed_epoch"] >= 2
     finally:
         await c.close()

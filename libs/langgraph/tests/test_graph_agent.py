@@ -5,6 +5,7 @@ the node at every resume, `custom` writes as tool_progress, dense events."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 # A user's graph package: one node writes, then asks three questions, then writes again.
 GRAPH = '''
+import asyncio
 import os
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
@@ -39,6 +41,7 @@ async def file_ticket(queue: str, note: str) -> str:
     """File a ticket."""
     with open(os.environ["LGTEST_LEDGER"], "a") as f:
         f.write(f"{queue}|{note}|{idempotency_key()}\\n")
+    await asyncio.sleep(float(os.environ.get("LGTEST_PAUSE_S") or 0))  # inside the call
     return f"filed {note}"
 
 
@@ -59,6 +62,17 @@ builder.add_node("act", act)
 builder.add_edge(START, "act")
 builder.add_edge("act", END)
 agent = GraphAgent(name="lgtest", description="A graph that asks and writes", graph=builder)
+
+
+async def once(state):
+    return {"messages": [AIMessage(await file_ticket.ainvoke({"queue": "ops", "note": "once"}))]}
+
+
+single = StateGraph(MessagesState)
+single.add_node("once", once)
+single.add_edge(START, "once")
+single.add_edge("once", END)
+writer = GraphAgent(name="lgwriter", description="A graph that writes once", graph=single)
 '''
 
 
@@ -75,6 +89,19 @@ async def dsn(admin_dsn: str) -> AsyncIterator[str]:
         await conn.close()
     yield dsn
     await stores.drop_database(admin_dsn, dsn)
+
+
+def graph_env(tmp: Path, base_env: dict[str, str], dsn: str) -> tuple[dict[str, str], Path]:
+    """A runtime's environment loading the graphs above from a package of the user's own."""
+    write_package(tmp, "lgtest_graph", GRAPH)
+    ledger = tmp / "ledger.txt"
+    env = {
+        **base_env,
+        "DATABASE_URL": dsn,
+        "TETHER_AGENTS": "lgtest_graph:agent,lgtest_graph:writer",
+        "LGTEST_LEDGER": str(ledger),
+    }
+    return env_with_path(env, tmp), ledger
 
 
 async def answer(c: Client, run_id: str, intr: Any, decision: int, text: str = "") -> None:
@@ -94,17 +121,7 @@ async def answer(c: Client, run_id: str, intr: Any, decision: int, text: str = "
 async def test_questions_and_a_write_before_an_interrupt_run_once(
     tmp_path: Path, base_env: dict[str, str], dsn: str, procs: list[Any]
 ) -> None:
-    write_package(tmp_path, "lgtest_graph", GRAPH)
-    ledger = tmp_path / "ledger.txt"
-    env = env_with_path(
-        {
-            **base_env,
-            "DATABASE_URL": dsn,
-            "TETHER_AGENTS": "lgtest_graph:agent",
-            "LGTEST_LEDGER": str(ledger),
-        },
-        tmp_path,
-    )
+    env, ledger = graph_env(tmp_path, base_env, dsn)
     proc = start_runtime(env, name="runtime-lgtest")
     procs.append(proc)
     c = Client(proc.addr, token(TEST_SECRET, "alice"))
@@ -148,5 +165,40 @@ async def test_questions_and_a_write_before_an_interrupt_run_once(
         assert [(p.fraction, p.text) for p in progress] == [(0.5, "filing")]
         text = "".join(e.text_delta.delta for e in seen if types([e]) == ["text_delta"])
         assert text == "filed opened; filed checkout/high/alice; approved=True", text
+    finally:
+        await c.close()
+
+
+async def test_a_write_a_dead_worker_left_executing_is_not_performed_again(
+    tmp_path: Path, base_env: dict[str, str], dsn: str, procs: list[Any]
+) -> None:
+    """Needs Tether's Postgres checkpointer: the graph's progress survives the kill."""
+    env, ledger = graph_env(tmp_path, base_env, dsn)
+    first = start_runtime({**env, "LGTEST_PAUSE_S": "30"}, name="runtime-lgwriter-1")
+    procs.append(first)
+    c = Client(first.addr, token(TEST_SECRET, "alice"))
+    run = (await c.start(await c.conversation(), "file it", agent="lgwriter")).run
+    for _ in range(600):  # written; the tool now pauses inside the call
+        if ledger.exists() and ledger.read_text():
+            break
+        await asyncio.sleep(0.05)
+    await c.close()
+    first.kill()
+
+    second = start_runtime(env, name="runtime-lgwriter-2")
+    procs.append(second)
+    c = Client(second.addr, token(TEST_SECRET, "alice"))
+    try:
+        evs = await c.events(run.id)
+        assert types(evs)[-1] == "done", types(evs)
+        assert_dense(evs)
+        assert len(ledger.read_text().splitlines()) == 1, "performed again after the takeover"
+        finished = [e.tool_finished for e in evs if types([e]) == ["tool_finished"]]
+        assert [(f.tool, f.status) for f in finished] == [
+            ("file_ticket", events_pb2.TOOL_STATUS_ERROR)
+        ]
+        assert "not tried again" in finished[0].summary
+        started = [e.tool_started.call_id for e in evs if types([e]) == ["tool_started"]]
+        assert started == [finished[0].call_id]
     finally:
         await c.close()
