@@ -16,6 +16,9 @@ from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.processes import start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
+# A runtime loading a graph imports langchain and langgraph: slower to start on a busy machine.
+STARTUP_S = 90
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 ASK = "checkout is slow, restart it if it is unhealthy"
@@ -33,7 +36,7 @@ def calls(evs: list[Any], kind: str) -> list[tuple[str, str]]:
 
 
 async def test_killed_while_paused_at_the_interrupt_another_process_resumes(env, procs, db):
-    first = start_runtime(env, name="runtime-lgops-paused-1")
+    first = start_runtime(env, name="runtime-lgops-paused-1", timeout=STARTUP_S)
     procs.append(first)
     c = Client(first.addr, token(TEST_SECRET, "alice"))
     run = (await c.start(await c.conversation(), ASK, agent="lgops")).run
@@ -41,7 +44,7 @@ async def test_killed_while_paused_at_the_interrupt_another_process_resumes(env,
     await c.close()
     first.kill()
 
-    second = start_runtime(env, name="runtime-lgops-paused-2")
+    second = start_runtime(env, name="runtime-lgops-paused-2", timeout=STARTUP_S)
     procs.append(second)
     c = Client(second.addr, token(TEST_SECRET, "alice"))
     try:
@@ -62,7 +65,9 @@ async def test_killed_while_paused_at_the_interrupt_another_process_resumes(env,
 
 
 async def test_killed_inside_the_write_tool_it_is_not_performed_again(env, procs, db):
-    first = start_runtime({**env, "LGOPS_RESTART_PAUSE_S": "30"}, name="runtime-lgops-tool-1")
+    first = start_runtime(
+        {**env, "LGOPS_RESTART_PAUSE_S": "30"}, name="runtime-lgops-tool-1", timeout=STARTUP_S
+    )
     procs.append(first)
     c = Client(first.addr, token(TEST_SECRET, "alice"))
     run = (await c.start(await c.conversation(), ASK, agent="lgops")).run
@@ -76,7 +81,7 @@ async def test_killed_inside_the_write_tool_it_is_not_performed_again(env, procs
     await c.close()
     first.kill()
 
-    second = start_runtime(env, name="runtime-lgops-tool-2")
+    second = start_runtime(env, name="runtime-lgops-tool-2", timeout=STARTUP_S)
     procs.append(second)
     c = Client(second.addr, token(TEST_SECRET, "alice"))
     try:

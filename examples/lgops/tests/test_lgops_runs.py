@@ -17,6 +17,9 @@ from tether_testkit.processes import start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import SseReader
 
+# A runtime loading a graph imports langchain and langgraph: slower to start on a busy machine.
+STARTUP_S = 90
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 ASK = "checkout is slow, restart it if it is unhealthy"
@@ -42,7 +45,7 @@ def tool_events(evs: list[Any]) -> list[tuple[str, str, str]]:
 
 
 async def test_grpc_stream_to_approval_approve_then_done_with_one_restart(env, procs, db):
-    proc = start_runtime(env, name="runtime-lgops")
+    proc = start_runtime(env, name="runtime-lgops", timeout=STARTUP_S)
     procs.append(proc)
     c = Client(proc.addr, token(TEST_SECRET, "alice"))
     try:
@@ -89,7 +92,7 @@ def headers(user: str = "alice", **extra: str) -> dict[str, str]:
 
 
 async def test_sse_approval_on_another_gateway_pod(env, procs, db, http):
-    runtime = start_runtime(env, name="runtime-lgops-sse")
+    runtime = start_runtime(env, name="runtime-lgops-sse", timeout=STARTUP_S)
     procs.append(runtime)
     a = start_gateway(env, runtime.addr, name="gateway-a")
     b = start_gateway(env, runtime.addr, name="gateway-b")
@@ -147,7 +150,7 @@ async def test_sse_approval_on_another_gateway_pod(env, procs, db, http):
 
 
 async def test_a_rejected_restart_is_not_performed_and_the_graph_says_so(env, procs, db):
-    proc = start_runtime(env, name="runtime-lgops-reject")
+    proc = start_runtime(env, name="runtime-lgops-reject", timeout=STARTUP_S)
     procs.append(proc)
     c = Client(proc.addr, token(TEST_SECRET, "alice"))
     try:
@@ -164,7 +167,9 @@ async def test_a_rejected_restart_is_not_performed_and_the_graph_says_so(env, pr
 
 
 async def test_an_expired_approval_resumes_the_graph_as_not_approved(env, procs, db):
-    proc = start_runtime({**env, "TETHER_INTERRUPT_TTL_S": "1"}, name="runtime-lgops-expiry")
+    proc = start_runtime(
+        {**env, "TETHER_INTERRUPT_TTL_S": "1"}, name="runtime-lgops-expiry", timeout=STARTUP_S
+    )
     procs.append(proc)
     c = Client(proc.addr, token(TEST_SECRET, "alice"))
     try:

@@ -21,6 +21,9 @@ from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.processes import start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
+# A runtime loading a graph imports langchain and langgraph: slower to start on a busy machine.
+STARTUP_S = 90
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 # A user's graph package: one node writes, then asks three questions, then writes again.
@@ -122,7 +125,7 @@ async def test_questions_and_a_write_before_an_interrupt_run_once(
     tmp_path: Path, base_env: dict[str, str], dsn: str, procs: list[Any]
 ) -> None:
     env, ledger = graph_env(tmp_path, base_env, dsn)
-    proc = start_runtime(env, name="runtime-lgtest")
+    proc = start_runtime(env, name="runtime-lgtest", timeout=STARTUP_S)
     procs.append(proc)
     c = Client(proc.addr, token(TEST_SECRET, "alice"))
     try:
@@ -174,7 +177,9 @@ async def test_a_write_a_dead_worker_left_executing_is_not_performed_again(
 ) -> None:
     """Needs Tether's Postgres checkpointer: the graph's progress survives the kill."""
     env, ledger = graph_env(tmp_path, base_env, dsn)
-    first = start_runtime({**env, "LGTEST_PAUSE_S": "30"}, name="runtime-lgwriter-1")
+    first = start_runtime(
+        {**env, "LGTEST_PAUSE_S": "30"}, name="runtime-lgwriter-1", timeout=STARTUP_S
+    )
     procs.append(first)
     c = Client(first.addr, token(TEST_SECRET, "alice"))
     run = (await c.start(await c.conversation(), "file it", agent="lgwriter")).run
@@ -185,7 +190,7 @@ async def test_a_write_a_dead_worker_left_executing_is_not_performed_again(
     await c.close()
     first.kill()
 
-    second = start_runtime(env, name="runtime-lgwriter-2")
+    second = start_runtime(env, name="runtime-lgwriter-2", timeout=STARTUP_S)
     procs.append(second)
     c = Client(second.addr, token(TEST_SECRET, "alice"))
     try:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from tether_langgraph._agent import GraphAgent
 
 STREAM_MODES = ["messages", "updates", "custom"]
+# Each step's checkpoint is written before the next step's nodes run: a worker whose lease was
+# taken over is stopped by its first refused write, before it runs another node.
 MAX_ROUNDS = 50  # interrupts answered in one execution (identical repeated questions)
 
 # The host of the run the current task belongs to (write tools find it here).
@@ -78,7 +80,7 @@ class GraphRun:
         token = current_host.set(self.host)
         try:
             async for mode, chunk in self.graph.astream(
-                graph_input, self.config, stream_mode=STREAM_MODES
+                graph_input, self.config, stream_mode=STREAM_MODES, durability="sync"
             ):
                 await self._on(mode, chunk)
         except Exception as err:
