@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.auth import issue_token
@@ -181,6 +182,27 @@ async def test_an_expired_approval_resumes_the_graph_as_not_approved(env, procs,
         assert [r.decision for r in resolved] == [events_pb2.DECISION_EXPIRED]
         assert_dense(evs)
         assert "was rejected; nothing was done" in text_of(evs)
+        assert await restarts(db) == 0
+    finally:
+        await c.close()
+
+
+async def test_the_graphs_card_names_the_grant_an_approver_needs(env, procs, db):
+    """The confirm_action payload's action/scope: bob, without service.restart, cannot approve
+    (and nothing changes); his run waits, and nothing is restarted."""
+    proc = start_runtime(env, name="runtime-lgops-grant", timeout=STARTUP_S)
+    procs.append(proc)
+    c = Client(proc.addr, token(TEST_SECRET, "bob"))
+    try:
+        run = (await c.start(await c.conversation(), ASK, agent="lgops")).run
+        evs = await c.events(run.id, until="interrupt")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await c.resume(run.id, evs[-1].interrupt.interrupt_id)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "service.restart on checkout" in (refused.value.details() or "")
+        status = await db.fetchval("SELECT status FROM interrupt WHERE run_id = $1", run.id)
+        assert status == "pending"
+        assert await db.fetchval("SELECT status FROM run WHERE id = $1", run.id) == "interrupted"
         assert await restarts(db) == 0
     finally:
         await c.close()
