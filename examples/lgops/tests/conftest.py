@@ -5,38 +5,16 @@ graph's ChatOpenAI talks to (the model is scripted by what it is sent)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
-from typing import Any
 
 import asyncpg
 import pytest
+from lgops_brain import ops_brain
 from tether_testkit import stores
-from tether_testkit.fake_llm import FakeCall, Reply
 from tether_testkit.fake_openai import FakeOpenAI
 
 LGOPS_ENV = {"TETHER_AGENTS": "tether_lgops:agent"}
-
-
-def ops_brain(body: dict[str, Any]) -> Reply:
-    """The "model": checks the service, proposes a restart if it is not healthy, then reports."""
-    messages = body.get("messages") or []
-    last = messages[-1] if messages else {}
-    content = str(last.get("content") or "")
-    if last.get("role") == "tool":
-        if "is degraded" in content or "is down" in content:
-            return Reply(
-                text="checkout is degraded; I will restart it. ",
-                calls=[FakeCall("restart_service", {"service": "checkout"})],
-            )
-        if "was restarted" in content:
-            return Reply(text="Done: checkout was restarted and is healthy again.")
-        return Reply(text=f"Nothing restarted: {content}")
-    return Reply(
-        text="Let me check checkout first. ",
-        calls=[FakeCall("get_service_status", {"service": "checkout"})],
-    )
 
 
 @pytest.fixture
@@ -80,7 +58,3 @@ def env(base_env: dict[str, str], lgops_dsn: str, llm: FakeOpenAI) -> dict[str, 
         "TETHER_OPENAI_BASE_URL": llm.base_url,
         "TETHER_OPENAI_API_KEY": "sk-test-lgops",
     }
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)

@@ -125,9 +125,13 @@ class GraphRun:
             message, _meta = chunk
             await self._message(message)
         elif mode == "updates":
+            finished = False
             for node, update in (chunk or {}).items():
                 if node != "__interrupt__":
+                    finished = True
                     await self._update(update)
+            if finished:
+                await self.host.node_done()
         elif mode == "custom":
             await self._progress(chunk)
 

@@ -167,7 +167,14 @@ class DrivenRun:
     # -- events ------------------------------------------------------------------------------
 
     async def text(self, delta: str) -> None:
-        """Streamed answer text; coalesced like a native model step's."""
+        """Streamed answer text; coalesced like a native model step's. After a takeover (or a
+        resume) the node in progress runs again from its start: the text it already streamed
+        (counted since the last finished node) is skipped by length, as for a native
+        deterministic model; a model that answers differently the second time shows a seam."""
+        if self.x.resume_skip and delta:
+            n = min(self.x.resume_skip, len(delta))
+            self.x.resume_skip -= n
+            delta = delta[n:]
         if not delta:
             return
         self._pending_text += delta
@@ -186,6 +193,12 @@ class DrivenRun:
         if self.x.writer.cancel_requested:
             self.x.cancel_requested = True
             await self.x.end_cancelled()
+
+    async def node_done(self) -> None:
+        """A node finished (its update streamed): the text streamed so far will not be streamed
+        again by a re-run, so it no longer counts for the skip."""
+        await self.flush()
+        await self.x.commit([], self.x.save(reset_streamed=True))
 
     def _announced(self, what: str) -> list[str]:
         seen: list[str] = self.x.checkpoint.driver.setdefault(what, [])
