@@ -75,3 +75,25 @@ async def test_killed_while_the_model_streams_the_text_is_not_streamed_twice(env
         assert await db.fetchval("SELECT count(*) FROM lgops_restart") == 1
     finally:
         await c.close()
+
+
+async def test_a_cancel_while_the_graph_runs_stops_it(env, procs, db):
+    from tether.runtime.v1 import runtime_service_pb2 as pb
+
+    proc = start_runtime(env, name="runtime-lgops-cancel", timeout=STARTUP_S)
+    procs.append(proc)
+    c = Client(proc.addr, token(TEST_SECRET, "alice"))
+    try:
+        run = (await c.start(await c.conversation(), ASK, agent="lgops")).run
+        first = await c.events(run.id, until="text_delta")
+        await c.stub.CancelRun(
+            pb.CancelRunRequest(run_id=run.id, reason="not now"), metadata=c.md, timeout=10
+        )
+        every = first + await c.events(run.id, after=first[-1].sequence)
+        assert types(every)[-1] == "cancelled", types(every)
+        assert "interrupt" not in types(every)
+        assert_dense(every)
+        assert len(text_of(every)) < len(FIRST), "the stream stopped at the cancel"
+        assert await db.fetchval("SELECT status FROM run WHERE id = $1", run.id) == "cancelled"
+    finally:
+        await c.close()

@@ -117,3 +117,7 @@ def test_a_graph_agent_needs_a_graph() -> None:
     assert GraphAgent(name="ok2", description="d", graph=builder.compile()).check()
     with pytest.raises(AgentDefinitionError, match="StateGraph or compiled graph"):
         GraphAgent(name="bad", description="d", graph=object()).check()
+    with pytest.raises(AgentDefinitionError, match="static breakpoints"):
+        GraphAgent(
+            name="bp", description="d", graph=builder.compile(interrupt_before=["noop"])
+        ).check()

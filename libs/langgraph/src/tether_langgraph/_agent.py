@@ -61,6 +61,13 @@ class GraphAgent(Agent):
                 f"agent {self.name!r}: graph must be a LangGraph StateGraph or compiled graph, "
                 f"not {type(self.graph).__name__}"
             )
+        elif isinstance(self.graph, Pregel) and (
+            self.graph.interrupt_before_nodes or self.graph.interrupt_after_nodes
+        ):
+            out.append(
+                f"agent {self.name!r}: static breakpoints (interrupt_before/interrupt_after) "
+                "carry no question for a person; call interrupt(payload) in the node instead"
+            )
         return out
 
     def compiled(self, checkpointer: Any) -> Any:

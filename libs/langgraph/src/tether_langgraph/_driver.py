@@ -70,6 +70,8 @@ class GraphRun:
             await self._stream(graph_input)
             state = await self.graph.aget_state(self.config)
             if not state.interrupts:
+                if state.next:  # stopped with nodes to run and no question (a breakpoint)
+                    raise RuntimeError("the graph stopped without an interrupt()")
                 await self.host.finish(self._output(state.values))
                 return
             graph_input = await self._answer(state.interrupts[0])

@@ -199,6 +199,8 @@ class DrivenRun:
         again by a re-run, so it no longer counts for the skip."""
         await self.flush()
         await self.x.commit([], self.x.save(reset_streamed=True))
+        if self.x.cancel_requested:  # a cancel asked while the node ran: stop between nodes
+            await self.x.end_cancelled()
 
     def _announced(self, what: str) -> list[str]:
         seen: list[str] = self.x.checkpoint.driver.setdefault(what, [])
