@@ -172,10 +172,29 @@ async def test_questions_and_a_write_before_an_interrupt_run_once(
         await c.close()
 
 
-async def test_a_write_a_dead_worker_left_executing_is_not_performed_again(
-    tmp_path: Path, base_env: dict[str, str], dsn: str, procs: list[Any]
+@pytest.mark.parametrize(
+    ("decision", "writes", "status", "summary"),
+    [
+        (events_pb2.DECISION_ABANDON, 1, events_pb2.TOOL_STATUS_ERROR, "not tried again (abandon)"),
+        (events_pb2.DECISION_MARK_DONE, 1, events_pb2.TOOL_STATUS_SUCCESS, "marked done by alice"),
+        (events_pb2.DECISION_RETRY, 2, events_pb2.TOOL_STATUS_SUCCESS, "filed once"),
+    ],
+    ids=["abandon", "mark_done", "retry"],
+)
+async def test_a_write_a_dead_worker_left_executing_waits_for_a_person(
+    tmp_path: Path,
+    base_env: dict[str, str],
+    dsn: str,
+    procs: list[Any],
+    decision: int,
+    writes: int,
+    status: int,
+    summary: str,
 ) -> None:
-    """Needs Tether's Postgres checkpointer: the graph's progress survives the kill."""
+    """Killed inside a write that is not idempotent by key: nobody can tell whether it acted,
+    so the run asks a person (outcome_unknown) instead of calling again; only `retry` calls it
+    again, with the same key. Needs Tether's Postgres checkpointer (the graph's progress
+    survives the kill)."""
     env, ledger = graph_env(tmp_path, base_env, dsn)
     first = start_runtime(
         {**env, "LGTEST_PAUSE_S": "30"}, name="runtime-lgwriter-1", timeout=STARTUP_S
@@ -194,15 +213,20 @@ async def test_a_write_a_dead_worker_left_executing_is_not_performed_again(
     procs.append(second)
     c = Client(second.addr, token(TEST_SECRET, "alice"))
     try:
-        evs = await c.events(run.id)
+        evs = await c.events(run.id, until="interrupt")
+        intr = evs[-1].interrupt
+        assert intr.kind == resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN, types(evs)
+        assert intr.payload.tool == "file_ticket" and intr.payload.target == "tickets/ops"
+        assert len(ledger.read_text().splitlines()) == 1, "called again before a person decided"
+        await answer(c, run.id, intr, decision)
+        evs += await c.events(run.id, after=evs[-1].sequence)
         assert types(evs)[-1] == "done", types(evs)
         assert_dense(evs)
-        assert len(ledger.read_text().splitlines()) == 1, "performed again after the takeover"
+        lines = ledger.read_text().splitlines()
+        assert len(lines) == writes and len(set(lines)) == 1, lines  # a retry: the same key
         finished = [e.tool_finished for e in evs if types([e]) == ["tool_finished"]]
-        assert [(f.tool, f.status) for f in finished] == [
-            ("file_ticket", events_pb2.TOOL_STATUS_ERROR)
-        ]
-        assert "not tried again" in finished[0].summary
+        assert [(f.tool, f.status) for f in finished] == [("file_ticket", status)]
+        assert summary in finished[0].summary
         started = [e.tool_started.call_id for e in evs if types([e]) == ["tool_started"]]
         assert started == [finished[0].call_id]
     finally:

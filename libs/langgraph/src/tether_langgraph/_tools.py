@@ -10,7 +10,8 @@ the first call is claimed (conditionally, fenced by the run's lease epoch), perf
 idempotency key (`idempotency_key()` inside the tool) and its result stored; a re-run of the node
 gets the stored result back without calling the tool again. A crash inside the call leaves it
 `executing`: the next worker calls again only when the tool is `idempotent_by_key` (the external
-system honours the key), else the call ends in error, not tried again.
+system honours the key), else a person decides (an `outcome_unknown` interrupt: retry with the
+same key, mark done, or abandon).
 
 The call is identified by the LangChain tool call's id when the tool is invoked with one (by
 `ToolNode`, or `tool.ainvoke(tool_call)`); called with plain arguments inside a node, by the

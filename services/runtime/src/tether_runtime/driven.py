@@ -310,17 +310,31 @@ class DrivenRun:
         """Perform a write at most once per (run, call id), whatever re-runs the agent makes:
         a call that already finished returns its stored result without calling again; a call a
         dead worker left `executing` is called again only if the external system honours the
-        key (idempotent_by_key), else it ends in error, not tried again. Before the call: the
+        key (idempotent_by_key), else a person decides (outcome_unknown: retry with the same
+        key, mark done, or abandon), as for a native write tool. Before the call: the
         tool gate (invariant 7) and the requester's current grant for `action` on `scope`.
         `perform(key)` does the write with the idempotency key; its value is the result."""
         call = WriteCall(call_id, tool, args, action, scope, perform, idempotent_by_key, timeout_s)
         async with self.x.e.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, call.call_id)
         if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+            await self._announce_finish(call, row.result)  # e.g. a person marked it done
             return row.result
         key = row.idempotency_key if row is not None else f"{self.run_id}:{call.call_id}"
         if row is not None and row.status == "executing":
             return await self._recover(call, key)
+        if row is not None and row.status == "unknown":
+            raise Paused()  # a person decides whether it happened
+        if row is not None and row.status == "approved":  # the person chose: try it again
+            await self.x.commit([], self._claim(call, key, "approved"))
+            return await self._perform(call, key)
+        if row is not None and row.status == "rejected":  # abandoned, or nobody answered
+            async with self.x.e.pool.acquire() as conn:
+                intr = await interrupts.for_call(conn, self.run_id, call.call_id)
+            decision = (intr.decision if intr is not None else None) or "abandoned"
+            body = failure(f"outcome unknown, not tried again ({decision})", "abandoned")
+            await self._announce_finish(call, body)
+            return body
         if row is not None:  # a call id the agent used for something else
             raise RunFailure("INVALID_TOOL_CALL", f"tool call id {call.call_id!r} was used twice")
         agent = self.agent_name
@@ -346,13 +360,60 @@ class DrivenRun:
         await self.x.commit([], self._claim(call, key, "executing"))
         if call.idempotent_by_key:
             return await self._perform(call, key)
-        body = failure(
-            f"the worker running {call.tool} stopped during the call; it was not tried again "
-            "(its outcome is unknown)",
-            "unknown",
+        await self._outcome_unknown(call, f"the worker running {call.tool} stopped during the call")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _outcome_unknown(self, call: WriteCall, why: str) -> NoReturn:
+        """Nobody can tell whether the call acted: a person decides (retry / mark done /
+        abandon), by the same interrupt a native write tool raises. The run pauses from inside
+        the graph's node; LangGraph re-runs the node when the run continues, and the call then
+        follows the decision (called again with the same key, its result as marked, or not)."""
+        metrics.OUTCOME_UNKNOWN.labels(tool=call.tool).inc()
+        await self.flush()
+        payload = redact_value(
+            {
+                "title": f"Did {call.tool} happen?",
+                "risk": "high",
+                "target": call.scope,
+                "tool": call.tool,
+                "parameter_summary": _summary(call.args),
+                "reason": why[:200],
+                "details": why[:2000],
+                "preview": "",
+            }
         )
-        await self._finish(call, body)
-        return body
+        interrupt_id = new_id("int")
+        expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
+        save = self.x.save()
+        run_id, epoch = self.run_id, self.epoch
+
+        async def apply(conn: Conn) -> None:
+            if not await interrupts.mark_unknown(conn, run_id, call.call_id, epoch):
+                raise event_log.Fenced(run_id)
+            await interrupts.create_interrupt(
+                conn,
+                interrupt_id,
+                run_id,
+                call.call_id,
+                "outcome_unknown",
+                call.action,
+                call.scope,
+                payload,
+                expires,
+            )
+            await save(conn)
+            await runs.finish(conn, run_id, epoch, "interrupted")
+
+        await self.x.commit(
+            [ev.interrupt(interrupt_id, "outcome_unknown", payload, expires)], apply
+        )
+        raise Paused()
+
+    async def _announce_finish(self, call: WriteCall, body: dict[str, Any]) -> None:
+        """A started call's end, settled by a person: its `tool_finished`, once."""
+        if call.call_id not in self._announced("started"):
+            return
+        await self.tool_finished(call.call_id, call.tool, bool(body["ok"]), str(body["summary"]))
 
     def _claim(self, call: WriteCall, key: str, from_status: str) -> Any:
         run_id, epoch, save = self.run_id, self.epoch, self.x.save()
