@@ -32,3 +32,16 @@ def test_a_graph_agent_is_driven_and_a_native_agent_is_not() -> None:
     assert driven.is_driven(GraphAgent(name="g", description="d", graph=builder))
     native = Agent(name="n", description="d", instructions="", model=ScriptedModel(lambda r: "hi"))
     assert not driven.is_driven(native)
+
+
+def test_tether_model_does_not_replace_a_graphs_own_models() -> None:
+    """TETHER_MODEL=openai points native agents at one provider; a graph calls its own models,
+    so its placeholder stays (and needs no provider key)."""
+    from tether_common.config import Settings
+    from tether_runtime.model_choice import make_model
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("noop", lambda state: {})
+    builder.add_edge(START, "noop")
+    agent = GraphAgent(name="g", description="d", graph=builder)
+    assert make_model(agent, Settings(model="openai")) is agent.model
