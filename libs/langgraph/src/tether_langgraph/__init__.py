@@ -1,1 +1,16 @@
-"""LangGraph graphs as Tether agents."""
+"""LangGraph graphs as Tether agents.
+
+    from tether_langgraph import GraphAgent, write_tool
+
+    agent = GraphAgent(name="ops", description="Restarts services", graph=builder)
+
+A graph runs unmodified: Tether checkpoints it (the conversation is LangGraph's thread), turns
+its streams into Tether's events, its `interrupt()` into a Tether interrupt (see
+`_interrupts.py` for the payload convention) and runs the tools marked with `write_tool` at most
+once. Only a runtime that loads a GraphAgent imports this package (and so langgraph)."""
+
+from tether_langgraph._agent import GraphAgent, GraphModel
+from tether_langgraph._interrupts import TEXT_SCHEMA
+from tether_langgraph._tools import WriteTool, idempotency_key, write_tool
+
+__all__ = ["TEXT_SCHEMA", "GraphAgent", "GraphModel", "WriteTool", "idempotency_key", "write_tool"]

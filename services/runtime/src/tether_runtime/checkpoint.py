@@ -42,6 +42,9 @@ class Checkpoint:
     context_cut: bool = True
     """Older turns of the conversation fell out of the run's starting transcript: only then is
     a summary worth checking for when the run ends (unknown for older checkpoints: True)."""
+    driver: dict[str, Any] = field(default_factory=dict)
+    """What an agent that drives its own loop (a LangGraph graph, driven.py) keeps with the run:
+    the tool calls it already announced, so each is announced once whatever is re-emitted."""
 
     def add_usage(self, input_tokens: int, output_tokens: int) -> None:
         """One model step's tokens."""
@@ -84,6 +87,7 @@ class Checkpoint:
             output_tokens=int(raw.get("output_tokens") or 0),
             step_usage=[[int(a), int(b)] for a, b in raw.get("step_usage") or []],
             context_cut=bool(raw.get("context_cut", True)),
+            driver=dict(raw.get("driver") or {}),
         )
 
 

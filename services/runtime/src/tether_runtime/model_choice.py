@@ -52,6 +52,11 @@ def _key(config: OpenAICompatible | Anthropic, settings: Settings) -> str:
 
 
 def make_model(agent: Agent, settings: Settings) -> Model:
+    if callable(getattr(agent, "drive", None)):
+        # An agent that drives its own loop (a LangGraph graph, driven.py) calls its own models:
+        # TETHER_MODEL does not apply, and its placeholder is never asked for a step.
+        log.info("agent model", extra={"agent": agent.name, "provider": "driven"})
+        return agent.model  # type: ignore[return-value]
     config = configured(agent, settings)
     if isinstance(config, OpenAICompatible | Anthropic):
         from tether_runtime.models import build_provider

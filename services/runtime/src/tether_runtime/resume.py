@@ -179,8 +179,12 @@ async def resume_run(
             else None
         )
         # 4. authorize with the caller's current grants (approving acts; rejecting never does).
-        if answer.acts and not await policy.granted(
-            conn, principal.user_id, intr.action, intr.scope
+        # An interrupt that names no action (a driven agent's confirmation that guards no
+        # grant of its own; its write tools check theirs when they run) needs none.
+        if (
+            answer.acts
+            and intr.action
+            and not await policy.granted(conn, principal.user_id, intr.action, intr.scope)
         ):
             return _Decided(
                 "permission_denied",

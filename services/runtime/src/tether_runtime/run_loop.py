@@ -16,8 +16,8 @@ from opentelemetry import trace
 from tether_common.ids import new_id
 from tether_sdk import ModelRequest
 
+from tether_runtime import driven, metrics, questions
 from tether_runtime import events as ev
-from tether_runtime import metrics, questions
 from tether_runtime.agent import context
 from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
@@ -119,6 +119,9 @@ class RunExecutor:
                 )
             if self.cp is None:
                 await self._start()
+            if driven.is_driven(self.loaded.agent):
+                # The agent runs its own loop (a LangGraph graph) on this run's write path.
+                await driven.DrivenRun(self).execute()
             while True:
                 if self.cancel_requested:
                     await self.end_cancelled()

@@ -45,6 +45,17 @@ async def get_interrupt(conn: Conn, interrupt_id: str) -> InterruptRow | None:
     return InterruptRow.of(row) if row else None
 
 
+async def for_call(conn: Conn, run_id: str, call_id: str) -> InterruptRow | None:
+    """The latest interrupt raised on this tool call of the run."""
+    row = await conn.fetchrow(
+        "SELECT * FROM interrupt WHERE run_id = $1 AND call_id = $2 "
+        "ORDER BY created_at DESC LIMIT 1",
+        run_id,
+        call_id,
+    )
+    return InterruptRow.of(row) if row else None
+
+
 async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:
     row = await conn.fetchrow(
         "SELECT * FROM interrupt WHERE run_id = $1 AND status = 'pending'", run_id

@@ -1,0 +1,215 @@
+"""One execution of a graph run on its host (tether_runtime.driven.DrivenRun): start, resume or
+continue the graph from Tether's checkpoint, convert its streams into Tether's events, and turn
+its `interrupt()` into a Tether interrupt.
+
+Streams (stream_mode ["messages", "updates", "custom"]), converted, never the state re-sent:
+- `messages`: the text of AI message chunks -> `text_delta` (the host coalesces); a whole AI
+  message whose chunks were streamed already is skipped by its id.
+- `updates`: an AI message's tool calls -> `tool_started`, a ToolMessage -> `tool_finished`,
+  paired by the tool call id; the host announces each id once, whatever is re-emitted.
+- `custom` (`get_stream_writer()(...)`) -> `tool_progress`: a dict with `progress` (0..1),
+  `text`, and optionally `call_id` / `tool` (default: the call in flight); anything else is
+  its text at progress 0."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from tether_langgraph._checkpointer import checkpointer_for, lease_lost_type
+from tether_langgraph._interrupts import UNANSWERED, Question, question_of, resume_value
+
+if TYPE_CHECKING:
+    from tether_langgraph._agent import GraphAgent
+
+STREAM_MODES = ["messages", "updates", "custom"]
+# Each step's checkpoint is written before the next step's nodes run: a worker whose lease was
+# taken over is stopped by its first refused write, before it runs another node.
+MAX_ROUNDS = 50  # interrupts answered in one execution (identical repeated questions)
+
+# The host of the run the current task belongs to (write tools find it here).
+current_host: contextvars.ContextVar[Any] = contextvars.ContextVar("tether_host", default=None)
+
+
+def interrupt_key(interrupt_id: str, value: Any) -> str:
+    """The Tether call id of a graph interrupt: stable across re-runs of its node (LangGraph's
+    interrupt id is its task's; the value tells apart two questions of one node)."""
+    raw = interrupt_id + json.dumps(value, sort_keys=True, default=str)
+    return "lg_" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+class GraphRun:
+    def __init__(self, agent: GraphAgent, host: Any) -> None:
+        self.agent = agent
+        self.host = host
+        self.graph = agent.compiled(checkpointer_for(host))
+        self.config: dict[str, Any] = {
+            "configurable": {"thread_id": host.conversation_id},
+            "metadata": {"tether_run_id": host.run_id},
+            "recursion_limit": max(25, agent.limits.max_steps),
+        }
+        self._streamed_ids: set[str] = set()
+        self._in_flight: tuple[str, str] = ("", "")
+
+    async def run(self) -> None:
+        state = await self.graph.aget_state(self.config)
+        mine = (state.metadata or {}).get("tether_run_id") == self.host.run_id
+        graph_input: Any
+        if not mine:
+            graph_input = self.agent.input(self.host.user_text)
+        elif state.interrupts:
+            graph_input = await self._answer(state.interrupts[0])
+        elif state.next:
+            graph_input = None  # a worker stopped mid-graph: continue from the checkpoint
+        else:
+            await self.host.finish(self._output(state.values))
+            return
+        for _ in range(MAX_ROUNDS):
+            await self._stream(graph_input)
+            state = await self.graph.aget_state(self.config)
+            if not state.interrupts:
+                if state.next:  # stopped with nodes to run and no question (a breakpoint)
+                    raise RuntimeError("the graph stopped without an interrupt()")
+                await self.host.finish(self._output(state.values))
+                return
+            graph_input = await self._answer(state.interrupts[0])
+        raise RuntimeError("the graph kept asking the same question")
+
+    async def _stream(self, graph_input: Any) -> None:
+        lost = lease_lost_type()
+        token = current_host.set(self.host)
+        try:
+            async for mode, chunk in self.graph.astream(
+                graph_input, self.config, stream_mode=STREAM_MODES, durability="sync"
+            ):
+                await self._on(mode, chunk)
+        except Exception as err:
+            if lost is not None and isinstance(err, lost):
+                self.host.lease_lost()  # a checkpoint write after a takeover: a zombie
+            raise
+        finally:
+            current_host.reset(token)
+
+    # -- interrupts --------------------------------------------------------------------------
+
+    async def _answer(self, interrupt: Any) -> Any:
+        """The Command that resumes `interrupt` with a person's answer; a question nobody has
+        answered yet is raised (persisted, announced) and the run pauses."""
+        from langgraph.types import Command
+
+        question: Question = question_of(interrupt.value)
+        key = interrupt_key(interrupt.id, interrupt.value)
+        answer = await self.host.answer(key)
+        if answer is None:
+            await self.host.flush()
+            await self.host.interrupt(
+                key,
+                question.kind,
+                question.fields,
+                action=question.action,
+                scope=question.scope,
+            )
+        value = resume_value(question, answer)
+        if value is UNANSWERED:
+            self.host.fail(
+                "INTERRUPT_UNANSWERED",
+                f"Nobody answered the agent's question ({answer.decision}); the graph was not "
+                "resumed.",
+            )
+        return Command(resume={interrupt.id: value})
+
+    # -- streams -----------------------------------------------------------------------------
+
+    async def _on(self, mode: str, chunk: Any) -> None:
+        if mode == "messages":
+            message, _meta = chunk
+            await self._message(message)
+        elif mode == "updates":
+            finished = False
+            for node, update in (chunk or {}).items():
+                if node != "__interrupt__":
+                    finished = True
+                    await self._update(update)
+            if finished:
+                await self.host.node_done()
+        elif mode == "custom":
+            await self._progress(chunk)
+
+    async def _message(self, message: Any) -> None:
+        from langchain_core.messages import AIMessage, AIMessageChunk
+
+        if not isinstance(message, AIMessage | AIMessageChunk):
+            return
+        if not isinstance(message, AIMessageChunk) and message.id in self._streamed_ids:
+            return  # its chunks were streamed
+        if message.id:
+            self._streamed_ids.add(message.id)
+        await self.host.text(_text(message.content))
+
+    async def _update(self, update: Any) -> None:
+        from langchain_core.messages import AIMessage, ToolMessage
+
+        for message in _messages_of(update):
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    if call.get("id"):
+                        self._in_flight = (str(call["id"]), call["name"])
+                        await self.host.tool_started(call["id"], call["name"], dict(call["args"]))
+            elif isinstance(message, ToolMessage):
+                ok = message.status != "error"
+                summary = _text(message.content)[:500]
+                name = message.name or self._in_flight[1] or "tool"
+                await self.host.tool_finished(message.tool_call_id, name, ok, summary)
+
+    async def _progress(self, chunk: Any) -> None:
+        call_id, tool = self._in_flight
+        if isinstance(chunk, dict):
+            raw: Any = chunk.get("progress", chunk.get("fraction", 0.0))
+            try:
+                fraction = float(raw)
+            except (TypeError, ValueError):
+                fraction = 0.0
+            text = str(chunk.get("text") or "")
+            call_id = str(chunk.get("call_id") or call_id)
+            tool = str(chunk.get("tool") or tool)
+        else:
+            fraction, text = 0.0, str(chunk)
+        await self.host.tool_progress(call_id, tool, fraction, text)
+
+    def _output(self, values: Any) -> str:
+        if self.agent.output is not None:
+            return str(self.agent.output(values))
+        from langchain_core.messages import AIMessage
+
+        messages = values.get("messages") if isinstance(values, dict) else None
+        for message in reversed(messages or []):
+            if isinstance(message, AIMessage):
+                return _text(message.content)
+        return ""
+
+
+def _messages_of(update: Any) -> list[Any]:
+    """The messages a node's update writes (a dict with "messages", or a list of such)."""
+    if isinstance(update, list | tuple):
+        return [m for u in update for m in _messages_of(u)]
+    if not isinstance(update, dict):
+        return []
+    found = update.get("messages")
+    if found is None:
+        return []
+    return list(found) if isinstance(found, list | tuple) else [found]
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text blocks of a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            b if isinstance(b, str) else str(b.get("text") or "")
+            for b in content
+            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+        )
+    return ""
