@@ -18,7 +18,7 @@ from tether_common.grpc_poller import unblock_completion_poller
 from tether_common.tracing import context_from
 from tether_common.tracing import enabled as tracing_enabled
 
-from tether_gateway import api, health
+from tether_gateway import api, audit_api, forwarding, health
 from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
 from tether_gateway.runtime_client import RuntimeClient, open_channel
@@ -96,6 +96,7 @@ def create_app(settings: Settings) -> web.Application:
             error_middleware,
             _security_headers(),
             storable_params,
+            forwarding.middleware,
         ],
     )
     app[STATE] = gw
@@ -132,6 +133,7 @@ def create_app(settings: Settings) -> web.Application:
     app.on_shutdown.append(end_streams)
     health.add_routes(app)
     api.add_routes(app, dev=settings.env == "dev")
+    audit_api.add_routes(app)
     app.router.add_get("/", _index)
     # The more specific prefix first: /static/client/ is not a folder of STATIC_DIR in a checkout.
     app.router.add_static("/static/client/", client_dir(), append_version=False)

@@ -18,6 +18,8 @@ from tether_client.rpc import EOF_MARK, EventCall, RuntimeApi, StartStreamCall
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
 
+from tether_gateway.forwarding import forwarded_for
+
 UNARY_DEADLINE_S = 5.0
 HEALTH_DEADLINE_S = 1.0
 
@@ -35,8 +37,11 @@ class RuntimeClient:
 
     @staticmethod
     def metadata(token: str) -> Metadata:
-        # The current trace (the browser's request) continues in the runtime.
-        return (("authorization", f"Bearer {token}"), *inject_carrier().items())
+        # The current trace (the browser's request) continues in the runtime, and the audit log
+        # learns the browser's address (forwarding.py).
+        forwarded = forwarded_for.get()
+        extra = (("x-forwarded-for", forwarded),) if forwarded else ()
+        return (("authorization", f"Bearer {token}"), *inject_carrier().items(), *extra)
 
     async def create_conversation(
         self, request: rs.CreateConversationRequest, token: str
@@ -88,6 +93,13 @@ class RuntimeClient:
 
     async def list_runs(self, request: rs.ListRunsRequest, token: str) -> rs.ListRunsResponse:
         return await self.api.list_runs(
+            request, metadata=self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def list_audit_records(
+        self, request: rs.ListAuditRecordsRequest, token: str
+    ) -> rs.ListAuditRecordsResponse:
+        return await self.api.list_audit_records(
             request, metadata=self.metadata(token), timeout=self.deadline_s
         )
 
