@@ -93,17 +93,24 @@ class Claimed:
 
 _CLAIM = """
 WITH due AS (
-    SELECT d.id, d.endpoint_id,
-           row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS n
-    FROM webhook_delivery d
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+    -- At most per_endpoint candidates of each endpoint, read by index: a dead endpoint's
+    -- backlog costs the claim per_endpoint rows, not its length.
+    SELECT c.id, c.endpoint_id, c.next_attempt_at,
+           row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at, c.id) AS n
+    FROM webhook_endpoint ep
+    CROSS JOIN LATERAL (
+        SELECT d.id, d.endpoint_id, d.next_attempt_at FROM webhook_delivery d
+        WHERE d.endpoint_id = ep.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+        ORDER BY d.next_attempt_at, d.id
+        LIMIT $3
+    ) c
 ), pick AS (
     SELECT d.id FROM webhook_delivery d
     JOIN due ON due.id = d.id
     LEFT JOIN unnest($1::text[], $2::int[]) AS f(endpoint_id, free)
            ON f.endpoint_id = due.endpoint_id
     WHERE due.n <= COALESCE(f.free, $3) AND d.status = 'pending' AND d.next_attempt_at <= now()
-    ORDER BY due.n, d.next_attempt_at
+    ORDER BY due.n, due.next_attempt_at
     LIMIT $4
     FOR UPDATE OF d SKIP LOCKED
 )

@@ -143,10 +143,14 @@ class DeliveryLoop:
                     code = resp.status
         except TimeoutError:
             return None, f"no answer within {timeout:g} s"
+        except aiohttp.ClientConnectorError as err:
+            # Not str(err): an error's text can quote the URL, and a URL can hold a token.
+            return None, f"cannot connect: {err.os_error.strerror or type(err.os_error).__name__}"
         except aiohttp.ClientError as err:
-            return None, f"{type(err).__name__}: {err}"[:300]
-        except ValueError as err:  # e.g. a URL aiohttp cannot use
-            return None, f"invalid request: {err}"[:300]
+            return None, type(err).__name__
+        except ValueError:  # e.g. a URL aiohttp cannot use
+            return None, "invalid URL"
+
         if 200 <= code < 300:
             return code, ""
         return code, f"HTTP {code}"

@@ -34,7 +34,8 @@ CREATE TABLE webhook_delivery (
     delivered_at     timestamptz,
     UNIQUE (event_id, endpoint_id)
 );
--- The claim scans only what is due.
-CREATE INDEX webhook_delivery_due_idx ON webhook_delivery (next_attempt_at)
+-- The claim reads each endpoint's first due rows by index, whatever its backlog.
+CREATE INDEX webhook_delivery_due_idx ON webhook_delivery (endpoint_id, next_attempt_at, id)
     WHERE status = 'pending';
-CREATE INDEX webhook_delivery_endpoint_idx ON webhook_delivery (endpoint_id, status, id);
+-- `tether webhooks deliveries`: the newest first.
+CREATE INDEX webhook_delivery_created_idx ON webhook_delivery (created_at DESC, id DESC);
