@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 import uuid
 from datetime import UTC, datetime
@@ -21,6 +20,9 @@ from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
 
 async def until_status(db: Any, run_id: str, status: str) -> None:
     deadline = time.monotonic() + 30
@@ -33,7 +35,7 @@ async def decide(
     http: aiohttp.ClientSession, gw: str, o: dict[str, str], user: str, decision: str, key: str
 ) -> None:
     body = {"interruptId": o["interrupt"], "decision": decision, "idempotencyKey": key}
-    headers = {**bearer(user), "X-Forwarded-For": "203.0.113.7"}
+    headers = {**bearer(user), "X-Forwarded-For": "203.0.113.7", "traceparent": TRACEPARENT}
     async with http.post(f"{gw}/v1/runs/{o['run']}/resume", json=body, headers=headers) as r:
         assert r.status == 202, await r.text()
 
@@ -94,7 +96,7 @@ async def test_approval_and_write_execution_are_audited_for_admins_only(
         assert decision["clientAddress"] == "203.0.113.7, 127.0.0.1"
         assert decision["details"]["peer"].startswith("ipv4:127.0.0.1:")
         assert decision["pod"]
-        assert re.fullmatch(r"([0-9a-f]{32})?", decision["traceId"])
+        assert decision["traceId"] == TRACE_ID  # the browser's trace, through the gateway
         for step, outcome in ((claimed, "claimed"), (executed, "ok")):
             assert step["outcome"] == outcome
             assert step["callId"] == call["call_id"]
@@ -104,6 +106,8 @@ async def test_approval_and_write_execution_are_audited_for_admins_only(
             assert step["interruptId"] == approved["interrupt"]
             assert step["tool"] == "restart_instance"
             assert step["scope"] == decision["scope"]
+            # The continuation carries the approval's trace into the worker.
+            assert step["traceId"] == TRACE_ID
         assert rejection["decision"] == "rejected"
         assert rejection["idempotencyKey"] == reject_key
         # The times are in order and inside the window asked for.
