@@ -41,6 +41,10 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     rm = ops.add_parser("remove", help="remove an endpoint (its pending deliveries with it)")
     rm.add_argument("endpoint_id", metavar="ENDPOINT_ID")
+    rd = ops.add_parser(
+        "redeliver", help="try an endpoint's dead deliveries again (same event ids), from now"
+    )
+    rd.add_argument("endpoint_id", metavar="ENDPOINT_ID")
     dl = ops.add_parser("deliveries", help="recent deliveries, newest first")
     dl.add_argument("--endpoint", metavar="ENDPOINT_ID", help="only this endpoint's")
     dl.add_argument("--status", choices=STATUSES, help="only in this status (dead: gave up)")
@@ -118,6 +122,10 @@ async def _read(dsn: str, args: argparse.Namespace) -> int:
                 return 0
             print(f"tether webhooks remove: no endpoint {args.endpoint_id}", file=sys.stderr)
             return 1
+        if args.op == "redeliver":
+            n = await store.redeliver_dead(conn, args.endpoint_id)
+            print(f"{n} dead deliveries of {args.endpoint_id} are due again")
+            return 0
         found = await store.deliveries(
             conn, endpoint_id=args.endpoint, status=args.status, limit=args.limit
         )

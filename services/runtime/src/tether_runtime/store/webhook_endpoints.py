@@ -130,3 +130,14 @@ async def deliveries(
         limit,
     )
     return [Delivery(**dict(r)) for r in rows]
+
+
+async def redeliver_dead(conn: Conn, endpoint_id: str) -> int:
+    """Give an endpoint's dead deliveries a fresh set of attempts, due now (after the receiver
+    was fixed). Returns how many."""
+    result = await conn.execute(
+        "UPDATE webhook_delivery SET status = 'pending', attempts = 0, next_attempt_at = now(), "
+        "claim_token = NULL WHERE endpoint_id = $1 AND status = 'dead'",
+        endpoint_id,
+    )
+    return int(str(result).rsplit(" ", 1)[-1])
