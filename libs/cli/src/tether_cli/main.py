@@ -8,7 +8,7 @@ import sys
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 
-from tether_cli import commands, connect, revoke, runs
+from tether_cli import audit_cmd, commands, connect, revoke, runs, webhooks_cmd
 
 EXIT_UNSAFE_SETTINGS = 2
 
@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_chat(verbs)
     _add_runs(verbs)
     revoke.add_arguments(verbs)
+    webhooks_cmd.add_parser(verbs)
+    audit_cmd.add_parser(verbs)
     return parser
 
 
@@ -227,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                 only=set(args.tool),
             )
         )
+    if args.verb == "webhooks":
+        return webhooks_cmd.run(settings, args)
+    if args.verb == "audit":
+        return audit_cmd.run(settings, args)
     if args.verb == "grants":
         return commands.grants(
             settings,

@@ -105,6 +105,14 @@ class RuntimeApi:
         )
         return call
 
+    def list_audit_records(
+        self, request: pb.ListAuditRecordsRequest, *, metadata: Metadata, timeout: float | None
+    ) -> Unary[pb.ListAuditRecordsRequest, pb.ListAuditRecordsResponse]:
+        call: Unary[pb.ListAuditRecordsRequest, pb.ListAuditRecordsResponse] = (
+            self._stub.ListAuditRecords(request, metadata=metadata, timeout=timeout)
+        )
+        return call
+
     def list_agents(
         self, request: pb.ListAgentsRequest, *, metadata: Metadata, timeout: float | None
     ) -> Unary[pb.ListAgentsRequest, pb.ListAgentsResponse]:

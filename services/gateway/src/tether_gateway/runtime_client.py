@@ -20,6 +20,7 @@ from tether_common.config import Settings
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
 
+from tether_gateway.forwarding import forwarded_for
 from tether_gateway.service_identity import ON_BEHALF_HEADER, OnBehalf, ServiceIdentity
 
 UNARY_DEADLINE_S = 5.0
@@ -47,10 +48,13 @@ class RuntimeClient:
         self._health = health_pb2_grpc.HealthStub(channel)
 
     async def metadata(self, credential: Credential) -> Metadata:
-        # The current trace (the browser's request) continues in the runtime.
+        # The current trace (the browser's request) continues in the runtime, and the audit log
+        # learns the browser's address (forwarding.py).
         trace = tuple(inject_carrier().items())
+        forwarded = forwarded_for.get()
+        extra = (("x-forwarded-for", forwarded),) if forwarded else ()
         if isinstance(credential, str):
-            return (("authorization", f"Bearer {credential}"), *trace)
+            return (("authorization", f"Bearer {credential}"), *trace, *extra)
         if self.identity is None:
             raise Unavailable("the gateway has no service identity to read this run with")
         service = await self.identity.token()
@@ -58,6 +62,7 @@ class RuntimeClient:
             ("authorization", f"Bearer {service}"),
             (ON_BEHALF_HEADER, credential.user_id),
             *trace,
+            *extra,
         )
 
     async def create_conversation(
@@ -118,6 +123,13 @@ class RuntimeClient:
         self, request: rs.ListRunsRequest, token: Credential
     ) -> rs.ListRunsResponse:
         return await self.api.list_runs(
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
+        )
+
+    async def list_audit_records(
+        self, request: rs.ListAuditRecordsRequest, token: Credential
+    ) -> rs.ListAuditRecordsResponse:
+        return await self.api.list_audit_records(
             request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 

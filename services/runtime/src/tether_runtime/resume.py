@@ -29,7 +29,7 @@ from tether_common.errors import (
 from tether_runtime import events as ev
 from tether_runtime import metrics, policy, questions
 from tether_runtime.bus import EventBus
-from tether_runtime.store import db, event_log, idempotency, interrupts, runs
+from tether_runtime.store import audit, db, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import InterruptRow, RunRow
 from tether_runtime.views import RunView
@@ -125,6 +125,8 @@ async def resume_run(
     input_text: str,
     key: str,
     trace_context: dict[str, str] | None = None,
+    *,
+    audit_ctx: audit.AuditContext | None = None,
 ) -> tuple[RunView, bool]:
     # 1. authenticate: done by the caller (principal); stream tokens may not act.
     if not principal.may_act():
@@ -186,6 +188,16 @@ async def resume_run(
             and intr.action
             and not await policy.granted(conn, principal.user_id, intr.action, intr.scope)
         ):
+            # A refused attempt is on the record too (it commits; nothing else changes).
+            await audit.record_decision(
+                conn,
+                intr,
+                actor=principal.user_id,
+                decision=decision,
+                outcome="denied",
+                idempotency_key=key,
+                ctx=audit_ctx,
+            )
             return _Decided(
                 "permission_denied",
                 error=PermissionDenied(f"you may not {intr.action} on {intr.scope}"),
@@ -213,6 +225,15 @@ async def resume_run(
             return _Decided(
                 "expired", encoded=await _expire(conn, intr), error=Expired("the interrupt expired")
             )
+        await audit.record_decision(
+            conn,
+            intr,
+            actor=principal.user_id,
+            decision=decision,
+            outcome="resolved",
+            idempotency_key=key,
+            ctx=audit_ctx,
+        )
         if result is not None:
             await interrupts.settle_call(conn, run_id, intr.call_id, result["summary"], result)
         if decision == "mark_done":
@@ -287,6 +308,9 @@ async def _expire(conn: Conn, intr: InterruptRow) -> list[bytes]:
     )
     if claimed is None:
         return []
+    await audit.record_decision(
+        conn, intr, actor=audit.SYSTEM, decision="expired", outcome="expired"
+    )
     return await _requeue(conn, intr.run_id, [ev.interrupt_resolved(intr.id, "expired")])
 
 
@@ -311,7 +335,13 @@ async def expire_interrupt(pool: Pool, bus: EventBus, intr: InterruptRow) -> boo
 
 
 async def cancel_run(
-    pool: Pool, bus: EventBus, principal: Principal, run_id: str, reason: str
+    pool: Pool,
+    bus: EventBus,
+    principal: Principal,
+    run_id: str,
+    reason: str,
+    *,
+    audit_ctx: audit.AuditContext | None = None,
 ) -> RunView:
     """A queued or interrupted run is cancelled at once (its pending interrupt with it); a running
     one gets `cancel_requested` and its worker ends it at its next step (the answer's run is then
@@ -344,6 +374,14 @@ async def cancel_run(
                     user_id=principal.user_id,
                     call_status="rejected",
                     call_from=call_from(pending),
+                )
+                await audit.record_decision(
+                    conn,
+                    pending,
+                    actor=principal.user_id,
+                    decision="cancelled",
+                    outcome="cancelled",
+                    ctx=audit_ctx,
                 )
                 events.append(ev.interrupt_resolved(pending.id, "cancelled", principal.user_id))
             events.append(ev.cancelled(reason))

@@ -14,7 +14,7 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
-from tether_runtime.store import event_log
+from tether_runtime.store import event_log, outbox
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.event_log import LeaseAppend
 
@@ -112,7 +112,8 @@ class RunWriter:
             sum(w.streamed for w in batch),
         )
         applies = [w.apply for w in batch if w.apply is not None]
-        if not applies:
+        shared = not applies and not outbox.announces(append.events)
+        if shared:
             # Events only (the text-delta hot path): shared with every other run's events in
             # one statement and one pipelined publish.
             cancel = await self.sink.append(append)
@@ -124,11 +125,13 @@ class RunWriter:
                 if self.run_id not in held:
                     raise event_log.Fenced(self.run_id)
                 cancel = held[self.run_id]
+                # Webhooks for what leaves Tether commit with it (events now stamped).
+                await outbox.enqueue(conn, self.run_id, append.events)
                 for apply in applies:
                     await apply(conn)
         self.last_sequence = append.new_last
         self.cancel_requested = self.cancel_requested or cancel
-        return append.encoded, not applies
+        return append.encoded, shared
 
 
 def _events_only_first(queue: list[_Write]) -> tuple[list[_Write], list[_Write]]:

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
+from dataclasses import asdict
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -30,6 +31,8 @@ from tether_runtime.transport import (
     listen,
     server_credentials,
 )
+from tether_runtime.webhooks.delivery import DeliveryLoop
+from tether_runtime.webhooks.settings import WebhookSettings
 from tether_runtime.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -53,7 +56,10 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
     setup_tracing("tether-runtime")
-    log.info("runtime starting", extra={"settings": settings.public_view()})
+    hooks = WebhookSettings.from_env()
+    log.info(
+        "runtime starting", extra={"settings": settings.public_view(), "webhooks": asdict(hooks)}
+    )
     # Agents first: a misconfigured agent stops the pod before it touches a store.
     agents = AgentRegistry.load(settings)
     log.info(
@@ -91,11 +97,17 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         host, _, mport = metrics_addr.rpartition(":")
         start_http_server(int(mport), addr=host or "0.0.0.0")
     worker = Worker(engine) if settings.runtime_role != "api" else None
+    # Webhooks go out from the processes that execute runs (any number share the outbox).
+    deliveries = (
+        DeliveryLoop(pool, hooks) if settings.runtime_role != "api" and hooks.deliver else None
+    )
     await server.start()
     if probes is not None:
         await probes.start()
     if worker is not None:
         await worker.start()
+    if deliveries is not None:
+        await deliveries.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     freeze_startup_objects()
@@ -117,6 +129,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await stop.wait()
     log.info("runtime draining")
     await health_servicer.enter_graceful_shutdown()
+    if deliveries is not None:
+        await deliveries.stop()
     if worker is not None:
         await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
     await server.stop(grace=settings.drain_s / 2)

@@ -27,10 +27,11 @@ from tether_common.errors import (
 from tether_common.ids import new_id
 from tether_common.tracing import context_from, inject_carrier
 
-from tether_runtime import convert, metrics, resume, runs_api
+from tether_runtime import audit_api, convert, metrics, resume, runs_api
 from tether_runtime import events as ev
 from tether_runtime.engine import Engine
 from tether_runtime.event_stream import EventStream
+from tether_runtime.store.audit import AuditContext
 from tether_runtime.store.db import STORE_DOWN
 from tether_runtime.views import RunView
 
@@ -79,6 +80,14 @@ class RuntimeServicer:
             extra={"caller_service": principal.service, "on_behalf_of": acting.user_id, "rpc": rpc},
         )
         return acting
+
+    @staticmethod
+    def _audit_context(context: grpc.aio.ServicerContext[Any, Any]) -> AuditContext:
+        """For the audit log: the address the gateway saw (x-forwarded-for), else the peer."""
+        md = dict(context.invocation_metadata() or ())
+        peer = context.peer() or ""
+        forwarded = str(md.get("x-forwarded-for", ""))
+        return AuditContext(client_address=forwarded or peer, details={"peer": peer[:300]})
 
     async def _call(
         self,
@@ -199,6 +208,7 @@ class RuntimeServicer:
                 request.input,
                 request.idempotency_key,
                 inject_carrier(),
+                audit_ctx=self._audit_context(context),
             )
             return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
 
@@ -214,7 +224,12 @@ class RuntimeServicer:
     async def CancelRun(self, request: pb.CancelRunRequest, context: Any) -> pb.CancelRunResponse:
         async def run(p: Principal) -> pb.CancelRunResponse:
             view = await resume.cancel_run(
-                self.e.pool, self.e.bus, p, request.run_id, request.reason
+                self.e.pool,
+                self.e.bus,
+                p,
+                request.run_id,
+                request.reason,
+                audit_ctx=self._audit_context(context),
             )
             return pb.CancelRunResponse(run=convert.run_pb(view))
 
@@ -249,6 +264,25 @@ class RuntimeServicer:
             )
 
         return await self._call(context, "ListRuns", run)
+
+    async def ListAuditRecords(
+        self, request: pb.ListAuditRecordsRequest, context: Any
+    ) -> pb.ListAuditRecordsResponse:
+        async def run(p: Principal) -> pb.ListAuditRecordsResponse:
+            rows, token = await audit_api.list_records(
+                self.e.pool,
+                p,
+                audit_api.time_of(request.start_time, request.HasField("start_time")),
+                audit_api.time_of(request.end_time, request.HasField("end_time")),
+                request.actor,
+                request.page_size,
+                request.page_token,
+            )
+            return pb.ListAuditRecordsResponse(
+                audit_records=[audit_api.record_pb(r) for r in rows], next_page_token=token
+            )
+
+        return await self._call(context, "ListAuditRecords", run)
 
     async def StreamRunEvents(
         self, request: pb.StreamRunEventsRequest, context: Any

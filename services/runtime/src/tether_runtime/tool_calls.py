@@ -38,7 +38,7 @@ from tether_runtime import events as ev
 from tether_runtime import metrics, policy, questions
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_outcomes import Paused
-from tether_runtime.store import conversations, event_log, interrupts, runs
+from tether_runtime.store import audit, conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import ToolCallRow
 
@@ -327,6 +327,16 @@ class ToolCalls:
 
             async def skip(conn: Conn) -> None:
                 await interrupts.skip_call(conn, self._run_id, call.call_id, reason, body)
+                await audit.record_tool(
+                    conn,
+                    self._run_id,
+                    call.call_id,
+                    "tool.skipped",
+                    outcome,
+                    permission=tool.action,
+                    scope=scope,
+                    details={"reason": body["summary"]},
+                )
                 await save(conn)
 
             await self.x.commit([], skip)
@@ -434,6 +444,16 @@ class ToolCalls:
         async def mark(conn: Conn) -> None:
             if not await interrupts.mark_unknown(conn, self._run_id, call.call_id, epoch):
                 raise event_log.Fenced(self._run_id)
+            await audit.record_tool(
+                conn,
+                self._run_id,
+                call.call_id,
+                "tool.outcome_unknown",
+                "unknown",
+                permission=tool.action,
+                scope=scope,
+                details={"reason": redact(why)[:500]},
+            )
 
         await self._raise_interrupt(call, tool.action, scope, "outcome_unknown", payload, mark)
 
@@ -493,6 +513,10 @@ class ToolCalls:
                 conn, run_id, call.call_id, tool.name, args, key, epoch, from_status
             ):
                 raise event_log.Fenced(run_id)
+            outcome = "reclaimed" if from_status == "executing" else "claimed"
+            await audit.record_tool(
+                conn, run_id, call.call_id, "tool.claimed", outcome, permission=tool.action
+            )
 
         return claim
 
@@ -588,6 +612,16 @@ class ToolCalls:
                 await interrupts.finish_call(
                     conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body
                 )
+                if tool.effect == "write":
+                    await audit.record_tool(
+                        conn,
+                        run_id,
+                        call.call_id,
+                        "tool.executed",
+                        body["outcome"],
+                        permission=tool.action,
+                        details={"summary": body["summary"]},
+                    )
             if body["ok"] and body["facts"]:
                 await conversations.merge_facts(conn, conv_id, body["facts"])
             await save(conn)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tether_runtime.events import RunEvent, kind_of
+from tether_runtime.store import outbox
 from tether_runtime.store.db import Conn
 
 
@@ -165,11 +166,14 @@ async def append(
     statuses: Sequence[str] | None = None,
     streamed: int = 0,
 ) -> tuple[list[bytes], bool]:
-    """reserve + insert; call inside a transaction. Returns (encoded events, cancel_requested)."""
+    """reserve + insert (+ the webhook outbox); call inside a transaction. Returns (encoded
+    events, cancel_requested)."""
     first, cancel = await reserve(
         conn, run_id, len(events), epoch=epoch, statuses=statuses, streamed=streamed
     )
-    return await insert(conn, run_id, first, events), cancel
+    encoded = await insert(conn, run_id, first, events)
+    await outbox.enqueue(conn, run_id, events)  # webhooks commit with what they announce
+    return encoded, cancel
 
 
 async def read_after(conn: Conn, run_id: str, after: int, limit: int) -> list[tuple[int, bytes]]:

@@ -1,0 +1,1 @@
+"""Webhooks: signed deliveries of Tether's outbox to the endpoints an operator configured."""
