@@ -50,7 +50,11 @@ async def audit_page(
 async def test_approval_and_write_execution_are_audited_for_admins_only(
     base_env: dict[str, str], runtime: Proc, procs: list[Proc], db: Any
 ) -> None:
-    gw = start_gateway(base_env, runtime.addr, name="audit-gw")
+    # A gateway that trusts its callers' trace context (internal callers only, as behind another
+    # service): the audit record then carries the caller's trace id. A browser-facing gateway
+    # starts its own trace instead (test_sec_traceparent.py), and the record carries that one.
+    trusting = {**base_env, "TETHER_TRUST_TRACEPARENT": "1"}
+    gw = start_gateway(trusting, runtime.addr, name="audit-gw")
     procs.append(gw)
     user, admin = new_user("audit"), new_user("auditor")
     await db.execute(
@@ -96,7 +100,7 @@ async def test_approval_and_write_execution_are_audited_for_admins_only(
         assert decision["clientAddress"] == "203.0.113.7, 127.0.0.1"
         assert decision["details"]["peer"].startswith("ipv4:127.0.0.1:")
         assert decision["pod"]
-        assert decision["traceId"] == TRACE_ID  # the browser's trace, through the gateway
+        assert decision["traceId"] == TRACE_ID  # the caller's trace, through the gateway
         for step, outcome in ((claimed, "claimed"), (executed, "ok")):
             assert step["outcome"] == outcome
             assert step["callId"] == call["call_id"]
