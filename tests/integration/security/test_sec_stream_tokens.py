@@ -210,6 +210,29 @@ async def test_sign_out_on_one_pod_revokes_on_every_pod(pods, http, db, runtime,
     async with http.get(f"{b}{run_url}", headers=auth(other)) as r:
         assert r.status == 200, "another login of the same user is not signed out"
 
+    # The runtime follows the same deny-list: a service calling gRPC directly with the signed-out
+    # token is refused there too (the copy learns it over pub/sub, within moments).
+    for token, want in ((session, grpc.StatusCode.UNAUTHENTICATED), (other, None)):
+        c = Client(runtime.addr, token)
+        try:
+            deadline = time.monotonic() + 3
+            while True:
+                try:
+                    await c.stub.GetRun(
+                        pb.GetRunRequest(run_id=ids["run"]), metadata=c.md, timeout=5
+                    )
+                    got = None
+                except grpc.aio.AioRpcError as err:
+                    got = err.code()
+                if got == want or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert got == want, (
+                f"runtime answered {got} for {'the signed-out' if want else 'another'} login"
+            )
+        finally:
+            await c.close()
+
     # A pod started afterwards loads the deny-list from Redis.
     late = start_gateway({**base_env, **POD_ENV}, runtime.addr, name="gateway-tok-late")
     procs.append(late)

@@ -23,6 +23,7 @@ from tether_runtime.agent.gate import ToolGate
 from tether_runtime.agents import AgentLoadError, AgentRegistry
 from tether_runtime.bus import EventBus
 from tether_runtime.engine import Engine
+from tether_runtime.revoked_tokens import follow_revocations
 from tether_runtime.servicer import RuntimeServicer, register
 from tether_runtime.store.db import create_pool
 from tether_runtime.transport import (
@@ -81,6 +82,9 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
     engine = Engine(pool, bus, settings, gate, agents)
     verifier = TokenVerifier.from_settings(settings)
+    # Tokens signed out on any gateway pod are refused here too (no Redis: nothing to follow).
+    following = contextlib.AsyncExitStack()
+    await following.enter_async_context(follow_revocations(verifier, settings.redis_url))
     server = grpc.aio.server(options=server_options(settings))
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
@@ -137,6 +141,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     if probes is not None:
         await probes.stop(grace=None)
     await engine.close()
+    await following.aclose()
     await verifier.aclose()
     await bus.close()
     await agents.close()
