@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as redis_asyncio
 from tether_common.errors import RateLimited
 from tether_gateway.ratelimit import RateLimiter
 from tether_testkit.processes import Proc, free_port, start_gateway
-from tether_testkit.security import bearer, new_user
+from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
 LIMIT_ENV = {"TETHER_RATE_LIMIT_START_PER_MIN": "5", "TETHER_RATE_LIMIT_RESUME_PER_MIN": "3"}
 
@@ -111,3 +112,60 @@ async def test_limiter_counts_in_redis_and_fails_open(redis_url, caplog):
         assert len(warnings) == 1, "one warning per outage burst, not one per request"
     finally:
         await dead.aclose()
+
+
+# Finding 5: every route that costs the runtime work has a per-user budget, shared by the pods.
+OTHER_LIMITS = {
+    "TETHER_RATE_LIMIT_CONVERSATION_PER_MIN": "2",
+    "TETHER_RATE_LIMIT_EVENTS_PER_MIN": "2",
+    "TETHER_RATE_LIMIT_STREAM_TOKEN_PER_MIN": "2",
+    "TETHER_RATE_LIMIT_CANCEL_PER_MIN": "2",
+}
+
+
+@pytest.fixture(scope="module")
+def limited_routes(runtime: Proc, base_env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    env = {**base_env, **OTHER_LIMITS}
+    a = start_gateway(env, runtime.addr, name="gateway-limit-routes-a")
+    b = start_gateway(env, runtime.addr, name="gateway-limit-routes-b")
+    yield a.addr, b.addr
+    for proc in (a, b):
+        proc.terminate()
+
+
+@pytest.mark.parametrize("route", ["conversation", "events", "stream_token", "cancel"])
+async def test_every_costly_route_is_limited_per_user_across_gateways(
+    limited_routes, http, db, route
+):
+    a, b = limited_routes
+    user, other = new_user("rl" + route[:3]), new_user("rl" + route[:3])
+    # The run (and its conversation) exist before the budget is spent: conversation creation is
+    # itself limited, so the other routes get their own user's fresh budget for it.
+    ids = {} if route == "conversation" else await owned_interrupted_run(db, a, http, user)
+
+    def request(base: str, who: str) -> Any:
+        h = bearer(who)
+        if route == "conversation":
+            return http.post(f"{base}/v1/conversations", json={}, headers=h)
+        url = f"{base}/v1/runs/{ids['run']}"
+        if route == "events":
+            return http.get(f"{url}/events", headers=h)
+        if route == "stream_token":
+            return http.post(f"{url}/stream-token", json={}, headers=h)
+        return http.post(f"{url}/cancel", json={}, headers=h)
+
+    before = await db.fetchval("SELECT count(*) FROM conversation WHERE user_id = $1", user)
+    for i in range(2):
+        async with request((a, b)[i % 2], user) as r:
+            assert r.status < 300, f"request {i + 1}: {r.status} {await r.text()}"
+    async with request(b, user) as r:
+        assert r.status == 429, await r.text()
+        assert 1 <= int(r.headers["Retry-After"]) <= 31  # 2 a minute
+        assert (await r.json())["error"]["code"] == "RATE_LIMITED"
+    if route == "conversation":  # the refused request created nothing
+        after = await db.fetchval("SELECT count(*) FROM conversation WHERE user_id = $1", user)
+        assert after == before + 2
+    # Another user's budget is their own.
+    if route == "conversation":
+        async with request(a, other) as r:
+            assert r.status == 201
