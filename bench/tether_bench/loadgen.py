@@ -155,8 +155,13 @@ def _rss(pid: int) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
-async def abnormal_service(dsn: str) -> str:
-    """A service of our own with exactly one abnormal instance: a restart target."""
+# What the bench's user holds on a service it made (the demo grants are per service).
+OWNER_ACTIONS = ("logs.read", "instance.restart", "service.scale")
+
+
+async def abnormal_service(dsn: str, owner: str = "alice") -> str:
+    """A service of our own with exactly one abnormal instance: a restart target, granted to
+    `owner` as the demo grants payment-api to alice."""
     name = f"bench-s{secrets.token_hex(4)}-api"
     conn = await asyncpg.connect(dsn)
     try:
@@ -168,6 +173,11 @@ async def abnormal_service(dsn: str) -> str:
             "VALUES ($1, $2, 'prod', 'abnormal')",
             f"{name}-1",
             name,
+        )
+        await conn.executemany(
+            'INSERT INTO "grant" (user_id, action, scope) VALUES ($1, $2, $3) '
+            "ON CONFLICT DO NOTHING",
+            [(owner, action, f"{name}/*") for action in OWNER_ACTIONS],
         )
     finally:
         await conn.close()

@@ -31,7 +31,7 @@ from tether_testkit.security import bearer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-SECRET = "whsec-" + uuid.uuid4().hex  # what the test's receivers verify with
+SECRET = f"whsec-{uuid.uuid4().hex}"  # what the test's receivers verify with
 FAST = {
     "TETHER_WEBHOOK_POLL_S": "0.1",
     "TETHER_WEBHOOK_BACKOFF_S": "0.2",
