@@ -73,6 +73,11 @@ async def test_killed_while_the_model_streams_the_text_is_not_streamed_twice(env
         started = [e.tool_started.tool for e in every if types([e]) == ["tool_started"]]
         assert started == ["get_service_status", "restart_service"]
         assert await db.fetchval("SELECT count(*) FROM lgops_restart") == 1
+        replay = await c.events(run.id)  # from 0: the same events, the first runtime's included
+        assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in every]
+        assert [e.SerializeToString() for e in seen] == [
+            e.SerializeToString() for e in replay[: len(seen)]
+        ], "what the killed runtime streamed is what the replay has"
     finally:
         await c.close()
 

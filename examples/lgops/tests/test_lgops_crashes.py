@@ -60,6 +60,8 @@ async def test_killed_while_paused_at_the_interrupt_another_process_resumes(env,
             e.text_delta.delta for e in rest if types([e]) == ["text_delta"]
         )
         assert await restarts(db) == 1
+        replay = await c.events(run.id)  # from 0, on the process that took over
+        assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in every]
     finally:
         await c.close()
 
@@ -95,5 +97,7 @@ async def test_killed_inside_the_write_tool_it_is_not_performed_again(env, procs
         assert restart.tool == "restart_service"
         assert restart.summary == "checkout is healthy now; it was not restarted."
         assert await restarts(db) == 1, "the restart was performed again after the takeover"
+        replay = await c.events(run.id)
+        assert [e.SerializeToString() for e in replay] == [e.SerializeToString() for e in every]
     finally:
         await c.close()
