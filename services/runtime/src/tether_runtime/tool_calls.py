@@ -24,6 +24,7 @@ from opentelemetry import trace
 from tether_common.ids import new_id
 from tether_common.redaction import redact, redact_value
 from tether_sdk import (
+    Approval,
     InvalidArguments,
     Reconciled,
     Tool,
@@ -290,7 +291,15 @@ class ToolCalls:
         async def propose(conn: Conn) -> None:
             await interrupts.propose_call(conn, self._run_id, call.call_id, tool.name, args, key)
 
-        await self._raise_interrupt(call, tool.action, scope, "confirm_action", payload, propose)
+        await self._raise_interrupt(
+            call,
+            tool.action,
+            scope,
+            "confirm_action",
+            payload,
+            propose,
+            approval=tool.approval_policy,
+        )
 
     async def _approved(
         self,
@@ -465,6 +474,7 @@ class ToolCalls:
         kind: str,
         payload: dict[str, Any],
         before: Apply,
+        approval: Approval | None = None,
     ) -> None:
         interrupt_id = new_id("int")
         expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
@@ -487,6 +497,7 @@ class ToolCalls:
                 scope,
                 payload,
                 expires,
+                approval,
             )
             await save(conn)
             await runs.finish(conn, run_id, epoch, "interrupted")
