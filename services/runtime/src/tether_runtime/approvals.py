@@ -25,7 +25,7 @@ from typing import Any
 from tether_common.errors import AlreadyResolved, PermissionDenied
 
 from tether_runtime import policy
-from tether_runtime.store import grants
+from tether_runtime.store import grants, interrupts
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import InterruptRow, RunRow
 from tether_runtime.views import InterruptView
@@ -102,6 +102,33 @@ async def add_approval(conn: Conn, intr: InterruptRow, user_id: str, key: str) -
         await conn.fetchval(
             "SELECT count(*) FROM interrupt_approval WHERE interrupt_id = $1", intr.id
         )
+    )
+
+
+async def still_allowed(
+    conn: Conn,
+    requester: str,
+    approver: str,
+    action: str,
+    scope: str,
+    run_id: str,
+    call_id: str,
+) -> bool:
+    """At execution (invariant 5's re-check): the requester still holds the tool's grant, and
+    everyone who approved still holds what approving took (the tool's grant for the requester
+    and for a card without a policy, the policy's approval grant for anyone else)."""
+    if not await policy.granted(conn, requester, action, scope):
+        return False
+    intr = await interrupts.for_call(conn, run_id, call_id)
+    if intr is None or not governed(intr):
+        return approver == requester or await policy.granted(conn, approver, action, scope)
+    rows = await conn.fetch(
+        "SELECT approver FROM interrupt_approval WHERE interrupt_id = $1", intr.id
+    )
+    approvers = ({r["approver"] for r in rows} | {approver}) - {requester}
+    assert intr.approval_grant
+    return all(
+        [await policy.granted(conn, u, intr.approval_grant, intr.scope) for u in sorted(approvers)]
     )
 
 

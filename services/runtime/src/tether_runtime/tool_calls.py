@@ -35,8 +35,8 @@ from tether_sdk import (
 )
 from tether_sdk._agent import RESERVED_TOOL_NAMES
 
+from tether_runtime import approvals, metrics, policy, questions
 from tether_runtime import events as ev
-from tether_runtime import metrics, policy, questions
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_outcomes import Paused
 from tether_runtime.store import audit, conversations, event_log, interrupts, runs
@@ -314,11 +314,8 @@ class ToolCalls:
         approver = row.approved_by or self.x.run.user_id
         key = row.idempotency_key
         async with self.x.e.pool.acquire() as conn:
-            still = all(
-                [
-                    await policy.granted(conn, u, tool.action, scope)
-                    for u in sorted({approver, self.x.run.user_id})
-                ]
+            still = await approvals.still_allowed(
+                conn, self.x.run.user_id, approver, tool.action, scope, self._run_id, call.call_id
             )
         reason = None if still else f"permission to {tool.action} on {scope} was revoked"
         outcome = "denied"
