@@ -67,6 +67,17 @@ async def approval_events(request: web.Request) -> web.StreamResponse:
     caller = await authenticate(request, gw.auth, cookie=True)
     first = await _inbox(gw, caller)  # before the 200: a refused caller gets the error status
     await gw.limiter.check(gw.redis, "events", caller.principal.user_id)
+    # An inbox stream counts against the user's open streams like a run's (429 past the cap).
+    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
+    try:
+        return await _follow(request, gw, caller, first)
+    finally:
+        await gw.slots.release(gw.redis, slot)
+
+
+async def _follow(
+    request: web.Request, gw: GatewayState, caller: Caller, first: list[dict[str, Any]]
+) -> web.StreamResponse:
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     await resp.write(f"retry: {gw.settings.sse_retry_ms}\n\n".encode())
