@@ -218,6 +218,32 @@ async def test_two_person_approval_runs_once_after_the_second_of_two_racing_appr
                 "interrupt.approved",
             ]
 
+        # Grants are read again at execution for every approver: carol's first approval no
+        # longer counts once her grant is revoked, so dave's completes the card but nothing runs.
+        run, intr = await paused(http, gw1, db, "send_two to bob")
+        assert (await resume(http, gw1, run, intr, "carol"))[0] == 202
+        await db.execute(
+            'DELETE FROM "grant" WHERE user_id = $1 AND action = $2', "carol", "approve:ledger.send"
+        )
+        try:
+            assert (await resume(http, gw2, run, intr, "dave"))[0] == 202
+            await until_status(db, run, "completed")
+            assert await effects(db, run) == 0
+            assert (
+                await db.fetchval(
+                    "SELECT outcome FROM audit_record WHERE run_id = $1 AND action = 'tool.skipped'",
+                    run,
+                )
+                == "denied"
+            )
+        finally:
+            await db.execute(
+                'INSERT INTO "grant" (user_id, action, scope) VALUES ($1, $2, $3)',
+                "carol",
+                "approve:ledger.send",
+                "*",
+            )
+
         # Any approver's rejection rejects, even after the first approval.
         run, intr = await paused(http, gw1, db, "send_two to bob")
         assert (await resume(http, gw1, run, intr, "carol"))[0] == 202
