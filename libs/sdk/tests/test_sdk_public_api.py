@@ -11,6 +11,7 @@ PUBLIC = [
     "Agent",
     "AgentDefinitionError",
     "Anthropic",
+    "Approval",
     "Confirmation",
     "Effect",
     "Host",

@@ -103,7 +103,14 @@ def api_schema(fuzz_gateway: Proc) -> Any:
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_api_fuzz(api_schema: Any, rows: Rows, mode: GenerationMode) -> None:
     """Every operation of the served document, valid and invalid data alike."""
-    operations = [result.ok() for result in api_schema.get_all_operations()]
+    # The approvals inbox stream never ends by itself (a whole-inbox snapshot, then heartbeats):
+    # a fuzz case would wait on it forever. It takes no input but the caller and Last-Event-ID
+    # (any string), and test_approvals.py drives it.
+    operations = [
+        op
+        for op in (result.ok() for result in api_schema.get_all_operations())
+        if op.path != "/v1/approvals/events"
+    ]
     assert len(operations) >= 15
 
     def check(case: Any) -> None:

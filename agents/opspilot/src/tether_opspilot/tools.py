@@ -8,7 +8,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
-from tether_sdk import Confirmation, Reconciled, ToolContext, ToolResult, tool
+from tether_sdk import Approval, Confirmation, Reconciled, ToolContext, ToolResult, tool
 
 from tether_opspilot import inventory
 
@@ -95,6 +95,9 @@ async def _service_of(ctx: ToolContext, instance_id: str) -> dict[str, Any] | No
     risk="high",
     idempotent_by_key=True,
     examples=[{"service": "payment-api", "env": "prod", "instance_id": "payment-api-2"}],
+    # The requester confirms their own restart (with instance.restart), or anyone holding
+    # approve:instance.restart on the service/env decides it (the on-call lead, carol).
+    approval=Approval(grant="approve:instance.restart"),
 )
 async def restart_instance(
     ctx: ToolContext, service: Service, instance_id: str, env: Env = "prod", reason: str = ""

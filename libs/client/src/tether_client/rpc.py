@@ -113,6 +113,18 @@ class RuntimeApi:
         )
         return call
 
+    def list_pending_approvals(
+        self,
+        request: pb.ListPendingApprovalsRequest,
+        *,
+        metadata: Metadata,
+        timeout: float | None,
+    ) -> Unary[pb.ListPendingApprovalsRequest, pb.ListPendingApprovalsResponse]:
+        call: Unary[pb.ListPendingApprovalsRequest, pb.ListPendingApprovalsResponse] = (
+            self._stub.ListPendingApprovals(request, metadata=metadata, timeout=timeout)
+        )
+        return call
+
     def list_agents(
         self, request: pb.ListAgentsRequest, *, metadata: Metadata, timeout: float | None
     ) -> Unary[pb.ListAgentsRequest, pb.ListAgentsResponse]:

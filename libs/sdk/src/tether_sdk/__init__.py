@@ -11,6 +11,7 @@ The public names are exactly those in `__all__` (a test pins them); everything i
 whose name starts with an underscore may change without notice."""
 
 from tether_sdk._agent import Agent, AgentDefinitionError, Host, Limits
+from tether_sdk._approval import Approval
 from tether_sdk._context import ToolContext
 from tether_sdk._model import (
     Anthropic,
@@ -36,6 +37,7 @@ __all__ = [
     "Agent",
     "AgentDefinitionError",
     "Anthropic",
+    "Approval",
     "Confirmation",
     "Effect",
     "Host",

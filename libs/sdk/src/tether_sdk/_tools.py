@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, overl
 
 import pydantic
 
+from tether_sdk._approval import Approval
 from tether_sdk._context import ToolContext
 from tether_sdk._model import ToolSchema
 from tether_sdk._results import Reconciled, ToolResult
@@ -92,8 +93,10 @@ class Tool:
         timeout_s: float | None = None,
         examples: Sequence[Mapping[str, Any]] = (),
         summary: Scope | None = None,
+        approval: Approval | None = None,
     ) -> None:
         self.fn = fn
+        self.approval = approval
         self._summary = summary
         self.effect = effect
         self.name = name or fn.__name__
@@ -379,6 +382,13 @@ class Tool:
                     f"tool {n}: summary {self._summary!r} names {sorted(unknown)}, which are not "
                     "parameters"
                 )
+        if self.approval is not None:
+            if self.effect != "write":
+                out.append(f"tool {n}: only a write tool has an approval policy")
+            elif type(self.approval) is not Approval:
+                out.append(f"tool {n}: approval must be an Approval(...)")
+            else:
+                out.extend(self.approval.problems(self.name))
         if self.timeout_s is not None and self.timeout_s <= 0:
             out.append(f"tool {n}: timeout_s must be positive")
         for i, example in enumerate(self.examples):
@@ -387,6 +397,14 @@ class Tool:
             except InvalidArguments as err:
                 out.append(f"tool {n}: example {i} does not fit the schema: {err.message}")
         return out
+
+    @property
+    def approval_policy(self) -> Approval | None:
+        """Who may approve this write tool's calls, its grant named; None: the run's owner
+        approves once with the tool's own grant."""
+        if self.effect != "write" or self.approval is None:
+            return None
+        return self.approval.resolved(self.action)
 
     def warnings(self) -> list[str]:
         """What loads but deserves a look: a read tool without an action runs for every user."""
@@ -419,6 +437,7 @@ def tool(
     timeout_s: float | None = None,
     examples: Sequence[Mapping[str, Any]] = (),
     summary: Scope | None = None,
+    approval: Approval | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -435,6 +454,7 @@ def tool(
     timeout_s: float | None = None,
     examples: Sequence[Mapping[str, Any]] = (),
     summary: Scope | None = None,
+    approval: Approval | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. Use `@tool(effect="read")`, `@tool(effect="read", action=..., scope=...)`
     or `@tool(effect="write", action=...)`; a tool with no effect is refused when its agent
@@ -449,7 +469,9 @@ def tool(
     - `summary`: how a person sees the arguments, a template ("instance_id={instance_id}") or a
       function; else every argument as k=v.
     - `examples`: arguments `tether conformance` drives the tool with.
-    - `timeout_s`: this tool's timeout (else the agent's `Limits.tool_timeout_s`)."""
+    - `timeout_s`: this tool's timeout (else the agent's `Limits.tool_timeout_s`).
+    - `approval`: a write tool's approval policy (`Approval(grant=..., self_approval=...,
+      approvals=1|2)`); without it, the run's owner approves once with `action`."""
 
     def wrap(f: ToolFn) -> Tool:
         return Tool(
@@ -464,6 +486,7 @@ def tool(
             timeout_s=timeout_s,
             examples=examples,
             summary=summary,
+            approval=approval,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -14,7 +14,7 @@ from aiohttp import web
 from tether_common.config import Settings
 from tether_common.grpc_poller import unblock_completion_poller
 
-from tether_gateway import api, audit_api, forwarding, health
+from tether_gateway import api, approvals_api, audit_api, forwarding, health
 from tether_gateway.csp import add_security_headers
 from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
@@ -102,6 +102,7 @@ def create_app(settings: Settings) -> web.Application:
     # The dev token route only when `tether dev` (or a test) asks for it: never by TETHER_ENV.
     api.add_routes(app, dev=settings.dev_login)
     audit_api.add_routes(app)
+    approvals_api.add_routes(app)
     app.router.add_get("/", _index)
     # The more specific prefix first: /static/client/ is not a folder of STATIC_DIR in a checkout.
     app.router.add_static("/static/client/", client_dir(), append_version=False)

@@ -133,6 +133,13 @@ class RuntimeClient:
             request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
+    async def list_pending_approvals(self, token: Credential) -> rs.ListPendingApprovalsResponse:
+        return await self.api.list_pending_approvals(
+            rs.ListPendingApprovalsRequest(),
+            metadata=await self.metadata(token),
+            timeout=self.deadline_s,
+        )
+
     async def list_agents(self, token: Credential) -> rs.ListAgentsResponse:
         return await self.api.list_agents(
             rs.ListAgentsRequest(), metadata=await self.metadata(token), timeout=self.deadline_s

@@ -21,6 +21,10 @@ DEMO_GRANTS = [
     (user, action, f"{service}/*")
     for user, service in (("alice", "payment-api"), ("bob", "checkout-web"))
     for action in ("logs.read", "instance.restart", "service.scale")
+] + [
+    # carol, the on-call lead, approves restarts anyone asks for, in every service and
+    # environment (OpsPilot's restart_instance names approve:instance.restart as its approvers').
+    ("carol", "approve:instance.restart", "*/*"),
 ]
 # What the demo granted before its grants were scoped: withdrawn when the demo is seeded, so a
 # database seeded by an older Tether does not keep alice and bob global.

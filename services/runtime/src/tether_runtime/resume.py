@@ -26,8 +26,8 @@ from tether_common.errors import (
     PermissionDenied,
 )
 
+from tether_runtime import approvals, metrics, questions
 from tether_runtime import events as ev
-from tether_runtime import metrics, policy, questions
 from tether_runtime.bus import EventBus
 from tether_runtime.store import audit, db, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool
@@ -97,6 +97,45 @@ def _check_owned(principal: Principal, run: RunRow | None, run_id: str) -> None:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")
 
 
+def _check_visible(principal: Principal, run_id: str) -> None:
+    """Before the locks: only a stream token is refused outright (it reads one run)."""
+    if principal.scope == "stream" and principal.run_id != run_id:
+        raise NotFound("run not found", reason="RUN_NOT_FOUND")
+
+
+async def _partial_approval(
+    conn: Conn,
+    run_id: str,
+    intr: InterruptRow,
+    principal: Principal,
+    decision: str,
+    key: str,
+    given: int,
+    scope: str,
+    rhash: str,
+    audit_ctx: audit.AuditContext | None,
+) -> _Decided:
+    """One approval of several recorded: the card stays pending, the run interrupted. The
+    answer is stored under the caller's key like any other."""
+    details = {"approvals": f"{given}/{intr.approvals_required}"}
+    ctx = audit_ctx or audit.AuditContext()
+    await audit.record_decision(
+        conn,
+        intr,
+        actor=principal.user_id,
+        decision=decision,
+        outcome="approval_recorded",
+        idempotency_key=key,
+        ctx=audit.AuditContext(ctx.client_address, ctx.trace_id, {**ctx.details, **details}),
+    )
+    fresh = await runs.get(conn, run_id)
+    assert fresh is not None
+    view = RunView.of(fresh)
+    if not await idempotency.store(conn, scope, key, rhash, {"run": view.to_json()}):
+        raise IdempotencyKeyReused("this idempotency key was used for a different request")
+    return _Decided("approval_recorded", view)
+
+
 def _not_pending(intr: InterruptRow) -> Exception:
     if intr.status == "expired":
         return Expired("the interrupt expired")
@@ -148,13 +187,20 @@ async def resume_run(
         if replay is not None:
             metrics.RESUME_OUTCOMES.labels(outcome="replayed").inc()
             return replay, True
-        await load_owned_run(conn, principal, run_id)
+        run = await runs.get(conn, run_id)
+        if run is None or run.user_id != principal.user_id:
+            # A non-owner may decide a card whose approval policy names them: checked under
+            # the locks below (step 3-4); anyone else is told the run does not exist.
+            _check_visible(principal, run_id)
+        else:
+            _check_owned(principal, run, run_id)
 
     async def decide(conn: Conn) -> _Decided:
         # 3. the pending interrupt of this run, locked in the one order (run, then interrupt):
         # a cancel, an expiry or another decision either finished before this or waits for it.
         run, intr = await interrupts.lock_with_run(conn, run_id, interrupt_id)
-        assert run is not None  # runs are never deleted
+        if run is None or not await approvals.may_see(conn, principal.user_id, run, intr):
+            raise NotFound("run not found", reason="RUN_NOT_FOUND")
         if intr is None:
             raise NotFound("interrupt not found", reason="INTERRUPT_NOT_FOUND")
         if intr.status != "pending":
@@ -183,11 +229,9 @@ async def resume_run(
         # 4. authorize with the caller's current grants (approving acts; rejecting never does).
         # An interrupt that names no action (a driven agent's confirmation that guards no
         # grant of its own; its write tools check theirs when they run) needs none.
-        if (
-            answer.acts
-            and intr.action
-            and not await policy.granted(conn, principal.user_id, intr.action, intr.scope)
-        ):
+        # A card with an approval policy: its approvers (and the requester, as it says).
+        refused = await approvals.refusal(conn, principal.user_id, run, intr, answer.acts)
+        if refused is not None:
             # A refused attempt is on the record too (it commits; nothing else changes).
             await audit.record_decision(
                 conn,
@@ -198,15 +242,20 @@ async def resume_run(
                 idempotency_key=key,
                 ctx=audit_ctx,
             )
-            return _Decided(
-                "permission_denied",
-                error=PermissionDenied(f"you may not {intr.action} on {intr.scope}"),
-            )
+            return _Decided("permission_denied", error=refused)
         # 5. reject if expired, and record the expiry so the run can finish.
         if intr.expires_at <= datetime.now(UTC):
             return _Decided(
                 "expired", encoded=await _expire(conn, intr), error=Expired("the interrupt expired")
             )
+        # 6a. a card that needs two approvers: each approval is its own claim (a row per
+        # approver, under the run's lock); only the one that completes the count goes on.
+        if answer.acts and approvals.governed(intr) and intr.approvals_required > 1:
+            given = await approvals.add_approval(conn, intr, principal.user_id, key)
+            if given < intr.approvals_required:
+                return await _partial_approval(
+                    conn, run_id, intr, principal, decision, key, given, scope, rhash, audit_ctx
+                )
         # 6. the conditional claim, storing the key and the answer in the same transaction;
         # 7. on reject only status changes; 8. queue the continuation.
         claimed = await interrupts.resolve(

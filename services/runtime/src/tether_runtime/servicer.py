@@ -27,7 +27,7 @@ from tether_common.errors import (
 from tether_common.ids import new_id
 from tether_common.tracing import context_from, inject_carrier
 
-from tether_runtime import audit_api, convert, metrics, resume, runs_api
+from tether_runtime import approvals_api, audit_api, convert, metrics, resume, runs_api
 from tether_runtime import events as ev
 from tether_runtime.engine import Engine
 from tether_runtime.event_stream import EventStream
@@ -283,6 +283,17 @@ class RuntimeServicer:
             )
 
         return await self._call(context, "ListAuditRecords", run)
+
+    async def ListPendingApprovals(
+        self, request: pb.ListPendingApprovalsRequest, context: Any
+    ) -> pb.ListPendingApprovalsResponse:
+        async def run(p: Principal) -> pb.ListPendingApprovalsResponse:
+            found = await approvals_api.list_pending(self.e.pool, p)
+            return pb.ListPendingApprovalsResponse(
+                pending_approvals=[approvals_api.pending_pb(a) for a in found]
+            )
+
+        return await self._call(context, "ListPendingApprovals", run)
 
     async def StreamRunEvents(
         self, request: pb.StreamRunEventsRequest, context: Any

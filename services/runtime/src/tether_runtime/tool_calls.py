@@ -24,6 +24,7 @@ from opentelemetry import trace
 from tether_common.ids import new_id
 from tether_common.redaction import redact, redact_value
 from tether_sdk import (
+    Approval,
     InvalidArguments,
     Reconciled,
     Tool,
@@ -34,8 +35,8 @@ from tether_sdk import (
 )
 from tether_sdk._agent import RESERVED_TOOL_NAMES
 
+from tether_runtime import approvals, metrics, policy, questions
 from tether_runtime import events as ev
-from tether_runtime import metrics, policy, questions
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_outcomes import Paused
 from tether_runtime.store import audit, conversations, event_log, interrupts, runs
@@ -290,7 +291,15 @@ class ToolCalls:
         async def propose(conn: Conn) -> None:
             await interrupts.propose_call(conn, self._run_id, call.call_id, tool.name, args, key)
 
-        await self._raise_interrupt(call, tool.action, scope, "confirm_action", payload, propose)
+        await self._raise_interrupt(
+            call,
+            tool.action,
+            scope,
+            "confirm_action",
+            payload,
+            propose,
+            approval=tool.approval_policy,
+        )
 
     async def _approved(
         self,
@@ -305,11 +314,8 @@ class ToolCalls:
         approver = row.approved_by or self.x.run.user_id
         key = row.idempotency_key
         async with self.x.e.pool.acquire() as conn:
-            still = all(
-                [
-                    await policy.granted(conn, u, tool.action, scope)
-                    for u in sorted({approver, self.x.run.user_id})
-                ]
+            still = await approvals.still_allowed(
+                conn, self.x.run.user_id, approver, tool.action, scope, self._run_id, call.call_id
             )
         reason = None if still else f"permission to {tool.action} on {scope} was revoked"
         outcome = "denied"
@@ -465,6 +471,7 @@ class ToolCalls:
         kind: str,
         payload: dict[str, Any],
         before: Apply,
+        approval: Approval | None = None,
     ) -> None:
         interrupt_id = new_id("int")
         expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
@@ -487,6 +494,7 @@ class ToolCalls:
                 scope,
                 payload,
                 expires,
+                approval,
             )
             await save(conn)
             await runs.finish(conn, run_id, epoch, "interrupted")

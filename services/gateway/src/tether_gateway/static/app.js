@@ -2,6 +2,7 @@
 // sign-in, the agent picker, conversations, the composer and the top bar. A run's transcript is
 // run_view.js, its cards card.js, and the stream that feeds it follow.js.
 import { TetherClient } from "./client/index.js";
+import { Approvals } from "./approvals.js";
 import { follow, streamHooks } from "./follow.js";
 import { RunView, TERMINAL_STATUS } from "./run_view.js";
 
@@ -13,6 +14,7 @@ const state = { user: "", conversations: [], convId: null, view: null, following
 // forgets it; no script (ours or injected) can read the session afterwards. The client keeps the
 // session's CSRF token in memory for its POSTs. Only the agent choice is kept in localStorage.
 const client = new TetherClient();
+const approvals = new Approvals(client, { onError: (err) => err?.status === 401 && showLogin() });
 
 // A 401 anywhere means the session is gone or bad: back to sign-in.
 async function call(promise) {
@@ -127,6 +129,7 @@ function resetChat() {
 }
 
 async function openConversation(convId, runId) {
+  approvals.show(false);
   resetChat();
   state.convId = convId;
   writeHash(convId, runId);
@@ -242,6 +245,7 @@ function showLogin() {
 }
 
 async function signOut() {
+  approvals.stop();
   await client.closeSession().catch((err) => console.warn("sign-out:", err.message));
   showLogin();
 }
@@ -267,6 +271,7 @@ function enter(session) {
   $("#me-name").textContent = state.user;
   $("#login").hidden = true;
   $("#shell").hidden = false;
+  approvals.start();
 }
 
 async function loadShell() {
@@ -292,6 +297,7 @@ function wire() {
   $("#login-form").addEventListener("submit", signIn);
   $("#logout").addEventListener("click", signOut);
   $("#new-conversation").addEventListener("click", () => openConversation(null, null));
+  $("#open-approvals").addEventListener("click", () => approvals.show(true));
   $("#cancel-run").addEventListener("click", async () => {
     const view = state.view;
     if (!view?.runId) return;

@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from tether_sdk import Approval as ApprovalPolicy
+
 from tether_runtime.store import runs
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import InterruptRow, RunRow, ToolCallRow
@@ -25,10 +27,13 @@ async def create_interrupt(
     scope: str,
     payload: dict[str, str],
     expires_at: datetime,
+    approval: ApprovalPolicy | None = None,
 ) -> None:
+    """`approval`: who may decide the card (None: the run's owner, with the tool's grant)."""
     await conn.execute(
         "INSERT INTO interrupt (id, run_id, call_id, kind, status, action, scope, payload, "
-        "expires_at) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8)",
+        "expires_at, approval_grant, self_approval, approvals_required) "
+        "VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11)",
         interrupt_id,
         run_id,
         call_id,
@@ -37,6 +42,9 @@ async def create_interrupt(
         scope,
         payload,
         expires_at,
+        approval.grant if approval else None,
+        approval.self_approval if approval else True,
+        approval.approvals if approval else 1,
     )
 
 

@@ -74,6 +74,10 @@ class InterruptRow:
     resolved_by: str | None
     decision: str | None
     input: str | None
+    # The approval policy the card was raised with (migration 0011); None: the owner decides.
+    approval_grant: str | None = None
+    self_approval: bool = True
+    approvals_required: int = 1
 
     @classmethod
     def of(cls, r: asyncpg.Record) -> InterruptRow:
@@ -91,6 +95,9 @@ class InterruptRow:
             resolved_by=r["resolved_by"],
             decision=r["decision"],
             input=r["input"],
+            approval_grant=r.get("approval_grant"),
+            self_approval=r.get("self_approval", True),
+            approvals_required=r.get("approvals_required", 1),
         )
 
 
