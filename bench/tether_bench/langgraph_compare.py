@@ -10,7 +10,8 @@ inside the call. Printed as one JSON document:
 
 - `rejoin`: per trial, start a run streaming, disconnect after k tokens (k spread over the
   stream), stay away `--away-ms` (0, 300, 1500: mid-stream, and after the run paused), rejoin with the last event id seen (LangGraph: `stream_resumable` and
-  `GET /threads/{t}/runs/{r}/stream` with `Last-Event-ID`; Tether: `GET /v1/runs/{r}/events`
+  `GET /threads/{t}/runs/{r}/stream` with `Last-Event-ID`, and the same with LangGraph's default,
+  `stream_resumable` left out; Tether: `GET /v1/runs/{r}/events`
   with `Last-Event-ID`), read to the end; the tokens received over both connections are checked
   against t0..t{N-1}: `trials_with_loss` (a token never received), `tokens_lost`,
   `tokens_duplicated`.
@@ -115,11 +116,11 @@ def ensure_langgraph_venv(venv: Path) -> Path:
 
 
 class LangGraphSide:
-    name = "langgraph_dev"
-
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+    def __init__(self, url: str, session: aiohttp.ClientSession, *, resumable: bool) -> None:
         self.url = url
         self.s = session
+        self.resumable = resumable  # False: LangGraph's default (`stream_resumable` left out)
+        self.name = "langgraph_dev" if resumable else "langgraph_dev_default_not_resumable"
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         async with self.s.post(self.url + path, json=body) as resp:
@@ -139,8 +140,8 @@ class LangGraphSide:
             "assistant_id": "compare",
             "input": {"messages": [{"role": "user", "content": text}]},
             "stream_mode": ["messages-tuple"],
-            "stream_resumable": True,
             "on_disconnect": "continue",
+            **({"stream_resumable": True} if self.resumable else {}),
         }
         tokens: list[int] = []
         resp = await self.s.post(f"{self.url}/threads/{tid}/runs/stream", json=body)
@@ -424,13 +425,14 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
         log(f"langgraph dev on {lg_port} (log {work / 'langgraph-dev.log'}); tether up")
 
         async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-            lg = LangGraphSide(f"http://127.0.0.1:{lg_port}", session)
+            lg = LangGraphSide(f"http://127.0.0.1:{lg_port}", session, resumable=True)
+            lg_default = LangGraphSide(f"http://127.0.0.1:{lg_port}", session, resumable=False)
             tether = TetherSide(
                 tether_procs[1].addr, issue_token(secret, "alice", ttl_s=3600), session
             )
             doc: dict[str, Any] = {"benchmark": "langgraph_compare", "rejoin": {}, "writes": {}}
             for away_ms in args.away_ms:
-                for side in (lg, tether):
+                for side in (lg, lg_default, tether):
                     doc["rejoin"][f"{side.name}_away_{away_ms}ms"] = await rejoin_trials(
                         side, args.trials, args.tokens, args.pace_ms, away_ms / 1000
                     )
