@@ -316,12 +316,13 @@ async def rejoin_trials(
     side: Any, trials: int, tokens: int, pace_ms: int, away_s: float
 ) -> dict[str, Any]:
     text = f"stream {tokens} deltas every {pace_ms} ms"
-    with_loss = lost = duplicated = 0
+    with_loss = with_dups = lost = duplicated = 0
     for i in range(trials):
         cut = max(1, tokens * (i + 1) // (trials + 1))  # leave at a different point each time
         got = await side.stream_then_rejoin(text, cut, away_s)
         missing, dups = loss(got, tokens)
         with_loss += missing > 0
+        with_dups += dups > 0
         lost += missing
         duplicated += dups
         log(
@@ -333,6 +334,7 @@ async def rejoin_trials(
         "away_ms": round(away_s * 1000),
         "tokens_per_run": tokens,
         "trials_with_loss": with_loss,
+        "trials_with_duplicates": with_dups,
         "tokens_lost": lost,
         "tokens_duplicated": duplicated,
     }
