@@ -158,11 +158,17 @@ def _rss(pid: int) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
-async def abnormal_service(dsn: str) -> str:
-    """A service of our own with exactly one abnormal instance: a restart target."""
+async def abnormal_service(dsn: str, user: str = "alice") -> str:
+    """A service of our own with exactly one abnormal instance: a restart target, and `user`'s
+    grants on it (OpsPilot's demo grants are scoped per demo service: without its own, the
+    restart is never offered and the run ends without an interrupt)."""
+    from tether_runtime.store import grants
+
     name = f"bench-s{secrets.token_hex(4)}-api"
     conn = await asyncpg.connect(dsn)
     try:
+        for action in ("instance.restart", "logs.read"):
+            await grants.add(conn, user, action, f"{name}/prod")
         await conn.execute(
             "INSERT INTO inv_service (name, env, replicas) VALUES ($1, 'prod', 1)", name
         )
