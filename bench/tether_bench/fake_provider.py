@@ -1,7 +1,8 @@
 """A streaming OpenAI chat-completions server for the provider benchmark, as a process of its
 own: `python -m tether_bench.fake_provider PORT`. Any request whose last user message says
 "stream N deltas" gets N `chat.completion.chunk` deltas ("t0 ", "t1 ", ...) as fast as the socket
-takes them, then a `stop` chunk, a usage chunk and `[DONE]`: the provider side costs next to
+takes them, then a `stop` chunk, a usage chunk and `[DONE]` ("stream N deltas every K ms": one delta at a
+time, K ms apart, for a stream a client can leave in the middle): the provider side costs next to
 nothing, so what the benchmark measures is Tether's own per-token work."""
 
 from __future__ import annotations
