@@ -168,7 +168,7 @@ class LangGraphSide:
         ask = {"messages": [{"role": "user", "content": "stream 5 deltas"}]}
         await self._post(f"/threads/{tid}/runs/wait", {"assistant_id": "compare", "input": ask})
         approve = {"assistant_id": "compare", "command": {"resume": True}}
-        await self._post(f"/threads/{tid}/runs", approve)
+        first = await self._post(f"/threads/{tid}/runs", approve)
         await wait_lines(file, before + 1)  # the first approval's write is in progress
         second = await self._post(
             f"/threads/{tid}/runs", {**approve, "multitask_strategy": strategy}
@@ -176,7 +176,9 @@ class LangGraphSide:
         async with self.s.get(f"{self.url}/threads/{tid}/runs/{second['run_id']}/join") as r:
             await r.read()
         await asyncio.sleep(1.5)  # anything still running finishes its write
-        return {"executions": lines(file) - before}
+        async with self.s.get(f"{self.url}/threads/{tid}/runs/{first['run_id']}") as r:
+            status = str((await r.json()).get("status")) if r.status == 200 else f"HTTP {r.status}"
+        return {"executions": lines(file) - before, "first_run": status}
 
 
 def _lg_tokens(e: Event) -> list[int]:
@@ -440,7 +442,10 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
                     )
             for strategy in ("interrupt", "rollback"):
                 runs = [await lg.write_trial(lg_file, strategy) for _ in range(args.write_trials)]
-                doc["writes"][f"langgraph_dev_{strategy}"] = _writes(runs)
+                doc["writes"][f"langgraph_dev_{strategy}"] = {
+                    **_writes(runs),
+                    "first_run_ends": sorted({str(r["first_run"]) for r in runs}),
+                }
             runs = [await tether.write_trial(tether_file) for _ in range(args.write_trials)]
             doc["writes"]["tether_resume_twice_and_second_message"] = {
                 **_writes(runs),
