@@ -12,7 +12,7 @@ GEN_OUT := libs/client/src
 PROTOS := $(shell find proto -name '*.proto')
 GEN_STAMP := libs/client/src/tether/.generated
 
-.PHONY: setup gen lint fmt typecheck test test-deps run token bench bench-quick chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
+.PHONY: setup gen lint fmt typecheck test test-deps run token bench bench-quick bench-langgraph chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
 
 setup: .venv/.synced node_modules/.installed
 
@@ -88,6 +88,11 @@ bench: gen
 
 bench-quick: gen
 	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick
+
+# The same LangGraph graph on LangGraph's own dev server and on Tether (bench/README.md); not in
+# CI: it installs LangGraph's server into .tether/bench/langgraph-venv on first use.
+bench-langgraph: gen
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.langgraph_compare $(ARGS)
 
 chaos: gen
 	TETHER_CHAOS_SCALE=full $(PY) pytest -q -m chaos tests/integration

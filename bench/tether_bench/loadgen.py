@@ -96,11 +96,14 @@ class Ctx:
             body = await _ok(resp, 201)
         return str(body["run"]["id"])
 
-    async def start_run_stream(self, conv: str, text: str) -> aiohttp.ClientResponse:
-        """POST start run with `Accept: text/event-stream`: the response is the run's SSE stream."""
+    async def start_run_stream(
+        self, conv: str, text: str, agent: str = ""
+    ) -> aiohttp.ClientResponse:
+        """POST start run with `Accept: text/event-stream`: the response is the run's SSE stream
+        (`agent`: the agent to run; the default agent when empty)."""
         resp = await self.session.post(
             f"{self.gateway}/v1/conversations/{conv}/runs",
-            json={"text": text},
+            json={"text": text, **({"agent": agent} if agent else {})},
             headers={**self.auth, "Accept": "text/event-stream"},
         )
         if resp.status != 201:
@@ -185,11 +188,11 @@ async def abnormal_service(dsn: str, owner: str = "alice") -> str:
 
 
 async def read_run(
-    ctx: Ctx, conv: str, text: str, *, keep: bool = True, lazy: bool = False
+    ctx: Ctx, conv: str, text: str, *, keep: bool = True, lazy: bool = False, agent: str = ""
 ) -> tuple[float, Reader]:
     """Start a run streaming its events; returns (monotonic time the POST was sent, reader)."""
     t0 = time.perf_counter()
-    resp = await ctx.start_run_stream(conv, text)
+    resp = await ctx.start_run_stream(conv, text, agent)
     reader = Reader(resp, keep=keep, lazy=lazy)
     try:
         await reader.read()
@@ -774,6 +777,57 @@ async def provider_stream(ctx: Ctx) -> dict[str, Any]:
     return {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
 
 
+async def langgraph_run(ctx: Ctx) -> dict[str, Any]:
+    """The LangGraph agent (lggraph.py: a graph whose node streams ChatOpenAI from the fake
+    provider) against the native agent on the same provider doing the same work (one model call,
+    N tokens, N `text_delta` events), alternately, over SSE: first event and first text, events/s
+    of one run, and microseconds per event for each; the difference is what running a graph
+    costs per event (LangGraph, LangChain's callbacks, the driver's conversion) on top of
+    Tether's own event path."""
+    p = ctx.params
+    n, samples, fe_samples = int(p["deltas"]), int(p["samples"]), int(p["first_event_samples"])
+    kinds = {"langgraph": "lgbench", "native": ""}
+    first: dict[str, list[float]] = {k: [] for k in kinds}
+    first_text: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(fe_samples):
+        for kind, agent in kinds.items():
+            conv = await ctx.create_conversation()
+            t0, reader = await read_run(ctx, conv, "stream 5 deltas", agent=agent)
+            assert reader.last is not None and reader.last.type == "done", f"{kind}: not done"
+            first[kind].append((reader.events[0].mono - t0) * 1000)
+            text = next(e for e in reader.events if e.type == "text_delta")
+            first_text[kind].append((text.mono - t0) * 1000)
+    rows: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+    for _ in range(samples):
+        for kind, agent in kinds.items():
+            conv = await ctx.create_conversation()
+            t0, reader = await read_run(ctx, conv, f"stream {n} deltas", agent=agent)
+            assert reader.last is not None and reader.last.type == "done", f"{kind}: not done"
+            dur = reader.last.mono - t0
+            rows[kind].append(
+                {
+                    "duration_ms": dur * 1000,
+                    "events_delivered": reader.count,
+                    "deltas_produced": _deltas(reader.events),
+                    "events_per_s": reader.count / dur,
+                    "us_per_event": dur / reader.count * 1e6,
+                }
+            )
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        out[kind] = {
+            "first_event_ms": p50_p99(first[kind]),
+            "first_text_ms": p50_p99(first_text[kind]),
+            **{k: round(statistics.median(r[k] for r in rows[kind]), 3) for k in rows[kind][0]},
+        }
+    out["overhead_us_per_event"] = round(
+        out["langgraph"]["us_per_event"] - out["native"]["us_per_event"], 3
+    )
+    out["deltas"] = n
+    out["samples"] = samples
+    return out
+
+
 SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "first_event": first_event,
     "resume": resume_to_tool_started,
@@ -783,6 +837,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "fanout": fanout,
     "idle_sse": idle_sse,
     "provider_stream": provider_stream,
+    "langgraph": langgraph_run,
 }
 
 

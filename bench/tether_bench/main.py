@@ -37,6 +37,10 @@ from tether_bench.stats import median_of
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 
+# The LangGraph agent of the benchmark, loaded besides the native agents (the default agent stays
+# the native one).
+LANGGRAPH_ENV = {"TETHER_AGENTS": "tether_bench.lggraph:agent"}
+
 # Sizes per mode. `quick` must finish well under 60 s on 2 cores and still produce every figure.
 MODES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -59,6 +63,13 @@ MODES: dict[str, dict[str, Any]] = {
                 "count_rows": False,
             },
             "provider_stream": {"provider": True, "deltas": 500, "samples": 1},
+            "langgraph": {
+                "provider": True,
+                "env": LANGGRAPH_ENV,
+                "deltas": 500,
+                "samples": 1,
+                "first_event_samples": 3,
+            },
         },
     },
     "full": {
@@ -107,6 +118,15 @@ MODES: dict[str, dict[str, Any]] = {
                 "deltas": 5000,
                 "samples": 5,
             },
+            # A LangGraph graph as the agent (lggraph.py), against the native agent on the same
+            # provider doing the same work, in the same processes.
+            "langgraph": {
+                "provider": True,
+                "env": LANGGRAPH_ENV,
+                "deltas": 5000,
+                "samples": 5,
+                "first_event_samples": 20,
+            },
         },
     },
 }
@@ -141,6 +161,10 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         # The per-user start-rate limit guards a shared system; one bench user starts thousands.
         "TETHER_RATE_LIMIT_PER_MIN": "100000000",
         "TETHER_MAX_STREAMS_PER_USER": "0",  # likewise the cap on one user's open streams
+        # the runtime imports the benchmark's own agent (lggraph.py) when a scenario names it
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH", "")) if p
+        ),
     }
     # Optional knobs of the system under test, passed through when set.
     for name in (
@@ -452,6 +476,7 @@ class Bench:
                 if "provider_stream_coalesced" in sizes
                 else {}
             ),
+            "langgraph": med("langgraph"),
             "db_rows_per_event": med("fanout", "db_rows_per_event"),
             "redis_messages_per_event": med("fanout", "redis_messages_per_event"),
             "elapsed_s": round(elapsed, 1),
@@ -486,6 +511,12 @@ class Bench:
                 "overhead_us_per_token = (through_tether_ms - direct_sdk_ms) / tokens: Tether's "
                 "adapter, engine, event log, bus, gateway and SSE per token; _coalesced: with "
                 "the default 40 ms window",
+                "langgraph": "the benchmark's LangGraph graph (bench/tether_bench/lggraph.py: one "
+                "node calling LangChain's ChatOpenAI, streaming, against the fake provider) and the "
+                "native agent on the same provider, alternately, the same N tokens -> N "
+                "text_delta events; first_event_ms = POST -> run_started, first_text_ms = POST -> "
+                "first text_delta ('stream 5 deltas'); us_per_event = POST->done / events "
+                "delivered; overhead_us_per_event = langgraph - native",
                 "fanout": "commit->arrival = client wall clock at arrival minus the event's "
                 "`time` (stamped by the runtime as it writes the event); same host clock",
                 "db_rows_per_event": "pg_stat_user_tables n_tup_ins / n_tup_upd deltas over the "
