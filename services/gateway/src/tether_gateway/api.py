@@ -15,6 +15,7 @@ from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 
 from tether_gateway import csrf
+from tether_gateway.audit_api import query_time
 from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
@@ -221,8 +222,17 @@ _RUN_STATUS_FILTER = {
 }
 
 
+def _filter_text(request: web.Request, name: str) -> str:
+    value = request.query.get(name, "")
+    if len(value) > 200:
+        raise InvalidArgument(f"{name} is longer than 200 characters")
+    return value
+
+
 async def list_runs(request: web.Request) -> web.Response:
-    """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
+    """The caller's runs, newest first; `?conversationId=`, `?status=`, `?agent=` and
+    `?since=` / `?until=` (RFC 3339, creation time) narrow the list; `?userId=` (another user's
+    id, or `-` for everyone's) takes the grant `runs.read` on `*`, checked by the runtime."""
     gw = state(request)
     caller = await _caller(request, gw)
     status = request.query.get("status")
@@ -233,7 +243,11 @@ async def list_runs(request: web.Request) -> web.Response:
         status=_RUN_STATUS_FILTER.get(status or "", resources_pb2.RUN_STATUS_UNSPECIFIED),
         page_size=page_size(request),
         page_token=request.query.get("pageToken", ""),
+        agent=_filter_text(request, "agent"),
+        user_id=_filter_text(request, "userId"),
     )
+    query_time(request, "since", req.start_time)
+    query_time(request, "until", req.end_time)
     resp = await gw.client().list_runs(req, caller.token)
     return _json(
         {"runs": [run_json(r) for r in resp.runs], "nextPageToken": resp.next_page_token or None}

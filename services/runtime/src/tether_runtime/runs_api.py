@@ -181,41 +181,6 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
     return RunView.of(run, pending)
 
 
-RUN_STATUSES = ("queued", "running", "interrupted", "completed", "failed", "cancelled")
-
-
-async def list_runs(
-    pool: Pool,
-    principal: Principal,
-    conv_id: str,
-    status: str,
-    page_size: int,
-    page_token: str,
-) -> tuple[list[RunView], str]:
-    """The caller's runs, newest first, each with its pending interrupt: all of them, or one
-    conversation's (which must be the caller's), of any status or one."""
-    _acting(principal)
-    if status and status not in RUN_STATUSES:
-        raise InvalidArgument(f"status must be one of {', '.join(RUN_STATUSES)}")
-    size = min(max(page_size or 50, 1), 200)
-    async with pool.acquire() as conn:
-        if conv_id:
-            await owned_conversation(conn, principal, conv_id)
-        rows = await runs.list_for_user(
-            conn,
-            principal.user_id,
-            size + 1,
-            page_token or None,
-            conversation_id=conv_id or None,
-            status=status or None,
-        )
-        more = len(rows) > size
-        rows = rows[:size]
-        waiting = [r.id for r in rows if r.status == "interrupted"]
-        pending = await interrupts.pending_for_runs(conn, waiting)
-    return [RunView.of(r, pending.get(r.id)) for r in rows], rows[-1].id if more else ""
-
-
 def list_agents(agents: AgentRegistry, principal: Principal) -> tuple[list[AgentView], str]:
     """The loaded agents, sorted by name, and the default one: for any acting caller (a stream
     token reads one run only)."""

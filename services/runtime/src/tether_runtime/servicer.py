@@ -27,7 +27,7 @@ from tether_common.errors import (
 from tether_common.ids import new_id
 from tether_common.tracing import context_from, inject_carrier
 
-from tether_runtime import audit_api, convert, metrics, resume, runs_api
+from tether_runtime import audit_api, convert, metrics, resume, run_listing, runs_api
 from tether_runtime import events as ev
 from tether_runtime.engine import Engine
 from tether_runtime.event_stream import EventStream
@@ -248,16 +248,20 @@ class RuntimeServicer:
 
     async def ListRuns(self, request: pb.ListRunsRequest, context: Any) -> pb.ListRunsResponse:
         async def run(p: Principal) -> pb.ListRunsResponse:
-            views, token = await runs_api.list_runs(
+            views, token = await run_listing.list_runs(
                 self.e.pool,
                 p,
-                request.conversation_id,
+                conversation_id=request.conversation_id,
                 # An enum value this runtime does not know is refused, not read as "any".
-                convert.RUN_STATUS_NAME.get(request.status, str(request.status))
+                status=convert.RUN_STATUS_NAME.get(request.status, str(request.status))
                 if request.status
                 else "",
-                request.page_size,
-                request.page_token,
+                agent=request.agent,
+                user_id=request.user_id,
+                since=audit_api.time_of(request.start_time, request.HasField("start_time")),
+                until=audit_api.time_of(request.end_time, request.HasField("end_time")),
+                page_size=request.page_size,
+                page_token=request.page_token,
             )
             return pb.ListRunsResponse(
                 runs=[convert.run_pb(v) for v in views], next_page_token=token
