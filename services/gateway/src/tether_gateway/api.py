@@ -219,6 +219,7 @@ _RUN_STATUS_FILTER = {
     "completed": resources_pb2.RUN_STATUS_COMPLETED,
     "failed": resources_pb2.RUN_STATUS_FAILED,
     "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
+    "waiting": resources_pb2.RUN_STATUS_WAITING,
 }
 
 

@@ -24,7 +24,15 @@ from tether_runtime.views import RunView
 ADMIN_ACTION = "runs.read"
 ADMIN_SCOPE = "*"
 EVERY_USER = "-"
-RUN_STATUSES = ("queued", "running", "interrupted", "completed", "failed", "cancelled")
+RUN_STATUSES = (
+    "waiting",
+    "queued",
+    "running",
+    "interrupted",
+    "completed",
+    "failed",
+    "cancelled",
+)
 MAX_FILTER = 200
 DEFAULT_PAGE = 50
 MAX_PAGE = 200

@@ -27,7 +27,15 @@ from tether_common.errors import (
 from tether_common.ids import new_id
 from tether_common.tracing import context_from, inject_carrier
 
-from tether_runtime import audit_api, convert, metrics, resume, run_listing, runs_api
+from tether_runtime import (
+    audit_api,
+    concurrent_runs,
+    convert,
+    metrics,
+    resume,
+    run_listing,
+    runs_api,
+)
 from tether_runtime import events as ev
 from tether_runtime.engine import Engine
 from tether_runtime.event_stream import EventStream
@@ -51,7 +59,9 @@ DECISION_IN = {
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -> None:
     code_name, _ = STATUS_BY_REASON.get(err.reason, ("INTERNAL", 500))
-    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN)
+    info = error_details_pb2.ErrorInfo(
+        reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata
+    )
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(
@@ -173,7 +183,7 @@ class RuntimeServicer:
 
     async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
         async def run(p: Principal) -> pb.StartRunResponse:
-            view, replayed = await self._start(p, request)
+            view, replayed = await self._start(p, request, context)
             return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
 
         return await self._call(context, "StartRun", run)
@@ -182,9 +192,10 @@ class RuntimeServicer:
         self,
         p: Principal,
         request: pb.StartRunRequest | pb.StartRunAndStreamEventsRequest,
+        context: Any,
         run_id: str = "",
     ) -> tuple[RunView, bool]:
-        return await runs_api.start_run_once(
+        view, replayed, active = await runs_api.start_run_once(
             self.e.pool,
             self.e.agents,
             p,
@@ -195,6 +206,11 @@ class RuntimeServicer:
             inject_carrier(),
             run_id=run_id,
         )
+        if active and concurrent_runs.policy_of(self.e.agents.get(view.agent)) == "interrupt":
+            await concurrent_runs.interrupt_active(
+                self.e.pool, self.e.bus, p, view.id, active, audit_ctx=self._audit_context(context)
+            )
+        return view, replayed
 
     async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
         async def run(p: Principal) -> pb.ResumeRunResponse:
@@ -308,7 +324,9 @@ class RuntimeServicer:
         run_id = new_id("run")
         with self.stream.listen(run_id) as sub:
             view, replayed = await self._call(
-                context, "StartRunAndStreamEvents", lambda p: self._start(p, request, run_id)
+                context,
+                "StartRunAndStreamEvents",
+                lambda p: self._start(p, request, context, run_id),
             )
             head = pb.StartRunAndStreamEventsResponse(
                 run=convert.run_pb(view), replayed=replayed

@@ -21,7 +21,7 @@ from tether_runtime import metrics, poison
 from tether_runtime.engine import Engine
 from tether_runtime.resume import expire_interrupt
 from tether_runtime.run_loop import RunExecutor
-from tether_runtime.store import interrupts, runs
+from tether_runtime.store import interrupts, run_admission, runs
 from tether_runtime.store.db import STORE_ERRORS
 from tether_runtime.store.event_log import Fenced
 from tether_runtime.store.records import RunRow
@@ -80,6 +80,7 @@ class Worker:
                 if ticks % sweep_every == 0:
                     await self._expire_overdue()
                     await self._observe_queue()
+                    await self._promote_stalled()
                 ticks += 1
             except STORE_ERRORS as err:
                 log.warning("claim loop: database unavailable: %s", err)
@@ -192,6 +193,11 @@ class Worker:
             overdue = await interrupts.overdue(conn)
         for intr in overdue:
             await expire_interrupt(self.e.pool, self.e.bus, intr)
+
+    async def _promote_stalled(self) -> None:
+        """Waiting runs whose predecessors' end did not queue them (concurrent_runs.py)."""
+        async with self.e.pool.acquire() as conn:
+            await run_admission.promote_stalled(conn)
 
     async def _observe_queue(self) -> None:
         async with self.e.pool.acquire() as conn:
