@@ -115,6 +115,16 @@ async def get_conversation(request: web.Request) -> web.Response:
     return _json({"conversation": conversation_json(resp.conversation)})
 
 
+async def delete_conversation(request: web.Request) -> web.Response:
+    """Everything of the conversation deleted (its audit records kept, masked): 204; 409
+    RUN_ACTIVE while one of its runs is running."""
+    gw = state(request)
+    caller = await _caller(request, gw)
+    req = rs.DeleteConversationRequest(conversation_id=request.match_info["id"])
+    await gw.client().delete_conversation(req, caller.token)
+    return web.Response(status=204)
+
+
 async def list_messages(request: web.Request) -> web.Response:
     gw = state(request)
     caller = await _caller(request, gw)
@@ -447,6 +457,7 @@ def add_routes(app: web.Application, *, dev: bool) -> None:
     app.router.add_post("/v1/conversations", create_conversation)
     app.router.add_get("/v1/conversations", list_conversations)
     app.router.add_get("/v1/conversations/{id}", get_conversation)
+    app.router.add_delete("/v1/conversations/{id}", delete_conversation)
     app.router.add_get("/v1/conversations/{id}/messages", list_messages)
     app.router.add_post("/v1/conversations/{id}/runs", start_run)
     app.router.add_get("/v1/runs", list_runs)

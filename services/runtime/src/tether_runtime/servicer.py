@@ -31,6 +31,7 @@ from tether_runtime import (
     audit_api,
     concurrent_runs,
     convert,
+    erasure,
     metrics,
     resume,
     run_listing,
@@ -154,6 +155,15 @@ class RuntimeServicer:
             return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
 
         return await self._call(context, "GetConversation", run)
+
+    async def DeleteConversation(
+        self, request: pb.DeleteConversationRequest, context: Any
+    ) -> pb.DeleteConversationResponse:
+        async def run(p: Principal) -> pb.DeleteConversationResponse:
+            erased = await erasure.delete_conversation(self.e.pool, p, request.conversation_id)
+            return pb.DeleteConversationResponse(deleted_runs=len(erased.runs))
+
+        return await self._call(context, "DeleteConversation", run)
 
     async def ListConversations(
         self, request: pb.ListConversationsRequest, context: Any
