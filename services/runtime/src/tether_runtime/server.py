@@ -24,6 +24,7 @@ from tether_runtime.agents import AgentLoadError, AgentRegistry
 from tether_runtime.bus import EventBus
 from tether_runtime.engine import Engine
 from tether_runtime.servicer import RuntimeServicer, register
+from tether_runtime.store import idempotency
 from tether_runtime.store.db import create_pool
 from tether_runtime.transport import (
     enable_reflection,
@@ -79,6 +80,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await bus.start()
     await agents.start(settings.database_url)
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
+    idempotency.configure(settings.idempotency_ttl_s)
     engine = Engine(pool, bus, settings, gate, agents)
     verifier = TokenVerifier.from_settings(settings)
     server = grpc.aio.server(options=server_options(settings))
