@@ -160,3 +160,28 @@ async def test_other_users_runs_take_runs_read_on_everything(three_runs, clients
     # A token issued for one user's runs does not page another's.
     err = await _refused(viewer, user_id="-", page_token=by_conv.next_page_token, page_size=2)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("filters", "index"),
+    [
+        ({"user_id": "u", "agent": "ledger"}, ("run_user_agent_idx",)),
+        ({"user_id": "u", "status": "completed"}, ("run_user_status_idx",)),
+        ({"user_id": "u"}, ("run_user_idx",)),
+        ({"user_id": "u", "conversation_id": "conv_x"}, ("run_user_idx", "run_conversation_idx")),
+        ({"user_id": None, "since": JAN, "until": MAR}, ("run_created_idx",)),
+    ],
+)
+async def test_each_filter_walks_an_index(
+    db: Any, filters: dict[str, Any], index: tuple[str, ...]
+) -> None:
+    """The plan Postgres picks with sequential scans priced out: an index for every filter (the
+    shared test database is small, so by cost alone a scan could win)."""
+    from tether_runtime.store import runs
+
+    user_id = filters.pop("user_id")
+    sql, args = runs.listing_query(user_id, 51, None, **filters)
+    async with db.transaction():
+        await db.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await db.fetch(f"EXPLAIN {sql}", *args))
+    assert "Seq Scan" not in plan and any(f"using {i} " in plan for i in index), plan

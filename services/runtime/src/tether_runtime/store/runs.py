@@ -110,8 +110,7 @@ _LISTED = (
 )
 
 
-async def list_for_user(
-    conn: Conn,
+def listing_query(
     user_id: str | None,
     limit: int,
     before_id: str | None,
@@ -121,11 +120,10 @@ async def list_for_user(
     agent: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-) -> list[RunRow]:
-    """Runs newest first, after the cursor `before_id` (a run id): one user's (every user's when
-    `user_id` is None), optionally of one conversation, status and agent, created in
-    [since, until). Only the filters given are in the statement (no `$n IS NULL OR ...`), so a
-    cached generic plan still walks the index that fits (migrations 0007 and 0012)."""
+) -> tuple[str, list[Any]]:
+    """`list_for_user`'s statement and arguments. Only the filters given are in it (no `$n IS
+    NULL OR ...`), so a cached generic plan still walks the index that fits (migrations 0007 and
+    0012)."""
     where: list[str] = []
     args: list[Any] = []
     for clause, value in (
@@ -142,9 +140,35 @@ async def list_for_user(
             where.append(clause.format(len(args)))
     args.append(limit)
     condition = " AND ".join(where) or "true"
-    rows = await conn.fetch(
-        f"SELECT {_LISTED} FROM run WHERE {condition} ORDER BY id DESC LIMIT ${len(args)}", *args
+    return f"SELECT {_LISTED} FROM run WHERE {condition} ORDER BY id DESC LIMIT ${len(args)}", args
+
+
+async def list_for_user(
+    conn: Conn,
+    user_id: str | None,
+    limit: int,
+    before_id: str | None,
+    *,
+    conversation_id: str | None = None,
+    status: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[RunRow]:
+    """Runs newest first, after the cursor `before_id` (a run id): one user's (every user's when
+    `user_id` is None), optionally of one conversation, status and agent, created in
+    [since, until)."""
+    sql, args = listing_query(
+        user_id,
+        limit,
+        before_id,
+        conversation_id=conversation_id,
+        status=status,
+        agent=agent,
+        since=since,
+        until=until,
     )
+    rows = await conn.fetch(sql, *args)
     return [RunRow.of(r) for r in rows]
 
 
