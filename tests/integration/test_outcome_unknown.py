@@ -37,10 +37,12 @@ def env(base_env: dict[str, str], ledger_dsn: str) -> dict[str, str]:
 
 
 async def _paused_runs(c: Client, texts: list[str]) -> list[tuple[str, events_pb2.RunEvent]]:
-    """Start each run and read it to its confirmation card."""
-    conv = await c.conversation()
+    """Start each run, in a conversation of its own (a second message to an agent while a run of
+    its conversation is active waits for it: concurrent_runs "enqueue"), and read it to its
+    confirmation card."""
     out = []
     for text in texts:
+        conv = await c.conversation()
         run = (await c.start(conv, text, agent="ledger")).run
         evs = await c.events(run.id, until="interrupt")
         assert types(evs)[-1] == "interrupt", types(evs)

@@ -300,3 +300,11 @@ def test_a_read_tools_grant_must_be_checkable(action: str, scope: str, problem: 
 
     (found,) = logs.problems()
     assert problem in found, found
+
+
+def test_concurrent_runs_defaults_to_enqueue_and_takes_only_the_three_policies() -> None:
+    assert Agent("a", "d", "i", _model()).concurrent_runs == "enqueue"
+    for policy in ("reject", "enqueue", "interrupt"):
+        Agent("a", "d", "i", _model(), concurrent_runs=policy).check()  # type: ignore[arg-type]
+    with pytest.raises(AgentDefinitionError, match="concurrent_runs must be one of"):
+        Agent("a", "d", "i", _model(), concurrent_runs="parallel").check()  # type: ignore[arg-type]

@@ -204,7 +204,7 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
             )
         await asyncio.sleep(0.005)  # the new question's id falls in a later millisecond
         agents = AgentRegistry.load(Settings())
-        view, replayed = await runs_api.start_run_once(
+        view, replayed, _ = await runs_api.start_run_once(
             pool, agents, Principal("alice"), conv.id, "restart it", "", "opspilot", {}
         )
         assert not replayed

@@ -7,7 +7,7 @@
 // script prints KILL-NOW, and answers on stdin once a new runtime serves). All of it on the cookie
 // session, under the page's Content-Security-Policy: no token readable by scripts, no bearer
 // after the login, a CSRF token on every write, no CSP violation; then sign-out, and a sign-in
-// with a pasted token.
+// with a pasted token. A second message while a run of the conversation waits is shown waiting.
 // Usage: node ui_flow.mjs <gateway url> <service for reload flow> <service for two-tab flow>
 //        <service with two abnormal instances> <service to scale> <png> [<folder for more pngs>]
 import { mkdtempSync, rmSync } from "node:fs";
@@ -391,6 +391,21 @@ try {
   );
   await waitCompleted(page);
   log("flow 6: progress bar, outcome_unknown card after a kill, abandoned");
+
+  // 6b. A second message while the conversation's run waits for approval: the ledger agent
+  //     enqueues it (concurrent_runs), and the page says the new run waits for the earlier one.
+  await page.click("#new-conversation");
+  await send(page, "send_keyed to carol");
+  await waitCard(page);
+  const pausedRun = new URLSearchParams(new URL(page.url()).hash.slice(1)).get("r");
+  await send(page, "flaky 0");
+  await page.waitForSelector('#run-status[data-status="waiting"]', { timeout: T });
+  const waitingNote = await page.$$eval(".run .run-note", (els) => els.at(-1).textContent);
+  check(
+    waitingNote === `Waiting for the conversation's earlier run (${pausedRun}) to end.`,
+    `the new run is shown waiting for the paused one (${waitingNote}, ${pausedRun})`,
+  );
+  log("flow 6b: a second message waits for the conversation's paused run");
   await checkNoTokenExposed(page, "after the flows");
 
   // 7. Sign out: the session ends (the cookie is gone); then sign in with a pasted token, which

@@ -189,7 +189,7 @@ class Chat:
         runs, _ = await self.api.list_runs(conversation_id=self.conversation, page_size=20)
         code = EXIT_OK
         for run in reversed(
-            [r for r in runs if r["status"] in ("queued", "running", "interrupted")]
+            [r for r in runs if r["status"] in ("waiting", "queued", "running", "interrupted")]
         ):
             self.view.notice(f"run {run['id']} is {run['status']}: showing it from its start")
             self.last = 0

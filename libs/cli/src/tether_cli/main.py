@@ -8,7 +8,7 @@ import sys
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 
-from tether_cli import audit_cmd, commands, connect, revoke, runs, webhooks_cmd
+from tether_cli import audit_cmd, commands, connect, erase_cmd, revoke, runs, webhooks_cmd
 
 EXIT_UNSAFE_SETTINGS = 2
 
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_arguments(verbs)
     webhooks_cmd.add_parser(verbs)
     audit_cmd.add_parser(verbs)
+    erase_cmd.add_parser(verbs)
     return parser
 
 
@@ -233,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         return webhooks_cmd.run(settings, args)
     if args.verb == "audit":
         return audit_cmd.run(settings, args)
+    if args.verb == "erase-user":
+        return erase_cmd.run(settings, args)
     if args.verb == "grants":
         return commands.grants(
             settings,

@@ -15,7 +15,7 @@ from tether_cli.chat_render import json_line
 from tether_cli.gateway_http import ApiError, GatewayApi, GaveUp
 
 Run = dict[str, Any]
-STATUSES = ("queued", "running", "interrupted", "completed", "failed", "cancelled")
+STATUSES = ("waiting", "queued", "running", "interrupted", "completed", "failed", "cancelled")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,14 @@ class RuntimeApi:
         )
         return call
 
+    def delete_conversation(
+        self, request: pb.DeleteConversationRequest, *, metadata: Metadata, timeout: float | None
+    ) -> Unary[pb.DeleteConversationRequest, pb.DeleteConversationResponse]:
+        call: Unary[pb.DeleteConversationRequest, pb.DeleteConversationResponse] = (
+            self._stub.DeleteConversation(request, metadata=metadata, timeout=timeout)
+        )
+        return call
+
     def list_conversations(
         self, request: pb.ListConversationsRequest, *, metadata: Metadata, timeout: float | None
     ) -> Unary[pb.ListConversationsRequest, pb.ListConversationsResponse]:

@@ -149,6 +149,12 @@ class Settings:
     max_run_attempts: int = 5
     run_retry_backoff_s: float = 1.0
     interrupt_ttl_s: float = 900.0
+    # How long an idempotency key's stored answer is kept (AIP-155): longer than any client
+    # retries a request; past it the key is free again and a job deletes it.
+    idempotency_ttl_s: float = 7 * 86400.0
+    # A finished run's checkpoint (its whole transcript) is compacted to its usage figures this
+    # long after it ended (the transcript stays in the messages and the event log).
+    checkpoint_compact_after_s: float = 86400.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
     tool_deny: frozenset[str] = frozenset()
@@ -255,6 +261,19 @@ class Settings:
         backoff = _float(e, "TETHER_RUN_RETRY_BACKOFF_S", cls.run_retry_backoff_s)
         if backoff < 0:
             raise UnsafeSettings(f"TETHER_RUN_RETRY_BACKOFF_S must not be negative, not {backoff}")
+        idem_ttl = _float(e, "TETHER_IDEMPOTENCY_TTL_S", cls.idempotency_ttl_s)
+        if idem_ttl < 3600:
+            raise UnsafeSettings(
+                f"TETHER_IDEMPOTENCY_TTL_S must be at least 3600 (an hour: longer than any client "
+                f"retry), not {idem_ttl}"
+            )
+        compact_after = _float(
+            e, "TETHER_CHECKPOINT_COMPACT_AFTER_S", cls.checkpoint_compact_after_s
+        )
+        if compact_after < 0:
+            raise UnsafeSettings(
+                f"TETHER_CHECKPOINT_COMPACT_AFTER_S must not be negative, not {compact_after}"
+            )
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         oidc = _oidc_settings(e)
         return cls(
@@ -278,6 +297,8 @@ class Settings:
             max_run_attempts=max_attempts,
             run_retry_backoff_s=backoff,
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
+            idempotency_ttl_s=idem_ttl,
+            checkpoint_compact_after_s=compact_after,
             tool_gate_mode=gate,  # type: ignore[arg-type]
             tool_deny=frozenset(
                 s.strip() for s in e.get("TETHER_TOOL_DENY", "").split(",") if s.strip()

@@ -7,6 +7,7 @@ class TetherError(Exception):
     """A failure a caller can act on. `reason` is the stable, machine-readable code."""
 
     reason = "INTERNAL"
+    metadata: dict[str, str] = {}  # noqa: RUF012 - never mutated; ErrorInfo metadata when set
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
@@ -56,6 +57,17 @@ class FailedPrecondition(TetherError):
     reason = "FAILED_PRECONDITION"
 
 
+class RunActive(FailedPrecondition):
+    """A message to an agent whose `concurrent_runs` is "reject", while a run of the
+    conversation is active; `metadata` names it (ErrorInfo metadata, lowerCamelCase keys)."""
+
+    reason = "RUN_ACTIVE"
+
+    def __init__(self, message: str, *, active_run_id: str) -> None:
+        super().__init__(message)
+        self.metadata = {"activeRunId": active_run_id}
+
+
 class RateLimited(TetherError):
     reason = "RATE_LIMITED"
 
@@ -94,6 +106,7 @@ STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     # A person approving a two-person card a second time: it waits for someone else.
     "APPROVAL_ALREADY_GIVEN": ("FAILED_PRECONDITION", 409),
     "FAILED_PRECONDITION": ("FAILED_PRECONDITION", 409),
+    "RUN_ACTIVE": ("FAILED_PRECONDITION", 409),
     "INTERRUPT_EXPIRED": ("FAILED_PRECONDITION", 410),
     "IDEMPOTENCY_KEY_REUSED": ("ALREADY_EXISTS", 422),
     "RATE_LIMITED": ("RESOURCE_EXHAUSTED", 429),

@@ -37,6 +37,7 @@ _RUN_STATUS = {
     resources_pb2.RUN_STATUS_COMPLETED: "completed",
     resources_pb2.RUN_STATUS_FAILED: "failed",
     resources_pb2.RUN_STATUS_CANCELLED: "cancelled",
+    resources_pb2.RUN_STATUS_WAITING: "waiting",
 }
 _INTERRUPT_STATUS = {
     resources_pb2.INTERRUPT_STATUS_PENDING: "pending",

@@ -7,13 +7,16 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from tether_sdk._model import Anthropic, Model, OpenAICompatible, Provider
 from tether_sdk._tools import Tool
 
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _MIGRATIONS = re.compile(r"^[A-Za-z_][\w.]*:[\w./-]+$")
+
+ConcurrentRuns = Literal["reject", "enqueue", "interrupt"]
+CONCURRENT_RUNS_POLICIES: tuple[ConcurrentRuns, ...] = ("reject", "enqueue", "interrupt")
 
 
 # The pending calls a question becomes (SelectOption, ProvideInput): a tool of that name would be
@@ -102,6 +105,12 @@ class Agent:
     reset: Callable[[Any], Awaitable[None]] | None = None
     """Puts the demo data back as `seed` first made it (given `ctx.state`), undoing what runs
     changed since: `tether seed-demo --reset` runs it (an agent without one is seeded again)."""
+    concurrent_runs: ConcurrentRuns = "enqueue"
+    """A message to this agent while a run of its conversation is active (queued, running,
+    waiting for a person, or itself waiting): "reject" refuses it (RUN_ACTIVE, 409, naming the
+    active run), "enqueue" queues its run to start when the active ones end (seeing their
+    answers), "interrupt" cancels the active runs (a running one at its next safe point, never
+    inside a write tool) and starts it after them."""
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -138,6 +147,11 @@ class Agent:
             seen.add(t.name)
             out.extend(t.problems())
         out.extend(self.limits.problems())
+        if self.concurrent_runs not in CONCURRENT_RUNS_POLICIES:
+            out.append(
+                f"agent {self.name!r}: concurrent_runs must be one of "
+                f"{', '.join(CONCURRENT_RUNS_POLICIES)}, not {self.concurrent_runs!r}"
+            )
         if self.migrations is not None and not _MIGRATIONS.match(self.migrations):
             out.append(
                 f"agent {self.name!r}: migrations must be 'package:folder', not {self.migrations!r}"

@@ -15,6 +15,7 @@ from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 
 from tether_gateway import csrf
+from tether_gateway.audit_api import query_time
 from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
@@ -112,6 +113,16 @@ async def get_conversation(request: web.Request) -> web.Response:
     req = rs.GetConversationRequest(conversation_id=request.match_info["id"])
     resp = await gw.client().get_conversation(req, caller.token)
     return _json({"conversation": conversation_json(resp.conversation)})
+
+
+async def delete_conversation(request: web.Request) -> web.Response:
+    """Everything of the conversation deleted (its audit records kept, masked): 204; 409
+    RUN_ACTIVE while one of its runs is running."""
+    gw = state(request)
+    caller = await _caller(request, gw)
+    req = rs.DeleteConversationRequest(conversation_id=request.match_info["id"])
+    await gw.client().delete_conversation(req, caller.token)
+    return web.Response(status=204)
 
 
 async def list_messages(request: web.Request) -> web.Response:
@@ -218,11 +229,21 @@ _RUN_STATUS_FILTER = {
     "completed": resources_pb2.RUN_STATUS_COMPLETED,
     "failed": resources_pb2.RUN_STATUS_FAILED,
     "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
+    "waiting": resources_pb2.RUN_STATUS_WAITING,
 }
 
 
+def _filter_text(request: web.Request, name: str) -> str:
+    value = request.query.get(name, "")
+    if len(value) > 200:
+        raise InvalidArgument(f"{name} is longer than 200 characters")
+    return value
+
+
 async def list_runs(request: web.Request) -> web.Response:
-    """The caller's runs, newest first; `?conversationId=` and `?status=` narrow the list."""
+    """The caller's runs, newest first; `?conversationId=`, `?status=`, `?agent=` and
+    `?since=` / `?until=` (RFC 3339, creation time) narrow the list; `?userId=` (another user's
+    id, or `-` for everyone's) takes the grant `runs.read` on `*`, checked by the runtime."""
     gw = state(request)
     caller = await _caller(request, gw)
     status = request.query.get("status")
@@ -233,7 +254,11 @@ async def list_runs(request: web.Request) -> web.Response:
         status=_RUN_STATUS_FILTER.get(status or "", resources_pb2.RUN_STATUS_UNSPECIFIED),
         page_size=page_size(request),
         page_token=request.query.get("pageToken", ""),
+        agent=_filter_text(request, "agent"),
+        user_id=_filter_text(request, "userId"),
     )
+    query_time(request, "since", req.start_time)
+    query_time(request, "until", req.end_time)
     resp = await gw.client().list_runs(req, caller.token)
     return _json(
         {"runs": [run_json(r) for r in resp.runs], "nextPageToken": resp.next_page_token or None}
@@ -432,6 +457,7 @@ def add_routes(app: web.Application, *, dev: bool) -> None:
     app.router.add_post("/v1/conversations", create_conversation)
     app.router.add_get("/v1/conversations", list_conversations)
     app.router.add_get("/v1/conversations/{id}", get_conversation)
+    app.router.add_delete("/v1/conversations/{id}", delete_conversation)
     app.router.add_get("/v1/conversations/{id}/messages", list_messages)
     app.router.add_post("/v1/conversations/{id}/runs", start_run)
     app.router.add_get("/v1/runs", list_runs)

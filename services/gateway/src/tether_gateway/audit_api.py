@@ -21,7 +21,7 @@ from tether_gateway.validation import page_size
 MAX_PAGE = 1000
 
 
-def _time(request: web.Request, name: str, into: Any) -> None:
+def query_time(request: web.Request, name: str, into: Any) -> None:
     raw = request.query.get(name)
     if raw is None:
         return
@@ -70,8 +70,8 @@ async def list_audit(request: web.Request) -> web.Response:
         page_size=page_size(request, default=100, maximum=MAX_PAGE),
         page_token=request.query.get("pageToken", ""),
     )
-    _time(request, "since", req.start_time)
-    _time(request, "until", req.end_time)
+    query_time(request, "since", req.start_time)
+    query_time(request, "until", req.end_time)
     resp = await gw.client().list_audit_records(req, caller.token)
     return web.json_response(
         {

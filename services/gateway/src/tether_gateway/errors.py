@@ -8,6 +8,8 @@ import logging
 import grpc
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from tether_client.errors import reason_of
 from tether_common.errors import STATUS_BY_REASON, TetherError
 from tether_common.redaction import redact
@@ -50,9 +52,25 @@ _CODE_BY_HTTP = {
 class UpstreamError(TetherError):
     """A runtime error as the browser sees it: its reason, and the HTTP status chosen for it."""
 
-    def __init__(self, message: str, *, reason: str, status: int) -> None:
+    def __init__(
+        self, message: str, *, reason: str, status: int, metadata: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message, reason=reason)
         self.status = status
+        self.metadata = metadata or {}
+
+
+def _error_metadata(err: grpc.aio.AioRpcError) -> dict[str, str]:
+    """The ErrorInfo metadata the runtime chose to send (e.g. RUN_ACTIVE's `activeRunId`)."""
+    try:
+        status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a malformed status is just no metadata
+        return {}
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return dict(info.metadata)
+    return {}
 
 
 # Reasons only the gateway gives (never a runtime's): csrf.py's refusals.
@@ -72,13 +90,20 @@ def from_rpc_error(err: grpc.aio.AioRpcError) -> UpstreamError:
     message = _FIXED_MESSAGES.get(reason) or redact(err.details() or reason.lower())
     # A reason the shared table doesn't know still gets the status its gRPC code implies.
     status = http_status(reason) if reason in STATUS_BY_REASON else http_status(by_code)
-    return UpstreamError(message, reason=reason, status=status)
+    return UpstreamError(message, reason=reason, status=status, metadata=_error_metadata(err))
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> web.Response:
-    body = json.dumps({"error": {"code": code, "message": message}})
+    error: dict[str, object] = {"code": code, "message": message}
+    if metadata:
+        error["metadata"] = metadata
+    body = json.dumps({"error": error})
     return web.Response(status=status, text=body, content_type="application/json", headers=headers)
 
 
@@ -89,7 +114,8 @@ def tether_error_response(err: TetherError) -> web.Response:
     if isinstance(retry_after, int | float):
         headers = {"Retry-After": str(max(1, int(retry_after + 0.999)))}
     message = err.message if status < 500 or err.reason in _FIXED_MESSAGES else "internal error"
-    return error_response(status, err.reason, message, headers)
+    metadata = err.metadata if status < 500 else None
+    return error_response(status, err.reason, message, headers, metadata)
 
 
 @web.middleware

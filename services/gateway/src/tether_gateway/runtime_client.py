@@ -79,6 +79,13 @@ class RuntimeClient:
             request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
+    async def delete_conversation(
+        self, request: rs.DeleteConversationRequest, token: Credential
+    ) -> rs.DeleteConversationResponse:
+        return await self.api.delete_conversation(
+            request, metadata=await self.metadata(token), timeout=self.deadline_s
+        )
+
     async def list_conversations(
         self, request: rs.ListConversationsRequest, token: Credential
     ) -> rs.ListConversationsResponse:

@@ -19,6 +19,7 @@ RUN_STATUS = {
     "completed": resources_pb2.RUN_STATUS_COMPLETED,
     "failed": resources_pb2.RUN_STATUS_FAILED,
     "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
+    "waiting": resources_pb2.RUN_STATUS_WAITING,
 }
 # RUN_STATUS_UNSPECIFIED (0) is absent: a filter that names no status.
 RUN_STATUS_NAME = {v: k for k, v in RUN_STATUS.items()}

@@ -435,7 +435,7 @@ async def cancel_run(
                 events.append(ev.interrupt_resolved(pending.id, "cancelled", principal.user_id))
             events.append(ev.cancelled(reason))
             encoded, _ = await event_log.append(
-                conn, run_id, events, statuses=["queued", "interrupted"]
+                conn, run_id, events, statuses=["waiting", "queued", "interrupted"]
             )
             await runs.mark_cancelled(conn, run_id, reason)
         fresh = await runs.get(conn, run_id)

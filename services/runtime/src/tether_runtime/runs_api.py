@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id, new_id_after
 
+from tether_runtime import concurrent_runs, metrics
 from tether_runtime import events as ev
-from tether_runtime import metrics
 from tether_runtime.agent import context
 from tether_runtime.agents import AgentRegistry
 from tether_runtime.checkpoint import started as started_checkpoint
 from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
-from tether_runtime.store import conversations, event_log, idempotency, interrupts, runs
+from tether_runtime.store import conversations, event_log, idempotency, interrupts, run_admission
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import ConversationRow, MessageRow
 from tether_runtime.views import AgentView, RunView
@@ -90,7 +88,9 @@ async def start_run(
     trace_context: dict[str, str],
     *,
     run_id: str = "",
-) -> tuple[RunView, bool]:
+) -> tuple[RunView, bool, list[str]]:
+    """The run, whether it is a replay of an earlier start with the same key, and the runs of
+    the conversation that were active when it was stored (none for a replay)."""
     _acting(principal)
     text = text.strip()
     if not text:
@@ -111,7 +111,7 @@ async def start_run(
         if key:
             replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
-                return replay, True
+                return replay, True, []
         # The run's starting state, stored with it: its context as of now, and its answer's id
         # (sorting after the question). Read outside the ownership check, which the insert does;
         # on another user's conversation nothing is stored and nothing of this is returned.
@@ -120,10 +120,12 @@ async def start_run(
             conn, conv_id, message_id, text, budget=budget
         )
         checkpoint = started_checkpoint(new_id_after("msg", message_id), messages, cut)
-        # Without an idempotency key the start is one statement (atomic on its own).
-        async with conn.transaction() if key else contextlib.nullcontext():
-            run = await runs.start(
+        # The conversation is locked first, so the agent's concurrent_runs policy reads its
+        # active runs exactly (store/run_admission.py).
+        async with conn.transaction():
+            admission = await run_admission.start(
                 conn,
+                concurrent_runs.policy_of(agents.get(agent)),
                 run_id,
                 conv_id,
                 principal.user_id,
@@ -134,8 +136,9 @@ async def start_run(
                 (kind, encoded),
                 checkpoint,
             )
-            if run is None:
+            if admission is None:
                 raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+            run = concurrent_runs.admitted(admission)
             view = RunView.of(run)
             if key and not await idempotency.store(
                 conn, scope, key, rhash, {"run": view.to_json()}
@@ -145,7 +148,7 @@ async def start_run(
     # Not published: no stream can be following a run whose id was unknown until now, and any
     # stream opened from here on reads Postgres (after its subscription is confirmed).
     metrics.RUNS_STARTED.inc()
-    return view, False
+    return view, False, admission.active
 
 
 class _Retry(Exception):
@@ -163,7 +166,7 @@ async def start_run_once(
     trace_context: dict[str, str],
     *,
     run_id: str = "",
-) -> tuple[RunView, bool]:
+) -> tuple[RunView, bool, list[str]]:
     try:
         return await start_run(
             pool, agents, principal, conv_id, text, key, agent, trace_context, run_id=run_id
@@ -179,41 +182,6 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
         run = await load_owned_run(conn, principal, run_id)
         pending = await interrupts.pending_for_run(conn, run_id)
     return RunView.of(run, pending)
-
-
-RUN_STATUSES = ("queued", "running", "interrupted", "completed", "failed", "cancelled")
-
-
-async def list_runs(
-    pool: Pool,
-    principal: Principal,
-    conv_id: str,
-    status: str,
-    page_size: int,
-    page_token: str,
-) -> tuple[list[RunView], str]:
-    """The caller's runs, newest first, each with its pending interrupt: all of them, or one
-    conversation's (which must be the caller's), of any status or one."""
-    _acting(principal)
-    if status and status not in RUN_STATUSES:
-        raise InvalidArgument(f"status must be one of {', '.join(RUN_STATUSES)}")
-    size = min(max(page_size or 50, 1), 200)
-    async with pool.acquire() as conn:
-        if conv_id:
-            await owned_conversation(conn, principal, conv_id)
-        rows = await runs.list_for_user(
-            conn,
-            principal.user_id,
-            size + 1,
-            page_token or None,
-            conversation_id=conv_id or None,
-            status=status or None,
-        )
-        more = len(rows) > size
-        rows = rows[:size]
-        waiting = [r.id for r in rows if r.status == "interrupted"]
-        pending = await interrupts.pending_for_runs(conn, waiting)
-    return [RunView.of(r, pending.get(r.id)) for r in rows], rows[-1].id if more else ""
 
 
 def list_agents(agents: AgentRegistry, principal: Principal) -> tuple[list[AgentView], str]:

@@ -25,6 +25,7 @@ from tether_runtime.bus import EventBus
 from tether_runtime.engine import Engine
 from tether_runtime.revoked_tokens import follow_revocations
 from tether_runtime.servicer import RuntimeServicer, register
+from tether_runtime.store import idempotency
 from tether_runtime.store.db import create_pool
 from tether_runtime.transport import (
     enable_reflection,
@@ -80,6 +81,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     await bus.start()
     await agents.start(settings.database_url)
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
+    idempotency.configure(settings.idempotency_ttl_s)
     engine = Engine(pool, bus, settings, gate, agents)
     verifier = TokenVerifier.from_settings(settings)
     # Tokens signed out on any gateway pod are refused here too (no Redis: nothing to follow).

@@ -27,7 +27,17 @@ from tether_common.errors import (
 from tether_common.ids import new_id
 from tether_common.tracing import context_from, inject_carrier
 
-from tether_runtime import approvals_api, audit_api, convert, metrics, resume, runs_api
+from tether_runtime import (
+    approvals_api,
+    audit_api,
+    concurrent_runs,
+    convert,
+    erasure,
+    metrics,
+    resume,
+    run_listing,
+    runs_api,
+)
 from tether_runtime import events as ev
 from tether_runtime.engine import Engine
 from tether_runtime.event_stream import EventStream
@@ -51,7 +61,9 @@ DECISION_IN = {
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -> None:
     code_name, _ = STATUS_BY_REASON.get(err.reason, ("INTERNAL", 500))
-    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN)
+    info = error_details_pb2.ErrorInfo(
+        reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata
+    )
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(
@@ -145,6 +157,15 @@ class RuntimeServicer:
 
         return await self._call(context, "GetConversation", run)
 
+    async def DeleteConversation(
+        self, request: pb.DeleteConversationRequest, context: Any
+    ) -> pb.DeleteConversationResponse:
+        async def run(p: Principal) -> pb.DeleteConversationResponse:
+            erased = await erasure.delete_conversation(self.e.pool, p, request.conversation_id)
+            return pb.DeleteConversationResponse(deleted_runs=len(erased.runs))
+
+        return await self._call(context, "DeleteConversation", run)
+
     async def ListConversations(
         self, request: pb.ListConversationsRequest, context: Any
     ) -> pb.ListConversationsResponse:
@@ -173,7 +194,7 @@ class RuntimeServicer:
 
     async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
         async def run(p: Principal) -> pb.StartRunResponse:
-            view, replayed = await self._start(p, request)
+            view, replayed = await self._start(p, request, context)
             return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
 
         return await self._call(context, "StartRun", run)
@@ -182,9 +203,10 @@ class RuntimeServicer:
         self,
         p: Principal,
         request: pb.StartRunRequest | pb.StartRunAndStreamEventsRequest,
+        context: Any,
         run_id: str = "",
     ) -> tuple[RunView, bool]:
-        return await runs_api.start_run_once(
+        view, replayed, active = await runs_api.start_run_once(
             self.e.pool,
             self.e.agents,
             p,
@@ -195,6 +217,11 @@ class RuntimeServicer:
             inject_carrier(),
             run_id=run_id,
         )
+        if active and concurrent_runs.policy_of(self.e.agents.get(view.agent)) == "interrupt":
+            await concurrent_runs.interrupt_active(
+                self.e.pool, self.e.bus, p, view.id, active, audit_ctx=self._audit_context(context)
+            )
+        return view, replayed
 
     async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
         async def run(p: Principal) -> pb.ResumeRunResponse:
@@ -248,16 +275,20 @@ class RuntimeServicer:
 
     async def ListRuns(self, request: pb.ListRunsRequest, context: Any) -> pb.ListRunsResponse:
         async def run(p: Principal) -> pb.ListRunsResponse:
-            views, token = await runs_api.list_runs(
+            views, token = await run_listing.list_runs(
                 self.e.pool,
                 p,
-                request.conversation_id,
+                conversation_id=request.conversation_id,
                 # An enum value this runtime does not know is refused, not read as "any".
-                convert.RUN_STATUS_NAME.get(request.status, str(request.status))
+                status=convert.RUN_STATUS_NAME.get(request.status, str(request.status))
                 if request.status
                 else "",
-                request.page_size,
-                request.page_token,
+                agent=request.agent,
+                user_id=request.user_id,
+                since=audit_api.time_of(request.start_time, request.HasField("start_time")),
+                until=audit_api.time_of(request.end_time, request.HasField("end_time")),
+                page_size=request.page_size,
+                page_token=request.page_token,
             )
             return pb.ListRunsResponse(
                 runs=[convert.run_pb(v) for v in views], next_page_token=token
@@ -315,7 +346,9 @@ class RuntimeServicer:
         run_id = new_id("run")
         with self.stream.listen(run_id) as sub:
             view, replayed = await self._call(
-                context, "StartRunAndStreamEvents", lambda p: self._start(p, request, run_id)
+                context,
+                "StartRunAndStreamEvents",
+                lambda p: self._start(p, request, context, run_id),
             )
             head = pb.StartRunAndStreamEventsResponse(
                 run=convert.run_pb(view), replayed=replayed

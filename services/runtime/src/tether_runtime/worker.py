@@ -21,7 +21,13 @@ from tether_runtime import metrics, poison
 from tether_runtime.engine import Engine
 from tether_runtime.resume import expire_interrupt
 from tether_runtime.run_loop import RunExecutor
-from tether_runtime.store import interrupts, runs
+from tether_runtime.store import (
+    checkpoint_compaction,
+    idempotency,
+    interrupts,
+    run_admission,
+    runs,
+)
 from tether_runtime.store.db import STORE_ERRORS
 from tether_runtime.store.event_log import Fenced
 from tether_runtime.store.records import RunRow
@@ -80,6 +86,9 @@ class Worker:
                 if ticks % sweep_every == 0:
                     await self._expire_overdue()
                     await self._observe_queue()
+                    await self._promote_stalled()
+                    await self._expire_idempotency_keys()
+                    await self._compact_checkpoints()
                 ticks += 1
             except STORE_ERRORS as err:
                 log.warning("claim loop: database unavailable: %s", err)
@@ -192,6 +201,21 @@ class Worker:
             overdue = await interrupts.overdue(conn)
         for intr in overdue:
             await expire_interrupt(self.e.pool, self.e.bus, intr)
+
+    async def _compact_checkpoints(self) -> None:
+        """TETHER_CHECKPOINT_COMPACT_AFTER_S: one batch per sweep."""
+        async with self.e.pool.acquire() as conn:
+            await checkpoint_compaction.compact(conn, self.e.settings.checkpoint_compact_after_s)
+
+    async def _expire_idempotency_keys(self) -> None:
+        """TETHER_IDEMPOTENCY_TTL_S: one batch per sweep (a backlog drains over a few sweeps)."""
+        async with self.e.pool.acquire() as conn:
+            await idempotency.delete_expired(conn)
+
+    async def _promote_stalled(self) -> None:
+        """Waiting runs whose predecessors' end did not queue them (concurrent_runs.py)."""
+        async with self.e.pool.acquire() as conn:
+            await run_admission.promote_stalled(conn)
 
     async def _observe_queue(self) -> None:
         async with self.e.pool.acquire() as conn:

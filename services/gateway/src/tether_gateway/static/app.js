@@ -167,6 +167,20 @@ async function openConversation(convId, runId) {
   scrollDown();
 }
 
+// A run started while another of the conversation was active (the agent's concurrent_runs
+// policy) may wait for it, or have stopped it: the stream says neither, so both runs are read.
+async function showIfWaiting(view, earlier) {
+  const [run, before] = await Promise.all([
+    client.getRun(view.runId).catch(() => null),
+    earlier ? client.getRun(earlier).catch(() => null) : null,
+  ]);
+  if (state.view !== view) return;
+  if (run?.status === "waiting") view.markWaiting(earlier);
+  if (before && (before.status === "cancelled" || before.cancelRequested)) {
+    view.setNote(`The earlier run (${earlier}) was stopped for this message.`);
+  }
+}
+
 async function afterRun(view) {
   if (state.view === view) await loadConversations().catch(() => {});
 }
@@ -182,6 +196,8 @@ async function send(text) {
       await openConversation(conversation.id, null);
       loadConversations().catch(() => {});
     }
+    // The run this page was following, if it had not ended: a new run may wait for it, or stop it.
+    const earlier = state.view && !state.view.terminal ? state.view.runId : null;
     stopFollowing();
     $("#empty").hidden = true;
     bubble("user", text);
@@ -197,6 +213,7 @@ async function send(text) {
     if (state.view !== view) return stream.close(); // the user moved on meanwhile
     writeHash(state.convId, view.runId);
     startFollowing(view, { stream }).done.then(() => afterRun(view));
+    showIfWaiting(view, earlier);
   } catch (err) {
     bubble("assistant", `⚠ ${err.message}`);
   } finally {

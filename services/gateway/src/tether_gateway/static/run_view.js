@@ -32,6 +32,7 @@ export class RunView {
     this.note.className = "run-note muted";
     this.root.append(this.note);
     this.status = "queued";
+    this.executing = false; // an event past run_started arrived: the run is being worked on
     this.tail = null; // the last block: {kind: "steps" | "text" | "card", el}
     this.steps = new Map(); // callId -> li
     this.cards = new Map(); // interruptId -> {intr, slot, card}
@@ -47,6 +48,14 @@ export class RunView {
     this.status = status;
     this.onStatus?.(status);
     if (this.terminal) this.finish();
+  }
+
+  /** A run stored behind another of its conversation (the agent's concurrent_runs "enqueue" or
+   * "interrupt"): shown as waiting until its first step, unless that already came. */
+  markWaiting(behind) {
+    if (this.executing || this.terminal) return;
+    this.setStatus("waiting");
+    this.setNote(`Waiting for the conversation's earlier run${behind ? ` (${behind})` : ""} to end.`);
   }
 
   finish() {
@@ -180,9 +189,16 @@ export class RunView {
   // ---- events --------------------------------------------------------------------------------
 
   apply(ev) {
+    if (ev.type !== "run_started" && ev.type !== "reset" && !this.executing) {
+      this.executing = true;
+      if (this.status === "waiting") {
+        this.setNote("");
+        this.setStatus("running");
+      }
+    }
     switch (ev.type) {
       case "run_started":
-        this.setStatus("running");
+        if (this.status !== "waiting") this.setStatus("running");
         break;
       case "text_delta":
         this.appendText(ev.delta);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from tether_runtime.store.db import Conn
@@ -109,27 +110,65 @@ _LISTED = (
 )
 
 
-async def list_for_user(
-    conn: Conn,
-    user_id: str,
+def listing_query(
+    user_id: str | None,
     limit: int,
     before_id: str | None,
     *,
     conversation_id: str | None = None,
     status: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tuple[str, list[Any]]:
+    """`list_for_user`'s statement and arguments. Only the filters given are in it (no `$n IS
+    NULL OR ...`), so a cached generic plan still walks the index that fits (migrations 0007 and
+    0012)."""
+    where: list[str] = []
+    args: list[Any] = []
+    for clause, value in (
+        ("user_id = ${}", user_id),
+        ("id < ${}", before_id),
+        ("conversation_id = ${}", conversation_id),
+        ("status = ${}", status),
+        ("agent = ${}", agent),
+        ("created_at >= ${}", since),
+        ("created_at < ${}", until),
+    ):
+        if value is not None:
+            args.append(value)
+            where.append(clause.format(len(args)))
+    args.append(limit)
+    condition = " AND ".join(where) or "true"
+    return f"SELECT {_LISTED} FROM run WHERE {condition} ORDER BY id DESC LIMIT ${len(args)}", args
+
+
+async def list_for_user(
+    conn: Conn,
+    user_id: str | None,
+    limit: int,
+    before_id: str | None,
+    *,
+    conversation_id: str | None = None,
+    status: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[RunRow]:
-    """The user's runs, newest first, after the cursor `before_id` (a run id), optionally of one
-    conversation and one status."""
-    rows = await conn.fetch(
-        f"SELECT {_LISTED} FROM run WHERE user_id = $1 AND ($2::text IS NULL OR id < $2) "
-        "AND ($3::text IS NULL OR conversation_id = $3) AND ($4::text IS NULL OR status = $4) "
-        "ORDER BY id DESC LIMIT $5",
+    """Runs newest first, after the cursor `before_id` (a run id): one user's (every user's when
+    `user_id` is None), optionally of one conversation, status and agent, created in
+    [since, until)."""
+    sql, args = listing_query(
         user_id,
-        before_id,
-        conversation_id,
-        status,
         limit,
+        before_id,
+        conversation_id=conversation_id,
+        status=status,
+        agent=agent,
+        since=since,
+        until=until,
     )
+    rows = await conn.fetch(sql, *args)
     return [RunRow.of(r) for r in rows]
 
 

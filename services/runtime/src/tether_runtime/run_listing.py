@@ -1,0 +1,153 @@
+"""ListRuns: whose runs a caller may list, the filters (conversation, status, agent, creation
+time) and AIP-158 pages whose token carries the position and is bound to the filters.
+
+A caller lists their own runs. Another user's runs, or every user's (`user_id` "-"), take the
+grant `runs.read` on `*`, read from the store at every call."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from tether_common.auth import Principal
+from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
+
+from tether_runtime import policy
+from tether_runtime.store import conversations, interrupts, runs
+from tether_runtime.store.db import Pool
+from tether_runtime.views import RunView
+
+ADMIN_ACTION = "runs.read"
+ADMIN_SCOPE = "*"
+EVERY_USER = "-"
+RUN_STATUSES = (
+    "waiting",
+    "queued",
+    "running",
+    "interrupted",
+    "completed",
+    "failed",
+    "cancelled",
+)
+MAX_FILTER = 200
+DEFAULT_PAGE = 50
+MAX_PAGE = 200
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    user_id: str  # resolved: the caller's id, another user's, or EVERY_USER
+    conversation_id: str = ""
+    status: str = ""
+    agent: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def fingerprint(self) -> str:
+        raw = json.dumps(
+            [
+                self.user_id,
+                self.conversation_id,
+                self.status,
+                self.agent,
+                self.since.isoformat() if self.since else "",
+                self.until.isoformat() if self.until else "",
+            ]
+        )
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def encode_token(last_run_id: str, filters: RunFilter) -> str:
+    raw = json.dumps({"id": last_run_id, "f": filters.fingerprint()}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str, filters: RunFilter) -> str | None:
+    """The run id a page continues after; None for the first page."""
+    if not token:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        position, bound = str(data["id"]), data["f"]
+    except (binascii.Error, ValueError, KeyError, TypeError) as err:
+        raise InvalidArgument("page_token is not one this API issued") from err
+    if bound != filters.fingerprint():
+        raise InvalidArgument("page_token was issued for other filters (AIP-158)")
+    return position
+
+
+def _check(filters: RunFilter) -> None:
+    if filters.status and filters.status not in RUN_STATUSES:
+        raise InvalidArgument(f"status must be one of {', '.join(RUN_STATUSES)}")
+    for name, value in (
+        ("agent", filters.agent),
+        ("user_id", filters.user_id),
+        ("conversation_id", filters.conversation_id),
+    ):
+        if len(value) > MAX_FILTER:
+            raise InvalidArgument(f"{name} is longer than {MAX_FILTER} characters")
+    if filters.since and filters.until and filters.until < filters.since:
+        raise InvalidArgument("end_time is before start_time")
+
+
+async def list_runs(
+    pool: Pool,
+    principal: Principal,
+    *,
+    conversation_id: str = "",
+    status: str = "",
+    agent: str = "",
+    user_id: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    page_size: int = 0,
+    page_token: str = "",
+) -> tuple[list[RunView], str]:
+    """Runs newest first, each with its pending interrupt, and the next page's token ("" on the
+    last page)."""
+    if not principal.may_act():
+        raise PermissionDenied("this token may only read a stream")
+    if page_size < 0:
+        raise InvalidArgument("page_size must not be negative")
+    filters = RunFilter(
+        user_id=user_id or principal.user_id,
+        conversation_id=conversation_id,
+        status=status,
+        agent=agent,
+        since=since,
+        until=until,
+    )
+    _check(filters)
+    size = min(page_size or DEFAULT_PAGE, MAX_PAGE)
+    before = decode_token(page_token, filters)
+    async with pool.acquire() as conn:
+        if filters.user_id != principal.user_id and not await policy.granted(
+            conn, principal.user_id, ADMIN_ACTION, ADMIN_SCOPE
+        ):
+            raise PermissionDenied(f"listing other users' runs takes the grant {ADMIN_ACTION} on *")
+        owner = None if filters.user_id == EVERY_USER else filters.user_id
+        if conversation_id:
+            conv = await conversations.get(conn, conversation_id)
+            if conv is None or (owner is not None and conv.user_id != owner):
+                raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+        rows = await runs.list_for_user(
+            conn,
+            owner,
+            size + 1,
+            before,
+            conversation_id=conversation_id or None,
+            status=status or None,
+            agent=agent or None,
+            since=since,
+            until=until,
+        )
+        more = len(rows) > size
+        rows = rows[:size]
+        waiting = [r.id for r in rows if r.status == "interrupted"]
+        pending = await interrupts.pending_for_runs(conn, waiting)
+    views = [RunView.of(r, pending.get(r.id)) for r in rows]
+    return views, encode_token(rows[-1].id, filters) if more else ""

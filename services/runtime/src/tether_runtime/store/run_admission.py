@@ -1,0 +1,110 @@
+"""StartRun under the agent's `concurrent_runs` policy (issue 18): whether the conversation has
+an active run decides if the new run is refused, stored `waiting` behind it, or queued.
+
+Exact under concurrent starts in one conversation: the conversation row is locked first (FOR NO
+KEY UPDATE, the lock any UPDATE of it takes; the FK checks of inserted messages and runs take
+KEY SHARE, which it does not block), and only then, in a statement of its own and so with a
+snapshot taken after the lock, are the active runs read and the run inserted. Two starts in one
+conversation take turns; starts in different conversations never wait for each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tether_runtime.store.db import Conn
+from tether_runtime.store.records import RunRow
+from tether_runtime.store.runs import WAKE_CHANNEL
+
+ACTIVE_STATUSES = ("waiting", "queued", "running", "interrupted")
+
+_LOCK = "SELECT 1 FROM conversation WHERE id = $1 AND user_id = $2 FOR NO KEY UPDATE"
+
+# As runs._START, with the active runs read first: with any, "reject" inserts nothing and the
+# others insert the run `waiting`, with no starting state (its worker builds the context when it
+# starts, so it sees the answers of the runs before it). The one row always comes back, with the
+# active runs' ids, and the run's columns NULL when nothing was inserted.
+_START = f"""
+WITH active AS (
+    SELECT id FROM run WHERE conversation_id = $2
+       AND status IN ({", ".join(f"'{s}'" for s in ACTIVE_STATUSES)})
+), admitted AS (
+    SELECT NOT ($12 = 'reject' AND EXISTS (SELECT 1 FROM active)) AS ok,
+           EXISTS (SELECT 1 FROM active) AS behind
+), msg AS (
+    INSERT INTO message (id, conversation_id, run_id, role, content)
+    SELECT $4, $2, $1, 'user', $5 FROM admitted WHERE admitted.ok
+    RETURNING id
+), r AS (
+    INSERT INTO run (id, conversation_id, user_id, user_message_id, agent, status, trace_context,
+                     last_sequence, checkpoint)
+    SELECT $1, $2, $3, msg.id, $6,
+           CASE WHEN admitted.behind THEN 'waiting' ELSE 'queued' END, $7, 1,
+           CASE WHEN admitted.behind THEN '{{}}'::jsonb ELSE $11 END
+    FROM msg, admitted
+    RETURNING *
+), first_event AS (
+    INSERT INTO run_event (run_id, sequence, type, data) SELECT r.id, 1, $8, $9 FROM r
+), woken AS (
+    SELECT pg_notify($10, '') FROM r WHERE r.status = 'queued'
+)
+SELECT r.*, (SELECT count(*) FROM woken) AS woken,
+       ARRAY(SELECT id FROM active ORDER BY id) AS active_ids
+FROM (SELECT 1) one LEFT JOIN r ON true
+"""
+
+
+@dataclass(frozen=True)
+class Admission:
+    run: RunRow | None
+    """The run stored; None when the policy refused it (nothing was written)."""
+    active: list[str]
+    """The conversation's active runs before this one, oldest first."""
+
+
+async def start(
+    conn: Conn,
+    policy: str,
+    run_id: str,
+    conversation_id: str,
+    user_id: str,
+    message_id: str,
+    text: str,
+    agent: str,
+    trace_context: dict[str, Any],
+    first_event: tuple[str, bytes],
+    checkpoint: dict[str, Any],
+) -> Admission | None:
+    """In the caller's transaction: None (nothing written) unless the conversation exists and
+    belongs to `user_id`; else what `policy` admitted."""
+    if await conn.fetchval(_LOCK, conversation_id, user_id) is None:
+        return None
+    row = await conn.fetchrow(
+        _START,
+        run_id,
+        conversation_id,
+        user_id,
+        message_id,
+        text,
+        agent,
+        trace_context,
+        first_event[0],
+        first_event[1],
+        WAKE_CHANNEL,
+        checkpoint,
+        policy,
+    )
+    assert row is not None
+    return Admission(RunRow.of(row) if row["id"] else None, list(row["active_ids"]))
+
+
+async def promote_stalled(conn: Conn) -> int:
+    """Queue the oldest waiting run of each conversation left with no active run: the safety net
+    for a run whose predecessor ended while the waiting run's insert was in flight (the trigger
+    of migration 0013 ran before the insert committed). Any number of pods may run it at once:
+    the promotion is one conditional UPDATE per conversation. Returns the runs queued."""
+    n = await conn.fetchval(
+        "SELECT count(*) FILTER (WHERE run_promote_waiting(c.conversation_id)) FROM "
+        "(SELECT DISTINCT conversation_id FROM run WHERE status = 'waiting') c"
+    )
+    return int(n or 0)
