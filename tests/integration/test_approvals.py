@@ -55,16 +55,25 @@ async def until_status(db: Any, run_id: str, status: str) -> None:
 async def test_another_user_approves_on_another_pod_and_may_only_decide(
     base_env: dict[str, str], runtime: Proc, procs: list[Proc], db: Any
 ) -> None:
-    """OpsPilot's restart names approve:instance.restart as its approvers' grant: carol (seeded
-    with it on */*) decides a junior's restart from another gateway pod; she cannot read or
-    cancel the run, and someone without the grant cannot even tell it exists."""
+    """OpsPilot's restart names approve:instance.restart as its approvers' grant: a lead holding
+    it on the service (as the demo's carol holds it on */*) decides a junior's restart from
+    another gateway pod; she cannot read or cancel the run, and someone without the grant cannot
+    even tell it exists. (The lead's grant is on this service alone: her inbox is this card, not
+    every card the suite's other tests leave waiting.)"""
     gw1 = start_gateway(base_env, runtime.addr, name="approvals-gw1")
     gw2 = start_gateway(base_env, runtime.addr, name="approvals-gw2")
     procs.extend([gw1, gw2])
-    junior, stranger = new_user("junior"), new_user("stranger")
+    junior, stranger, lead = new_user("junior"), new_user("stranger"), new_user("lead")
     async with aiohttp.ClientSession() as http:
         o = await owned_interrupted_run(db, gw1.addr, http, junior)
-        cards = [a for a in await inbox(http, gw2.addr, "carol") if a["runId"] == o["run"]]
+        service = o["instance"].rsplit("-", 1)[0]
+        await db.execute(
+            'INSERT INTO "grant" (user_id, action, scope) VALUES ($1, $2, $3)',
+            lead,
+            "approve:instance.restart",
+            f"{service}/*",
+        )
+        cards = [a for a in await inbox(http, gw2.addr, lead) if a["runId"] == o["run"]]
         assert len(cards) == 1, cards
         card = cards[0]
         assert card["requester"] == junior
@@ -75,16 +84,16 @@ async def test_another_user_approves_on_another_pod_and_may_only_decide(
         assert not [a for a in await inbox(http, gw2.addr, stranger) if a["runId"] == o["run"]]
 
         # Only decide: the run itself stays someone else's.
-        async with http.get(f"{gw2.addr}/v1/runs/{o['run']}", headers=bearer("carol")) as r:
+        async with http.get(f"{gw2.addr}/v1/runs/{o['run']}", headers=bearer(lead)) as r:
             assert r.status == 404
         async with http.post(
-            f"{gw2.addr}/v1/runs/{o['run']}/cancel", json={}, headers=bearer("carol")
+            f"{gw2.addr}/v1/runs/{o['run']}/cancel", json={}, headers=bearer(lead)
         ) as r:
             assert r.status == 404
         status, body = await resume(http, gw2.addr, o["run"], o["interrupt"], stranger)
         assert status == 404 and body["error"]["code"] == "RUN_NOT_FOUND", body
 
-        status, body = await resume(http, gw2.addr, o["run"], o["interrupt"], "carol")
+        status, body = await resume(http, gw2.addr, o["run"], o["interrupt"], lead)
         assert status == 202, body
         await until_status(db, o["run"], "completed")
         assert await executions(db, o["instance"]) == 1
@@ -92,13 +101,14 @@ async def test_another_user_approves_on_another_pod_and_may_only_decide(
         status, body = await resume(http, gw1.addr, o["run"], o["interrupt"], junior)
         assert status == 409, body
         row = await db.fetchrow(
-            "SELECT actor, action FROM audit_record WHERE interrupt_id = $1 AND actor = 'carol'",
+            "SELECT actor, action FROM audit_record WHERE interrupt_id = $1 AND actor = $2",
             o["interrupt"],
+            lead,
         )
-        assert (row["actor"], row["action"]) == ("carol", "interrupt.approved")
+        assert (row["actor"], row["action"]) == (lead, "interrupt.approved")
         assert (
             await db.fetchval("SELECT resolved_by FROM interrupt WHERE id = $1", o["interrupt"])
-            == "carol"
+            == lead
         )
 
 

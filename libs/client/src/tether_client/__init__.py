@@ -19,6 +19,7 @@ from tether_client.channel import (
 from tether_client.client import TetherClient, decision_key
 from tether_client.errors import (
     AgentNotFound,
+    ApprovalAlreadyGiven,
     Cancelled,
     ConversationNotFound,
     DeadlineExceeded,
@@ -33,8 +34,10 @@ from tether_client.errors import (
     NotFound,
     PermissionDenied,
     RateLimited,
+    RunActive,
     RunNotCancellable,
     RunNotFound,
+    SelfApprovalForbidden,
     TetherError,
     Unauthenticated,
     Unavailable,
@@ -67,6 +70,9 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunNotCancellable",
+    "RunActive",
+    "ApprovalAlreadyGiven",
+    "SelfApprovalForbidden",
     "RunNotFound",
     "RuntimeApi",
     "TetherClient",

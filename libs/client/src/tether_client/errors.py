@@ -113,6 +113,25 @@ class RunNotCancellable(FailedPrecondition):
     default_reason = "RUN_NOT_CANCELLABLE"
 
 
+class RunActive(FailedPrecondition):
+    """The conversation has an active run and its agent rejects a second message meanwhile; the
+    active run's id is in the error's metadata (`activeRunId`)."""
+
+    default_reason = "RUN_ACTIVE"
+
+
+class ApprovalAlreadyGiven(FailedPrecondition):
+    """This approver already approved this card (a two-person approval needs someone else)."""
+
+    default_reason = "APPROVAL_ALREADY_GIVEN"
+
+
+class SelfApprovalForbidden(PermissionDenied):
+    """The tool's approval policy does not let the requester approve their own request."""
+
+    default_reason = "SELF_APPROVAL_FORBIDDEN"
+
+
 class IdempotencyKeyReused(TetherError):
     """The idempotency key was used before by this caller for a different request."""
 
@@ -161,6 +180,9 @@ ERRORS_BY_REASON: dict[str, type[TetherError]] = {
         InterruptAlreadyResolved,
         InterruptExpired,
         RunNotCancellable,
+        RunActive,
+        ApprovalAlreadyGiven,
+        SelfApprovalForbidden,
         IdempotencyKeyReused,
         RateLimited,
         Unavailable,
