@@ -70,7 +70,7 @@ test-deps:
 	@$(CURDIR)/.ci/ensure_chromium
 
 test: test-deps gen node_modules/.installed
-	$(PY) pytest -q
+	$(PY) pytest -q --durations=25
 
 run: gen
 	$(PY) tether dev
