@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 from tether_common.ids import new_id
 from tether_runtime import events as ev
-from tether_runtime.store import conversations, event_log, runs
+from tether_runtime.store import conversations, event_log, run_admission, runs
 
 
 async def queued_run(conn: asyncpg.Connection) -> tuple[str, str]:
@@ -14,7 +14,7 @@ async def queued_run(conn: asyncpg.Connection) -> tuple[str, str]:
     conv = await conversations.create(conn, "alice", "langgraph fencing")
     run_id = new_id("run")
     ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-    run = await runs.start(
+    run = await run_admission.start_parallel(
         conn, run_id, conv.id, "alice", new_id("msg"), "hi", "graph", {}, (kind, data), {}
     )
     assert run is not None

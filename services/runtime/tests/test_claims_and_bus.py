@@ -16,7 +16,7 @@ from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import MAX_STATEMENT_EVENTS, EventSink
 from tether_runtime.run_writer import RunWriter
-from tether_runtime.store import conversations, event_log, runs
+from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.records import RunRow
 
@@ -36,7 +36,7 @@ async def _queued_runs(conn: Any, n: int) -> list[str]:
     for i in range(n):
         run_id = new_id("run")
         ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-        run = await runs.start(
+        run = await run_admission.start_parallel(
             conn, run_id, conv.id, "alice", new_id("msg"), f"hi {i}", "opspilot", {},
             (kind, data), {},
         )  # fmt: skip
@@ -93,7 +93,7 @@ async def test_start_refuses_another_users_conversation_and_writes_nothing(
     conv = await conversations.create(store, "alice", "mine")
     run_id = new_id("run")
     ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-    started = await runs.start(
+    started = await run_admission.start_parallel(
         store, run_id, conv.id, "mallory", new_id("msg"), "hi", "opspilot", {},
         (kind, data), {},
     )  # fmt: skip

@@ -15,7 +15,7 @@ from tether_common.ids import new_id
 from tether_runtime import events as ev
 from tether_runtime import metrics, poison
 from tether_runtime.bus import EventBus
-from tether_runtime.store import conversations, event_log, runs
+from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
 
 
@@ -32,7 +32,7 @@ async def _queue(conn: Any, n: int) -> list[str]:
     for i in range(n):
         run_id = new_id("run")
         ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-        run = await runs.start(
+        run = await run_admission.start_parallel(
             conn, run_id, conv.id, "alice", new_id("msg"), f"hi {i}", "opspilot", {},
             (kind, data), {},
         )  # fmt: skip

@@ -17,20 +17,25 @@ from tether_runtime.store.records import RunRow
 from tether_runtime.store.runs import WAKE_CHANNEL
 
 ACTIVE_STATUSES = ("waiting", "queued", "running", "interrupted")
+# No policy at all: the run is queued beside any active one (store tests and tools that seed
+# runs; never an agent's `concurrent_runs`).
+PARALLEL = "parallel"
 
 _LOCK = "SELECT 1 FROM conversation WHERE id = $1 AND user_id = $2 FOR NO KEY UPDATE"
 
-# As runs._START, with the active runs read first: with any, "reject" inserts nothing and the
-# others insert the run `waiting`, with no starting state (its worker builds the context when it
-# starts, so it sees the answers of the runs before it). The one row always comes back, with the
-# active runs' ids, and the run's columns NULL when nothing was inserted.
+# In ONE statement: the user's message, the run (with its starting state), its first event
+# (sequence 1) and the workers' wake-up, with the active runs read first: with any, "reject"
+# inserts nothing and the others (but PARALLEL) insert the run `waiting`, with no starting state
+# (its worker builds the context when it starts, so it sees the answers of the runs before it).
+# The one row always comes back, with the active runs' ids, and the run's columns NULL when
+# nothing was inserted. (Data-modifying CTEs always run; the SELECT-only one only if referenced.)
 _START = f"""
 WITH active AS (
     SELECT id FROM run WHERE conversation_id = $2
        AND status IN ({", ".join(f"'{s}'" for s in ACTIVE_STATUSES)})
 ), admitted AS (
     SELECT NOT ($12 = 'reject' AND EXISTS (SELECT 1 FROM active)) AS ok,
-           EXISTS (SELECT 1 FROM active) AS behind
+           $12 <> 'parallel' AND EXISTS (SELECT 1 FROM active) AS behind
 ), msg AS (
     INSERT INTO message (id, conversation_id, run_id, role, content)
     SELECT $4, $2, $1, 'user', $5 FROM admitted WHERE admitted.ok
@@ -108,3 +113,32 @@ async def promote_stalled(conn: Conn) -> int:
         "(SELECT DISTINCT conversation_id FROM run WHERE status = 'waiting') c"
     )
     return int(n or 0)
+
+
+async def start_parallel(
+    conn: Conn,
+    run_id: str,
+    conversation_id: str,
+    user_id: str,
+    message_id: str,
+    text: str,
+    agent: str,
+    trace_context: dict[str, Any],
+    first_event: tuple[str, bytes],
+    checkpoint: dict[str, Any],
+) -> RunRow | None:
+    """`start` with no policy: the run queued beside any active one (store tests, seeding)."""
+    admitted = await start(
+        conn,
+        PARALLEL,
+        run_id,
+        conversation_id,
+        user_id,
+        message_id,
+        text,
+        agent,
+        trace_context,
+        first_event,
+        checkpoint,
+    )
+    return admitted.run if admitted is not None else None

@@ -36,60 +36,6 @@ async def create(
     return RunRow.of(row)
 
 
-_START = """
-WITH conv AS (
-    SELECT id FROM conversation WHERE id = $2 AND user_id = $3
-), msg AS (
-    INSERT INTO message (id, conversation_id, run_id, role, content)
-    SELECT $4, conv.id, $1, 'user', $5 FROM conv
-    RETURNING id
-), r AS (
-    INSERT INTO run (id, conversation_id, user_id, user_message_id, agent, status, trace_context,
-                     last_sequence, checkpoint)
-    SELECT $1, $2, $3, msg.id, $6, 'queued', $7, 1, $11 FROM msg
-    RETURNING *
-), first_event AS (
-    INSERT INTO run_event (run_id, sequence, type, data) SELECT r.id, 1, $8, $9 FROM r
-), woken AS (
-    SELECT pg_notify($10, '') FROM r
-)
--- Data-modifying CTEs always run; the SELECT-only one runs only if referenced.
-SELECT r.*, (SELECT count(*) FROM woken) AS woken FROM r
-"""
-
-
-async def start(
-    conn: Conn,
-    run_id: str,
-    conversation_id: str,
-    user_id: str,
-    message_id: str,
-    text: str,
-    agent: str,
-    trace_context: dict[str, Any],
-    first_event: tuple[str, bytes],
-    checkpoint: dict[str, Any],
-) -> RunRow | None:
-    """In ONE statement: the user's message, the queued run (with its initial checkpoint), its
-    first event (sequence 1, type and encoded data given) and the workers' wake-up; None (and
-    nothing written) unless the conversation exists and belongs to `user_id`."""
-    row = await conn.fetchrow(
-        _START,
-        run_id,
-        conversation_id,
-        user_id,
-        message_id,
-        text,
-        agent,
-        trace_context,
-        first_event[0],
-        first_event[1],
-        WAKE_CHANNEL,
-        checkpoint,
-    )
-    return RunRow.of(row) if row else None
-
-
 async def wake(conn: Conn) -> None:
     """Tell idle workers there is work; delivered only if the transaction commits."""
     await conn.execute("SELECT pg_notify($1, '')", WAKE_CHANNEL)
