@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id, new_id_after
@@ -121,8 +123,9 @@ async def start_run(
         )
         checkpoint = started_checkpoint(new_id_after("msg", message_id), messages, cut)
         # The conversation is locked first, so the agent's concurrent_runs policy reads its
-        # active runs exactly (store/run_admission.py).
-        async with conn.transaction():
+        # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
+        # idempotency key must commit with it.
+        async with conn.transaction() if key else contextlib.nullcontext():
             admission = await run_admission.start(
                 conn,
                 concurrent_runs.policy_of(agents.get(agent)),

@@ -4,7 +4,8 @@ an active run decides if the new run is refused, stored `waiting` behind it, or 
 Exact under concurrent starts in one conversation: the conversation row is locked first (FOR NO
 KEY UPDATE, the lock any UPDATE of it takes; the FK checks of inserted messages and runs take
 KEY SHARE, which it does not block), and only then, in a statement of its own and so with a
-snapshot taken after the lock, are the active runs read and the run inserted. Two starts in one
+snapshot taken after the lock, are the active runs read and the run inserted. Both happen inside
+one plpgsql function (migration 0018), so a start costs one round trip. Two starts in one
 conversation take turns; starts in different conversations never wait for each other."""
 
 from __future__ import annotations
@@ -21,42 +22,15 @@ ACTIVE_STATUSES = ("waiting", "queued", "running", "interrupted")
 # runs; never an agent's `concurrent_runs`).
 PARALLEL = "parallel"
 
-_LOCK = "SELECT 1 FROM conversation WHERE id = $1 AND user_id = $2 FOR NO KEY UPDATE"
-
-# In ONE statement: the user's message, the run (with its starting state), its first event
-# (sequence 1) and the workers' wake-up, with the active runs read first: with any, "reject"
-# inserts nothing and the others (but PARALLEL) insert the run `waiting`, with no starting state
-# (its worker builds the context when it starts, so it sees the answers of the runs before it).
-# The one row always comes back, with the active runs' ids, and the run's columns NULL when
-# nothing was inserted. (Data-modifying CTEs always run; the SELECT-only one only if referenced.)
-_START = f"""
-WITH active AS (
-    SELECT id FROM run WHERE conversation_id = $2
-       AND status IN ({", ".join(f"'{s}'" for s in ACTIVE_STATUSES)})
-), admitted AS (
-    SELECT NOT ($12 = 'reject' AND EXISTS (SELECT 1 FROM active)) AS ok,
-           $12 <> 'parallel' AND EXISTS (SELECT 1 FROM active) AS behind
-), msg AS (
-    INSERT INTO message (id, conversation_id, run_id, role, content)
-    SELECT $4, $2, $1, 'user', $5 FROM admitted WHERE admitted.ok
-    RETURNING id
-), r AS (
-    INSERT INTO run (id, conversation_id, user_id, user_message_id, agent, status, trace_context,
-                     last_sequence, checkpoint)
-    SELECT $1, $2, $3, msg.id, $6,
-           CASE WHEN admitted.behind THEN 'waiting' ELSE 'queued' END, $7, 1,
-           CASE WHEN admitted.behind THEN '{{}}'::jsonb ELSE $11 END
-    FROM msg, admitted
-    RETURNING *
-), first_event AS (
-    INSERT INTO run_event (run_id, sequence, type, data) SELECT r.id, 1, $8, $9 FROM r
-), woken AS (
-    SELECT pg_notify($10, '') FROM r WHERE r.status = 'queued'
+# The conversation lock, the active runs read after it, and the inserts (the user's message, the
+# run with its starting state, its first event, sequence 1) and the workers' wake-up, in one
+# call (migration 0018): with active runs, "reject" inserts nothing and the others (but PARALLEL)
+# insert the run `waiting`, with no starting state (its worker builds the context when it starts,
+# so it sees the answers of the runs before it).
+_START = (
+    "SELECT conv_found, active_ids, (started).*"
+    " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 )
-SELECT r.*, (SELECT count(*) FROM woken) AS woken,
-       ARRAY(SELECT id FROM active ORDER BY id) AS active_ids
-FROM (SELECT 1) one LEFT JOIN r ON true
-"""
 
 
 @dataclass(frozen=True)
@@ -80,10 +54,8 @@ async def start(
     first_event: tuple[str, bytes],
     checkpoint: dict[str, Any],
 ) -> Admission | None:
-    """In the caller's transaction: None (nothing written) unless the conversation exists and
-    belongs to `user_id`; else what `policy` admitted."""
-    if await conn.fetchval(_LOCK, conversation_id, user_id) is None:
-        return None
+    """One statement (autocommit, or in the caller's transaction): None (nothing written) unless
+    the conversation exists and belongs to `user_id`; else what `policy` admitted."""
     row = await conn.fetchrow(
         _START,
         run_id,
@@ -100,6 +72,8 @@ async def start(
         policy,
     )
     assert row is not None
+    if not row["conv_found"]:
+        return None
     return Admission(RunRow.of(row) if row["id"] else None, list(row["active_ids"]))
 
 
