@@ -15,7 +15,7 @@ from tether_runtime import event_sink
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import MAX_STATEMENT_EVENTS, EventSink
-from tether_runtime.run_writer import RunWriter
+from tether_runtime.run_writer import RunWriter, SaveCheckpoint
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.records import RunRow
@@ -310,3 +310,51 @@ async def test_deltas_queued_ahead_of_a_state_change_go_through_the_shared_state
     assert [s for s, _ in stored] == list(range(1, 33))
     assert ev.kind_of(ev.RunEvent.FromString(stored[-1][1])) == "done"
     assert row["step_streamed"] == 60
+
+
+async def test_a_checkpoint_alone_commits_through_the_shared_statement_fenced(
+    writing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit whose only state change is the run's own checkpoint needs no transaction: the
+    sink's statement saves it with the events (the deltas counted, then step_streamed reset, the
+    token totals taken from it), and a stale lease saves nothing."""
+    pool, bus, sink = writing
+    (run,) = await _running(pool, 1)
+    via_sink: list[tuple[int, str | None, bool]] = []
+    real = sink.append
+
+    async def spied(append: event_log.LeaseAppend) -> bool:
+        via_sink.append((len(append.events), append.checkpoint, append.reset_streamed))
+        return await real(append)
+
+    monkeypatch.setattr(sink, "append", spied)
+    writer = RunWriter(pool, bus, sink, run.id, run.lease_epoch, run.last_sequence)
+    for delta in _deltas(3):
+        await writer.emit([delta], streamed=5)
+    cp = '{"v": 1, "steps": 2, "input_tokens": 40, "output_tokens": 7}'
+    await writer.commit([], SaveCheckpoint(run.id, run.lease_epoch, cp, True))
+    assert via_sink[-1] == (0, cp, True)  # the writer took the shared path, not a transaction
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT checkpoint, step_streamed, input_tokens, output_tokens, last_sequence "
+            "FROM run WHERE id = $1",
+            run.id,
+        )
+        assert dict(row) == {
+            "checkpoint": {"v": 1, "steps": 2, "input_tokens": 40, "output_tokens": 7},
+            "step_streamed": 0,
+            "input_tokens": 40,
+            "output_tokens": 7,
+            "last_sequence": 4,
+        }
+        # Without a reset the deltas add up; the checkpoint and totals stay as saved.
+        await writer.emit(_deltas(1), streamed=3)
+        await writer.commit([], SaveCheckpoint(run.id, run.lease_epoch, cp, False))
+        streamed = await conn.fetchval("SELECT step_streamed FROM run WHERE id = $1", run.id)
+        assert streamed == 3
+        # A writer with a stale epoch is fenced: nothing of its checkpoint is saved.
+        stale = RunWriter(pool, bus, sink, run.id, run.lease_epoch - 1, 5)
+        with pytest.raises(event_log.Fenced):
+            await stale.commit([], SaveCheckpoint(run.id, run.lease_epoch - 1, "{}", True))
+        kept = await conn.fetchval("SELECT checkpoint FROM run WHERE id = $1", run.id)
+        assert kept == {"v": 1, "steps": 2, "input_tokens": 40, "output_tokens": 7}

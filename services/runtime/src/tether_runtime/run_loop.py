@@ -24,7 +24,7 @@ from tether_runtime.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine import Engine
 from tether_runtime.model_step import ModelStep, StepResult
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
-from tether_runtime.run_writer import RunWriter
+from tether_runtime.run_writer import RunWriter, SaveCheckpoint
 from tether_runtime.store import conversations, runs
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import RunRow
@@ -50,6 +50,10 @@ class RunExecutor:
             engine.pool, engine.bus, engine.sink, run.id, run.lease_epoch, run.last_sequence
         )
         self.calls = ToolCalls(self)
+        # Calls that a step of THIS executor made pending, after the step's commit: no row of
+        # theirs can exist but one this executor writes (their ids are new with the step, and
+        # the lease fences every other writer), so their first processing skips the lookup.
+        self.fresh_calls: set[str] = set()
         self._claimed_at = time.monotonic()
 
     @property
@@ -75,15 +79,9 @@ class RunExecutor:
         """Execution time spent on this run so far, by this worker and the ones before it."""
         return self.checkpoint.active_s + (time.monotonic() - self._claimed_at)
 
-    def save(self, *, reset_streamed: bool = False) -> Apply:
-        cp = self._snapshot()
-
-        async def apply(conn: Conn) -> None:
-            await runs.save_checkpoint(
-                conn, self.run.id, self.epoch, cp, reset_streamed=reset_streamed
-            )
-
-        return apply
+    def save(self, *, reset_streamed: bool = False) -> SaveCheckpoint:
+        """The checkpoint as of now, to commit (alone, it goes through the shared statement)."""
+        return SaveCheckpoint(self.run.id, self.epoch, self._snapshot(), reset_streamed)
 
     def _snapshot(self) -> str:
         """The checkpoint as of now, encoded once, with the time spent so far."""
@@ -280,6 +278,7 @@ class RunExecutor:
                 for i, c in zip(ids, step.calls, strict=True)
             ]
             await self.commit([], self.save(reset_streamed=True))
+            self.fresh_calls.update(ids)
             return
         text = cp.text
         conv_id = self.run.conversation_id

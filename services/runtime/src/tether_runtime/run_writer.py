@@ -14,12 +14,29 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
-from tether_runtime.store import event_log, outbox
+from tether_runtime.store import event_log, outbox, runs
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.event_log import LeaseAppend
 
 Apply = Callable[[Conn], Awaitable[None]]
 MAX_QUEUED_EVENTS = 2000  # past this, emitters wait for the drain: memory stays bounded
+
+
+@dataclass(frozen=True)
+class SaveCheckpoint:
+    """The state change that saves the run's own checkpoint (encoded JSON). A commit whose only
+    state changes are these needs no transaction of its own: the shared statement saves the
+    checkpoint with the events, fenced the same way (event_log.append_as_lease_holders)."""
+
+    run_id: str
+    epoch: int
+    encoded: str
+    reset_streamed: bool
+
+    async def __call__(self, conn: Conn) -> None:
+        await runs.save_checkpoint(
+            conn, self.run_id, self.epoch, self.encoded, reset_streamed=self.reset_streamed
+        )
 
 
 @dataclass
@@ -112,10 +129,16 @@ class RunWriter:
             sum(w.streamed for w in batch),
         )
         applies = [w.apply for w in batch if w.apply is not None]
-        shared = not applies and not outbox.announces(append.events)
+        saves = [a for a in applies if isinstance(a, SaveCheckpoint)]
+        shared = len(saves) == len(applies) and not outbox.announces(append.events)
         if shared:
-            # Events only (the text-delta hot path): shared with every other run's events in
-            # one statement and one pipelined publish.
+            # Events, and at most the run's own state (the text-delta hot path, and a step's
+            # end): shared with every other run's events in one statement and one pipelined
+            # publish. The last checkpoint wins; a reset in the batch zeroes step_streamed after
+            # the batch's deltas are counted, as in the transaction below.
+            if saves:
+                append.checkpoint = saves[-1].encoded
+                append.reset_streamed = any(s.reset_streamed for s in saves)
             cancel = await self.sink.append(append)
         else:
             async with self.pool.acquire() as conn, conn.transaction():

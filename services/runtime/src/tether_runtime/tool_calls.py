@@ -160,6 +160,15 @@ class ToolCalls:
         outcome = "expired" if decision == "expired" else "rejected"
         await self._skip(call, failure(f"nobody answered: {decision}", outcome))
 
+    async def _row(self, call: PendingCall) -> ToolCallRow | None:
+        """The call's stored row; none for a call this executor's own step just made pending
+        (RunExecutor.fresh_calls), whose first look needs no round trip."""
+        if call.call_id in self.x.fresh_calls:
+            self.x.fresh_calls.discard(call.call_id)
+            return None
+        async with self.x.e.pool.acquire() as conn:
+            return await interrupts.get_call(conn, self._run_id, call.call_id)
+
     async def _skip(self, call: PendingCall, body: dict[str, Any]) -> None:
         self.x.record(call, body)
         await self.x.commit([], self.x.save())
@@ -167,8 +176,7 @@ class ToolCalls:
     # -- read tools ------------------------------------------------------------------------
 
     async def _read(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
-        async with self.x.e.pool.acquire() as conn:
-            row = await interrupts.get_call(conn, self._run_id, call.call_id)
+        row = await self._row(call)
         if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
             await self._skip(call, row.result)
             return
@@ -230,8 +238,7 @@ class ToolCalls:
     # -- write tools -----------------------------------------------------------------------
 
     async def _write(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
-        async with self.x.e.pool.acquire() as conn:
-            row = await interrupts.get_call(conn, self._run_id, call.call_id)
+        row = await self._row(call)
         scope = tool.scope(args)
         if row is None:
             await self._propose(call, tool, args, scope)  # pauses, unless no grant allows it

@@ -83,6 +83,10 @@ class LeaseAppend:
     expected_last: int
     events: Sequence[RunEvent]
     streamed: int
+    checkpoint: str | None = None
+    """The run's state to save with the events (encoded JSON), or None to leave it."""
+    reset_streamed: bool = False
+    """With `checkpoint`: a new model step starts, step_streamed goes back to 0."""
     rows: list[tuple[str, int, str, bytes]] = field(default_factory=list)  # set by `stamp`
 
     def stamp(self, now: Timestamp) -> None:
@@ -100,10 +104,20 @@ class LeaseAppend:
 
 _APPEND_AS_LEASE_HOLDERS = """
 WITH v AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
-        AS v(id, epoch, expected, new_last, streamed)
+    SELECT id, epoch, expected, new_last, streamed, cp::jsonb AS cp, reset
+    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $10::text[],
+                $11::boolean[])
+        AS v(id, epoch, expected, new_last, streamed, cp, reset)
 ), fence AS (
-    UPDATE run r SET last_sequence = v.new_last, step_streamed = r.step_streamed + v.streamed,
+    -- A checkpoint saved with the events (RunWriter: a commit whose only state change is the
+    -- run's own state) is applied as runs.save_checkpoint would, after the deltas are counted.
+    UPDATE run r SET last_sequence = v.new_last,
+           step_streamed = CASE WHEN v.reset THEN 0 ELSE r.step_streamed + v.streamed END,
+           checkpoint = coalesce(v.cp, r.checkpoint),
+           input_tokens = CASE WHEN v.cp IS NULL THEN r.input_tokens
+                               ELSE coalesce((v.cp ->> 'input_tokens')::bigint, 0) END,
+           output_tokens = CASE WHEN v.cp IS NULL THEN r.output_tokens
+                                ELSE coalesce((v.cp ->> 'output_tokens')::bigint, 0) END,
            updated_at = now()
     FROM v
     WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
@@ -138,6 +152,8 @@ async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) ->
         [r[1] for a in appends for r in a.rows],
         [r[2] for a in appends for r in a.rows],
         [r[3] for a in appends for r in a.rows],
+        [a.checkpoint for a in appends],
+        [a.reset_streamed for a in appends],
     )
     return {r["id"]: bool(r["cancel_requested"]) for r in rows}
 
