@@ -15,7 +15,7 @@ from tether_runtime import event_sink
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import MAX_STATEMENT_EVENTS, EventSink
-from tether_runtime.run_writer import RunWriter, SaveCheckpoint
+from tether_runtime.run_writer import RunWriter, SaveCheckpoint, ThenSave
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.records import RunRow
@@ -358,3 +358,22 @@ async def test_a_checkpoint_alone_commits_through_the_shared_statement_fenced(
             await stale.commit([], SaveCheckpoint(run.id, run.lease_epoch - 1, "{}", True))
         kept = await conn.fetchval("SELECT checkpoint FROM run WHERE id = $1", run.id)
         assert kept == {"v": 1, "steps": 2, "input_tokens": 40, "output_tokens": 7}
+        # A state change then the checkpoint: its own transaction, the checkpoint saved by the
+        # fenced append (no separate statement), the state change applied after it.
+        seen: list[Any] = []
+
+        async def change(c: Any) -> None:
+            seen.append(await c.fetchval("SELECT checkpoint FROM run WHERE id = $1", run.id))
+
+        newer = '{"v": 1, "steps": 3, "input_tokens": 50, "output_tokens": 9}'
+        sink_calls = len(via_sink)
+        await writer.commit(
+            [ev.text_delta("m", "x")],
+            ThenSave(change, SaveCheckpoint(run.id, run.lease_epoch, newer, True)),
+        )
+        assert len(via_sink) == sink_calls  # not through the shared statement
+        assert seen == [{"v": 1, "steps": 3, "input_tokens": 50, "output_tokens": 9}]
+        row = await conn.fetchrow(
+            "SELECT step_streamed, output_tokens, last_sequence FROM run WHERE id = $1", run.id
+        )
+        assert dict(row) == {"step_streamed": 0, "output_tokens": 9, "last_sequence": 6}

@@ -5,7 +5,7 @@ JSON in `run.checkpoint`; a worker that takes a run over continues from exactly 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 VERSION = 2
@@ -57,10 +57,19 @@ class Checkpoint:
         return self.input_tokens + self.output_tokens
 
     def to_json(self) -> str:
-        return json.dumps({"v": VERSION, **asdict(self)})
+        return json.dumps(self._shallow())
 
     def as_dict(self) -> dict[str, Any]:
         return {"v": VERSION, **asdict(self)}
+
+    def _shallow(self) -> dict[str, Any]:
+        """The stored form without `asdict`'s deep copy of the transcript (encoded at once,
+        so sharing its lists and dicts is safe); every save of a run pays for this."""
+        out: dict[str, Any] = {"v": VERSION}
+        for f in _FIELDS:
+            out[f] = getattr(self, f)
+        out["pending"] = [vars(p) for p in self.pending]
+        return out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Checkpoint | None:
@@ -98,3 +107,6 @@ def started(
     under. StartRun stores it with the run, so a worker (or one that takes over after a crash)
     starts from the same state without a write of its own."""
     return Checkpoint(message_id, messages, context_cut=context_cut).as_dict()
+
+
+_FIELDS = tuple(f.name for f in fields(Checkpoint))

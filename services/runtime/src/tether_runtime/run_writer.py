@@ -39,6 +39,20 @@ class SaveCheckpoint:
         )
 
 
+@dataclass(frozen=True)
+class ThenSave:
+    """A state change that leaves the run's checkpoint alone, then the checkpoint: in a batch of
+    these (and SaveCheckpoint) the writer saves the checkpoint with its fenced append, one
+    statement fewer."""
+
+    first: Apply
+    save: SaveCheckpoint
+
+    async def __call__(self, conn: Conn) -> None:
+        await self.first(conn)
+        await self.save(conn)
+
+
 @dataclass
 class _Write:
     events: list[ev.RunEvent]
@@ -129,21 +143,29 @@ class RunWriter:
             sum(w.streamed for w in batch),
         )
         applies = [w.apply for w in batch if w.apply is not None]
-        saves = [a for a in applies if isinstance(a, SaveCheckpoint)]
-        shared = len(saves) == len(applies) and not outbox.announces(append.events)
+        saves = [a.save if isinstance(a, ThenSave) else a for a in applies]
+        folded = all(isinstance(a, SaveCheckpoint) for a in saves)
+        if applies and folded:
+            # The last checkpoint wins; a reset in the batch zeroes step_streamed after the
+            # batch's deltas are counted, as the separate statements did.
+            last = saves[-1]
+            assert isinstance(last, SaveCheckpoint)
+            append.checkpoint = last.encoded
+            append.reset_streamed = any(
+                isinstance(a, SaveCheckpoint) and a.reset_streamed for a in saves
+            )
+        shared = folded and not any(isinstance(a, ThenSave) for a in applies)
+        shared = shared and not outbox.announces(append.events)
         if shared:
             # Events, and at most the run's own state (the text-delta hot path, and a step's
             # end): shared with every other run's events in one statement and one pipelined
-            # publish. The last checkpoint wins; a reset in the batch zeroes step_streamed after
-            # the batch's deltas are counted, as in the transaction below.
-            if saves:
-                append.checkpoint = saves[-1].encoded
-                append.reset_streamed = any(s.reset_streamed for s in saves)
+            # publish.
             cancel = await self.sink.append(append)
         else:
             async with self.pool.acquire() as conn, conn.transaction():
-                # The fenced append first, then each state change in queue order;
-                # step_streamed adds up the deltas before any reset in the same batch.
+                # The fenced append first (with the checkpoint when folded), then each state
+                # change in queue order; step_streamed adds up the deltas before any reset in
+                # the same batch.
                 held = await event_log.append_as_lease_holders(conn, [append])
                 if self.run_id not in held:
                     raise event_log.Fenced(self.run_id)
@@ -151,7 +173,10 @@ class RunWriter:
                 # Webhooks for what leaves Tether commit with it (events now stamped).
                 await outbox.enqueue(conn, self.run_id, append.events)
                 for apply in applies:
-                    await apply(conn)
+                    if not folded:
+                        await apply(conn)
+                    elif isinstance(apply, ThenSave):
+                        await apply.first(conn)
         self.last_sequence = append.new_last
         self.cancel_requested = self.cancel_requested or cancel
         return append.encoded, shared

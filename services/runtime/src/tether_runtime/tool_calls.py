@@ -39,6 +39,7 @@ from tether_runtime import approvals, metrics, policy, questions
 from tether_runtime import events as ev
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_outcomes import Paused
+from tether_runtime.run_writer import ThenSave
 from tether_runtime.store import audit, conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import ToolCallRow
@@ -639,8 +640,8 @@ class ToolCalls:
                     )
             if body["ok"] and body["facts"]:
                 await conversations.merge_facts(conn, conv_id, body["facts"])
-            await save(conn)
 
         await self.x.commit(
-            [ev.tool_finished(call.call_id, tool.name, body["ok"], body["summary"])], apply
+            [ev.tool_finished(call.call_id, tool.name, body["ok"], body["summary"])],
+            ThenSave(apply, save),
         )
