@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tether_common.config import Settings
+from tether_common.config import Settings, parse_processes
 from tether_common.errors import UnsafeSettings
 
 from tether_cli import audit_cmd, commands, connect, erase_cmd, revoke, runs, webhooks_cmd
@@ -62,8 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a write tool without examples is reported, not a failure",
     )
     conf.add_argument("--json", action="store_true", help="the rows as JSON")
-    verbs.add_parser("runtime", help="run one runtime pod: gRPC API and workers")
-    verbs.add_parser("gateway", help="run one gateway pod: HTTP API, SSE and the web UI")
+    for verb, what in (
+        ("runtime", "run one runtime pod: gRPC API and workers"),
+        ("gateway", "run one gateway pod: HTTP API, SSE and the web UI"),
+    ):
+        serve = verbs.add_parser(verb, help=what)
+        serve.add_argument(
+            "--processes",
+            metavar="N",
+            help="N processes behind the one port under a supervisor that drains them together "
+            "(auto or 0: one per CPU the pod may use; default TETHER_PROCESSES, 1)",
+        )
     tok = verbs.add_parser("token", help="print a bearer token signed with TETHER_JWT_SECRET")
     tok.add_argument("--user", required=True, help="the user (or service) id, e.g. alice")
     tok.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (3600)")
@@ -212,6 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "revoke":
         return revoke.revoke(settings, args)
     if args.verb in ("runtime", "gateway"):
+        processes = settings.processes
+        if args.processes is not None:
+            try:
+                processes = parse_processes("--processes", args.processes)
+            except UnsafeSettings as err:
+                print(f"tether {args.verb}: {err.message}", file=sys.stderr)
+                return EXIT_UNSAFE_SETTINGS
+        if processes > 1:
+            from tether_cli.pod import run_pod
+
+            return run_pod(args.verb, settings, processes)
         return commands.serve(args.verb, settings)
     if args.verb == "conformance":
         import os
