@@ -67,6 +67,8 @@ class Pod:
             }
         self._stop = asyncio.Event()
         self._failure: int | None = None
+        # What a child runs (tests put a stand-in here to exercise the restart policy).
+        self.child_argv: tuple[str, ...] = (sys.executable, "-m", "tether_cli.main", service)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -103,7 +105,7 @@ class Pod:
         if self.metrics_addrs:
             env["TETHER_METRICS_ADDR"] = self.metrics_addrs[slot]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tether_cli.main", self.service,
+            *self.child_argv,
             env=env, stdin=subprocess.DEVNULL,
             process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
         )  # fmt: skip
