@@ -17,7 +17,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="Tether: durable AI agent runs.")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     verbs.add_parser("dev", help="the whole system here: embedded stores, migrate, seed, services")
-    verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
+    mig = verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
+    mig.add_argument(
+        "--check",
+        action="store_true",
+        help="apply nothing: exit 0 when every migration this version knows is applied, 1 if not "
+        "(a pod's init container: serve only once the schema exists)",
+    )
+    mig.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --check: keep checking (and through database outages) until current or this "
+        "long has passed",
+    )
     seed = verbs.add_parser(
         "seed-demo",
         help="load each agent's demo data and the demo users' grants (idempotent)",
@@ -213,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_dev(settings)
     if args.verb == "migrate":
+        if args.check:
+            return commands.migrate_check(settings, wait_s=args.wait)
         return commands.migrate(settings)
     if args.verb == "seed-demo":
         return commands.seed_demo(settings, reset=args.reset)
