@@ -54,21 +54,19 @@ async def test_check_fails_until_migrated_then_passes(empty_dsn: str) -> None:
 
 async def test_wait_holds_until_another_process_migrates(empty_dsn: str) -> None:
     env = {"DATABASE_URL": empty_dsn, "TETHER_ENV": "dev"}
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "tether_cli.main", "migrate", "--check", "--wait", "90"],
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    waiting = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether_cli.main", "migrate", "--check", "--wait", "90",
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
     try:
-        await asyncio.sleep(3)
-        assert waiting.poll() is None, waiting.communicate()  # still waiting: nothing migrated
+        with pytest.raises(TimeoutError):  # still waiting: nothing migrated yet
+            await asyncio.wait_for(asyncio.shield(waiting.wait()), 3)
         done = await asyncio.to_thread(tether_cli, "migrate", env=env)
         assert done.returncode == 0, done.stderr
-        out, err = await asyncio.to_thread(waiting.communicate, timeout=60)
-        assert waiting.returncode == 0, err
-        assert "the schema is current" in out
+        out, err = await asyncio.wait_for(waiting.communicate(), 60)
+        assert waiting.returncode == 0, err.decode()
+        assert "the schema is current" in out.decode()
     finally:
-        if waiting.poll() is None:
+        if waiting.returncode is None:
             waiting.kill()
+            await waiting.wait()
