@@ -232,6 +232,9 @@ class Settings:
     # bundle (PEM); set, the channel is TLS. The name to verify, when not the target's host.
     runtime_tls_ca_file: str = ""
     runtime_tls_server_name: str = ""
+    # `tether runtime` / `tether gateway`: processes behind the one port (SO_REUSEPORT), under
+    # one supervisor (tether_cli/pod.py); 1 is a single process and no supervisor.
+    processes: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -433,6 +436,7 @@ class _Deployment(TypedDict):
     grpc_reflection: bool
     runtime_tls_ca_file: str
     runtime_tls_server_name: str
+    processes: int
 
 
 def _deployment_settings(e: Mapping[str, str], mode: str) -> _Deployment:
@@ -452,7 +456,35 @@ def _deployment_settings(e: Mapping[str, str], mode: str) -> _Deployment:
         "grpc_reflection": _flag(e, "TETHER_GRPC_REFLECTION", mode != "production"),
         "runtime_tls_ca_file": e.get("TETHER_RUNTIME_TLS_CA_FILE", ""),
         "runtime_tls_server_name": e.get("TETHER_RUNTIME_TLS_SERVER_NAME", ""),
+        "processes": parse_processes("TETHER_PROCESSES", e.get("TETHER_PROCESSES", "1")),
     }
+
+
+def parse_processes(name: str, raw: str) -> int:
+    """A process count: a positive number, or "auto" / 0 for the CPUs this pod may use."""
+    raw = raw.strip().lower() or "1"
+    if raw == "auto":
+        return available_cpus()
+    try:
+        n = int(raw)
+    except ValueError:
+        raise UnsafeSettings(f"{name}={raw!r} is not a process count (a number, or auto)") from None
+    if n < 0:
+        raise UnsafeSettings(f"{name}={raw!r} is not a process count (a number, or auto)")
+    return n or available_cpus()
+
+
+def available_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may use: the cgroup v2 CPU limit (a pod's `limits.cpu`, rounded
+    up) when one is set, else the CPUs it is allowed to run on."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        quota, period = open(cpu_max).read().split()[:2]  # noqa: SIM115, PTH123 - one read
+    except (OSError, ValueError):
+        return max(1, cpus or 1)
+    if quota == "max":
+        return max(1, cpus or 1)
+    return max(1, min(cpus or 1, -(-int(quota) // int(period))))
 
 
 def _exposure_problems(settings: Settings) -> list[str]:

@@ -50,6 +50,9 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(settings.drain_s * 1000)),
+        # gRPC's default on Linux, made explicit: `--processes N` runs N servers on one port
+        # (tether_cli/pod.py) and the kernel spreads new connections over them.
+        ("grpc.so_reuseport", 1),
     ]
 
 
