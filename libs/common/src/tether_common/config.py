@@ -148,6 +148,9 @@ class Settings:
     # per attempt, at most 60 s).
     max_run_attempts: int = 5
     run_retry_backoff_s: float = 1.0
+    # A run's writes wait out a store outage this long (retried every 50-250 ms) before the run
+    # is handed back: the run keeps its place instead of re-running its step from the checkpoint.
+    store_ride_out_s: float = 30.0
     interrupt_ttl_s: float = 900.0
     # How long an idempotency key's stored answer is kept (AIP-155): longer than any client
     # retries a request; past it the key is free again and a job deletes it.
@@ -299,6 +302,7 @@ class Settings:
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
             max_run_attempts=max_attempts,
             run_retry_backoff_s=backoff,
+            store_ride_out_s=_float(e, "TETHER_STORE_RIDE_OUT_S", cls.store_ride_out_s),
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             idempotency_ttl_s=idem_ttl,
             checkpoint_compact_after_s=compact_after,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -23,6 +24,7 @@ from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
 from tether_runtime.views import RunView
 
 PAGE = 2000
+READ_PAUSE_S = 0.5  # the longest pause between a stream's reads while the store is away
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,9 @@ class EventStream:
         """A read that rides out a store outage (a Postgres restart or failover): the stream stays
         open (the gateway keeps sending heartbeats) and the client sees a delay, not an error it
         would have to reconnect through (a browser's EventSource gives up for good on the 503 it
-        would get meanwhile). It retries for as long as the client stays connected."""
+        would get meanwhile). It retries for as long as the client stays connected, at most
+        READ_PAUSE_S apart (jittered): a pause doubled through a 5 s restart up to 2 s kept a
+        stream waiting up to that long after the store was back."""
         delay = 0.1
         while True:
             try:
@@ -148,8 +152,8 @@ class EventStream:
                     return await query(conn)
             except STORE_ERRORS as err:
                 log.warning("event stream: store unavailable, retrying: %s", err)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(random.uniform(0.5, 1.0) * delay)
+                delay = min(delay * 2, READ_PAUSE_S)
 
 
 async def _page(conn: Conn, *, run_id: str, after: int) -> list[tuple[int, bytes]]:

@@ -9,7 +9,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 
 import asyncpg
 from opentelemetry import trace
@@ -19,6 +18,7 @@ from tether_common.tracing import context_from, span_context_from
 
 from tether_runtime import metrics, poison
 from tether_runtime.engine import Engine
+from tether_runtime.outage import Outage
 from tether_runtime.resume import expire_interrupt
 from tether_runtime.run_loop import RunExecutor
 from tether_runtime.store import (
@@ -56,6 +56,9 @@ class Worker:
         try:
             self._listener = await asyncpg.connect(self.e.settings.database_url)
             await self._listener.add_listener(runs.WAKE_CHANNEL, lambda *_: self.wake.set())
+            # A server restart ends this session: wake the loop, which listens again at once
+            # (else NOTIFYs are lost until its next poll).
+            self._listener.add_termination_listener(lambda *_: self.wake.set())
         except STORE_ERRORS as err:
             log.warning("LISTEN failed, relying on polling: %s", err)
             self._listener = None
@@ -75,7 +78,7 @@ class Worker:
                     free = min(self.slots_free(), CLAIM_BATCH)
                     async with self.e.pool.acquire() as conn:
                         claimed = await runs.claim_batch(
-                            conn, self.owner, ttl, free, backoff_s=backoff
+                            conn, self.owner, ttl, free, backoff_s=backoff, held=list(self.tasks)
                         )
                     for run, took_over in claimed:
                         if took_over:
@@ -168,27 +171,38 @@ class Worker:
         """Requeue a run a store outage interrupted, with its attempt returned (an outage says
         nothing about the run, so it must not count toward RUN_ATTEMPTS_EXHAUSTED), while this
         worker's lease still holds; fenced, so a run taken over meanwhile is left alone."""
-        deadline = time.monotonic() + self.e.settings.lease_ttl_s
-        pause = 0.2
-        while time.monotonic() < deadline and not self._stopping:
+        # Fenced by the epoch, so trying past the lease's end is safe; and a short capped pause
+        # (not a doubling one grown through the outage) gives it back soon after the store is.
+        outage = Outage(max(self.e.settings.lease_ttl_s, self.e.settings.store_ride_out_s))
+        while not self._stopping:
             try:
                 async with self.e.pool.acquire() as conn:
                     await runs.release(conn, run.id, run.lease_epoch)
                 return
             except STORE_ERRORS:
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 1.0)
+                if not await outage.pause():
+                    return
 
     async def _heartbeat(self, run: RunRow, task: asyncio.Task[None], ex: RunExecutor) -> None:
         ttl = self.e.settings.lease_ttl_s
+        outage: Outage | None = None
         while True:
-            await asyncio.sleep(ttl / 3)
+            if outage is None:
+                await asyncio.sleep(ttl / 3)
+            elif not await outage.pause():
+                outage = None  # a long outage: back to the usual beat
+                continue
             try:
                 async with self.e.pool.acquire() as conn:
                     cancel = await runs.renew(conn, run.id, run.lease_epoch, ttl)
             except STORE_ERRORS as err:
-                log.warning("heartbeat failed: %s", err)
+                # Renew again soon after the store returns, not a third of a TTL later: an outage
+                # longer than the lease leaves it expired meanwhile, open to another pod's claim.
+                if outage is None:
+                    log.warning("heartbeat failed: %s", err)
+                    outage = Outage(self.e.settings.store_ride_out_s)
                 continue
+            outage = None
             if cancel is None:
                 metrics.LEASES_LOST.inc()
                 log.warning("lease lost at heartbeat; stopping", extra={"run_id": run.id})
