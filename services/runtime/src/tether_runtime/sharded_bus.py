@@ -1,0 +1,289 @@
+"""Fan-out through a Redis Cluster: sharded pub/sub (SPUBLISH / SSUBSCRIBE, Redis 7). A run's
+channel lives on the master that owns its slot, so publishing costs one node, not a broadcast to
+all of them (classic PUBLISH in a cluster is copied to every node). Each process keeps ONE
+subscriber connection per master that holds channels it follows, and fans out in-process, as the
+plain bus does.
+
+Failover: when a master dies (its connection drops) or gives its slots away (the server ends our
+subscriptions with SUNSUBSCRIBE), the shard's channels are re-homed by a fresh slot map on
+whichever master owns them now, and their streams count as quiet, so the next positioning check
+(one query for all of them) finds what was published meanwhile. Nothing is lost: Postgres has it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.crc import key_slot
+from redis.exceptions import RedisError
+from tether_common import redis_conn
+
+from tether_runtime.bus import SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class _SlotsMoved(Exception):
+    """The node ended a subscription we still want: its slots went to another master."""
+
+
+class _Shard:
+    """One master's subscriber connection and the channels this process follows on it."""
+
+    def __init__(self, name: str, host: str, port: int) -> None:
+        self.name, self.host, self.port = name, host, port
+        self.channels: set[str] = set()
+        self.dirty: set[str] = set()  # channels whose state the node has yet to hear of
+        self.leaving: set[str] = set()  # our own SUNSUBSCRIBEs, awaiting their confirmation
+        self.client: Any = None
+        self.pubsub: PubSub | None = None
+        self.lock = asyncio.Lock()
+        self.reader: asyncio.Task[None] | None = None
+        self.flusher: asyncio.Future[None] | None = None
+        self.down = False  # lost and not yet back: a new stream does not wait for it
+        self.retired = False
+
+    @property
+    def connected(self) -> bool:
+        ps = self.pubsub
+        return ps is not None and getattr(ps, "connection", None) is not None
+
+
+class ShardedEventBus(EventBus):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._shards: dict[str, _Shard] = {}
+        self._owner: dict[str, str] = {}  # channel -> the shard that holds it
+        self._homeless: set[str] = set()  # wanted channels no known master owns yet
+        self._rehoming: asyncio.Future[None] | None = None
+        self._rebalance_lock = asyncio.Lock()
+        self._node_options = {
+            k: v for k, v in redis_conn.cluster_options(url).items() if k != "startup_nodes"
+        }
+
+    async def start(self) -> None:
+        # The slot map before the first stream, so its channel goes straight to its master.
+        try:
+            await self._pub.initialize()
+        except (RedisError, OSError) as err:
+            log.warning("redis cluster unreachable at start; retrying as streams open: %s", err)
+
+    async def close(self) -> None:
+        tasks = [self._rehoming] + [t for s in self._shards.values() for t in (s.reader, s.flusher)]
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for shard in self._shards.values():
+            await _close(shard)
+        await self._pub.aclose()
+
+    def _send(self, target: Any, name: str, data: bytes) -> Any:
+        return target.spublish(name, data)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._shards) and all(s.connected for s in self._shards.values())
+
+    async def confirmed(self, sub: Subscription) -> bool:
+        """As the plain bus, per shard: no wait while the channel's master is lost or unknown."""
+        if sub.subscribed.is_set():
+            return True
+        shard = self._shards.get(self._owner.get(channel(sub.run_id), ""))
+        if shard is None or shard.down:
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SUBSCRIBE_WAIT_S):
+                await sub.subscribed.wait()
+        return sub.subscribed.is_set()
+
+    def _changed(self, name: str) -> None:
+        if name in self._subs:
+            self._home(name)
+            return
+        self._homeless.discard(name)
+        shard = self._shards.get(self._owner.pop(name, ""))
+        if shard is not None:
+            shard.channels.discard(name)
+            self._tell(shard, name)
+
+    def _home(self, name: str) -> None:
+        """Put a wanted channel on the shard of the master that owns its slot."""
+        try:
+            node = self._pub.get_node_from_key(name)
+        except (RedisError, IndexError, KeyError, AttributeError):
+            node = None  # the slot map is not loaded yet, or the slot is not covered
+        if node is None:
+            self._homeless.add(name)
+            if self._rehoming is None or self._rehoming.done():
+                self._rehoming = asyncio.ensure_future(self._rehome_forever())
+            return
+        self._homeless.discard(name)
+        current = self._owner.get(name)
+        if current == node.name:
+            return
+        old = self._shards.get(current or "")
+        if old is not None:
+            old.channels.discard(name)
+            self._tell(old, name)
+        shard = self._shards.get(node.name)
+        if shard is None:
+            shard = self._shards[node.name] = _Shard(node.name, node.host, node.port)
+            shard.reader = asyncio.create_task(self._read_shard(shard), name="bus-shard-reader")
+        shard.channels.add(name)
+        self._owner[name] = node.name
+        self._tell(shard, name)
+
+    def _tell(self, shard: _Shard, name: str) -> None:
+        """As the plain bus: changes made while a round trip is in flight go out together."""
+        shard.dirty.add(name)
+        if shard.flusher is None or shard.flusher.done():
+            shard.flusher = asyncio.ensure_future(self._flush(shard))
+
+    async def _flush(self, shard: _Shard) -> None:
+        async with shard.lock:
+            while shard.dirty:
+                names, shard.dirty = shard.dirty, set()
+                ps = shard.pubsub
+                if ps is None or not shard.connected:
+                    return  # the reader subscribes to everything current when it (re)connects
+                wanted = [n for n in names if n in shard.channels]
+                unwanted = [n for n in names if n not in shard.channels]
+                try:
+                    # One SSUBSCRIBE per slot: a command naming channels of two slots is refused
+                    # (CROSSSLOT). They are written back to back, not waited on one by one.
+                    for group in _by_slot(wanted):
+                        await ps.ssubscribe(*group)
+                    for group in _by_slot(unwanted):
+                        shard.leaving.update(group)
+                        await ps.sunsubscribe(*group)
+                except (RedisError, OSError) as err:
+                    log.warning("sharded pubsub change failed: %s", err)
+
+    async def _read_shard(self, shard: _Shard) -> None:
+        attempt = 0
+        while not shard.retired:
+            try:
+                async with shard.lock:
+                    shard.client = aioredis.Redis(
+                        host=shard.host, port=shard.port, socket_connect_timeout=2,
+                        **self._node_options,
+                    )  # fmt: skip
+                    shard.pubsub = ps = shard.client.pubsub()
+                    shard.dirty.clear()
+                    shard.leaving.clear()
+                    # A channel of this node's own keeps the connection subscribed while idle.
+                    await ps.ssubscribe(self._placeholder(shard))
+                    for group in _by_slot(sorted(shard.channels)):
+                        await ps.ssubscribe(*group)
+                while True:
+                    msg = await ps.get_message(timeout=1.0)
+                    if msg is None:
+                        continue
+                    if attempt:
+                        attempt, shard.down = 0, False
+                    self._take(shard, msg)
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError, _SlotsMoved) as err:
+                log.warning("sharded pubsub on %s lost, re-homing: %r", shard.name, err)
+                shard.down = True
+                await _close(shard)
+                await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+                attempt += 1
+                self._count_quiet(shard)
+                await self._rebalance()
+
+    def _take(self, shard: _Shard, msg: dict[str, Any]) -> None:
+        kind, name = msg["type"], msg["channel"].decode()
+        if kind == "smessage":
+            now = time.monotonic()
+            for sub in list(self._subs.get(name, ())):
+                sub.last_heard = now
+                sub.offer(msg["data"])
+        elif kind == "ssubscribe":
+            event = self._confirmed.get(name)
+            if event is not None and name in shard.channels:
+                event.set()
+        elif kind == "sunsubscribe":
+            if name in shard.leaving:
+                shard.leaving.discard(name)
+            else:
+                # Not ours: the node lost the slot (a failover made it a replica, or the slot
+                # migrated). Start over from a fresh slot map.
+                raise _SlotsMoved(name)
+
+    def _placeholder(self, shard: _Shard) -> str:
+        for i in range(16384):
+            name = f"tether:hello:{{{i}}}"
+            with contextlib.suppress(RedisError, IndexError, KeyError, AttributeError):
+                if self._pub.get_node_from_key(name).name == shard.name:
+                    return name
+        return "tether:hello"  # a node that owns no slot: refused, and the shard re-homes
+
+    def _count_quiet(self, shard: _Shard) -> None:
+        """Batches may have passed this shard's streams by while it was down: make them due for
+        the next positioning check (one query for all) instead of waiting out its interval."""
+        for name in shard.channels:
+            for sub in self._subs.get(name, ()):
+                sub.last_heard = 0.0
+
+    async def _rebalance(self) -> None:
+        """Re-read the slot map and move every channel to its master's shard."""
+        async with self._rebalance_lock:
+            try:
+                await redis_conn.refresh_slots(self._pub)
+            except (RedisError, OSError) as err:
+                log.warning("redis cluster slot map unavailable: %s", err)
+                return
+            for name in list(self._subs):
+                self._home(name)
+            for shard in list(self._shards.values()):
+                if shard.channels:
+                    continue
+                primaries = {n.name for n in self._pub.get_primaries()}
+                if shard.name not in primaries:
+                    shard.retired = True
+                    del self._shards[shard.name]
+                    if shard.reader is not None and shard.reader is not asyncio.current_task():
+                        shard.reader.cancel()
+                    await _close(shard)
+
+    async def _rehome_forever(self) -> None:
+        attempt = 0
+        while self._homeless:
+            await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+            attempt += 1
+            await self._rebalance()
+
+
+def _by_slot(names: list[str]) -> list[list[str]]:
+    groups: dict[int, list[str]] = defaultdict(list)
+    for name in names:
+        groups[key_slot(name.encode())].append(name)
+    return list(groups.values())
+
+
+async def _close(shard: _Shard) -> None:
+    ps, shard.pubsub = shard.pubsub, None
+    client, shard.client = shard.client, None
+    if ps is not None:
+        with contextlib.suppress(Exception):
+            await ps.aclose()  # type: ignore[no-untyped-call]
+    if client is not None:
+        with contextlib.suppress(Exception):
+            await client.aclose()
+
+
+def event_bus(url: str) -> EventBus:
+    """The bus REDIS_URL asks for: sharded through a `redis+cluster://` URL, else the plain one."""
+    return ShardedEventBus(url) if redis_conn.is_cluster(url) else EventBus(url)
