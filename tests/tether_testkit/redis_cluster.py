@@ -5,6 +5,7 @@ killable node by node so a test can make a replica take over."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +107,13 @@ class RedisClusterNodes:
                 f"node {node.port} to learn of {master.port}",
             )
             node.client().execute_command("CLUSTER", "REPLICATE", master.node_id)
+        for node in self.nodes[self.masters :]:
+            # Until its first sync is done a replica has nothing to take over with.
+            _wait(
+                lambda n=node: n.client().info("replication").get("master_link_status") == "up",
+                deadline,
+                f"replica {node.port} to sync",
+            )
         self.wait_ok(deadline - time.monotonic())
         return self.url
 
@@ -117,6 +126,9 @@ class RedisClusterNodes:
             binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
+            # A replica syncs at once (not after the default 5 s wait for more replicas), and
+            # may take over however long its master has been gone: a test kills masters early.
+            "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
             "--daemonize", "no", "--protected-mode", "no",
         ]  # fmt: skip
         with open(log_path, "wb") as log:
@@ -161,6 +173,17 @@ class RedisClusterNodes:
 
     def node_at(self, port: int) -> Node:
         return next(n for n in self.nodes if n.port == port)
+
+    def replica_of(self, master: Node) -> Node:
+        for node in self.nodes:
+            if node.alive() and _myself(node).get("master_id") == master.node_id:
+                return node
+        raise RuntimeError(f"no live replica follows {master.port}")
+
+    def fail_over(self, replica: Node) -> None:
+        """CLUSTER FAILOVER on a replica: it and its master swap roles, both alive (a planned
+        switch-over, the way an operator drains a master)."""
+        replica.client().execute_command("CLUSTER", "FAILOVER")
 
     def kill(self, node: Node) -> None:
         """SIGKILL: the master vanishes mid-command, as a crashed pod would."""
@@ -207,9 +230,26 @@ def _nodes(node: Node) -> str:
     return str(node.client().execute_command("CLUSTER NODES"))
 
 
+def _myself(node: Node) -> dict[str, object]:
+    """The `myself` entry of a node's CLUSTER NODES: a replica's names its master's id."""
+    nodes = node.client().execute_command("CLUSTER NODES")
+    return dict(next((v for v in nodes.values() if "myself" in v["flags"]), {}))
+
+
 def _wait(ready: object, deadline: float, what: str) -> None:
     while time.monotonic() < deadline:
         if ready():  # type: ignore[operator]
             return
         time.sleep(0.05)
     raise TimeoutError(f"Redis Cluster: timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def redis_cluster() -> Iterator[RedisClusterNodes]:
+    """A started cluster, stopped (and its files removed) at the end."""
+    cluster = RedisClusterNodes()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -14,8 +14,14 @@ from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+# What a call may raise while the store is unwell: a cluster client's "no node answers" and
+# "slot not covered" are not RedisErrors.
+ERRORS = (RedisError, RedisClusterException, OSError)
 
 
 def is_cluster(url: str) -> bool:

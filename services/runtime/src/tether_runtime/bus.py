@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from tether_common import redis_conn
 
 from tether_runtime.events import batch_from_encoded
@@ -89,7 +88,7 @@ class EventBus:
     async def ping(self) -> bool:
         try:
             return bool(await self._pub.ping())
-        except (RedisError, OSError):
+        except redis_conn.ERRORS:
             return False
 
     async def publish(self, run_id: str, encoded: list[bytes]) -> None:
@@ -99,7 +98,7 @@ class EventBus:
             return
         try:
             await self._send(self._pub, channel(run_id), batch_from_encoded(encoded))
-        except (RedisError, OSError) as err:
+        except redis_conn.ERRORS as err:
             self.publish_failures += 1
             log.warning("publish failed; streams will refill from Postgres: %s", err)
 
@@ -136,7 +135,7 @@ class EventBus:
                 for run_id, encoded in batches:
                     self._send(pipe, channel(run_id), batch_from_encoded(encoded))
                 await pipe.execute()
-        except (RedisError, OSError) as err:
+        except redis_conn.ERRORS as err:
             self.publish_failures += 1
             log.warning("publish failed; streams will refill from Postgres: %s", err)
 
@@ -204,7 +203,7 @@ class EventBus:
                         await ps.subscribe(*wanted)
                     if unwanted:
                         await ps.unsubscribe(*unwanted)
-                except (RedisError, OSError) as err:
+                except redis_conn.ERRORS as err:
                     log.warning("pubsub change failed: %s", err)
 
     async def _read_forever(self) -> None:
@@ -232,7 +231,7 @@ class EventBus:
                         sub.offer(msg["data"])
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as err:
+            except redis_conn.ERRORS as err:
                 log.warning("pubsub connection lost, reconnecting: %s", err)
                 ps, self._pubsub = self._pubsub, None
                 if ps is not None:

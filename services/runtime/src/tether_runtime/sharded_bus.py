@@ -21,7 +21,6 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.crc import key_slot
-from redis.exceptions import RedisError
 from tether_common import redis_conn
 
 from tether_runtime.bus import SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
@@ -73,7 +72,7 @@ class ShardedEventBus(EventBus):
         # The slot map before the first stream, so its channel goes straight to its master.
         try:
             await self._pub.initialize()
-        except (RedisError, OSError) as err:
+        except redis_conn.ERRORS as err:
             log.warning("redis cluster unreachable at start; retrying as streams open: %s", err)
 
     async def close(self) -> None:
@@ -120,7 +119,7 @@ class ShardedEventBus(EventBus):
         """Put a wanted channel on the shard of the master that owns its slot."""
         try:
             node = self._pub.get_node_from_key(name)
-        except (RedisError, IndexError, KeyError, AttributeError):
+        except (*redis_conn.ERRORS, IndexError, KeyError, AttributeError):
             node = None  # the slot map is not loaded yet, or the slot is not covered
         if node is None:
             self._homeless.add(name)
@@ -166,7 +165,7 @@ class ShardedEventBus(EventBus):
                     for group in _by_slot(unwanted):
                         shard.leaving.update(group)
                         await ps.sunsubscribe(*group)
-                except (RedisError, OSError) as err:
+                except redis_conn.ERRORS as err:
                     log.warning("sharded pubsub change failed: %s", err)
 
     async def _read_shard(self, shard: _Shard) -> None:
@@ -194,7 +193,7 @@ class ShardedEventBus(EventBus):
                     self._take(shard, msg)
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError, _SlotsMoved) as err:
+            except (*redis_conn.ERRORS, _SlotsMoved) as err:
                 log.warning("sharded pubsub on %s lost, re-homing: %r", shard.name, err)
                 shard.down = True
                 await _close(shard)
@@ -225,7 +224,7 @@ class ShardedEventBus(EventBus):
     def _placeholder(self, shard: _Shard) -> str:
         for i in range(16384):
             name = f"tether:hello:{{{i}}}"
-            with contextlib.suppress(RedisError, IndexError, KeyError, AttributeError):
+            with contextlib.suppress(*redis_conn.ERRORS, IndexError, KeyError, AttributeError):
                 if self._pub.get_node_from_key(name).name == shard.name:
                     return name
         return "tether:hello"  # a node that owns no slot: refused, and the shard re-homes
@@ -242,7 +241,7 @@ class ShardedEventBus(EventBus):
         async with self._rebalance_lock:
             try:
                 await redis_conn.refresh_slots(self._pub)
-            except (RedisError, OSError) as err:
+            except redis_conn.ERRORS as err:
                 log.warning("redis cluster slot map unavailable: %s", err)
                 return
             for name in list(self._subs):
