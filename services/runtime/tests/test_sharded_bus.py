@@ -52,7 +52,7 @@ async def _hears(bus: ShardedEventBus, sub: Subscription, payload: bytes) -> Non
             await bus.publish(sub.run_id, [payload])
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.2):
-                    while (data := await sub.queue.get()) != _batch(payload):
+                    while await sub.queue.get() != _batch(payload):
                         pass
                     return
 
@@ -123,7 +123,7 @@ async def test_a_killed_master_s_streams_move_to_its_promoted_replica(
             sub = subs[run_id]
             await _hears(bus, sub, b"after-failover")
             assert await _shard_subscribers(cluster, run_id) == 1
-        for port, ids in by_master.items():
+        for ids in by_master.values():
             for run_id in ids:
                 await _hears(bus, subs[run_id], b"everyone")
         # The dead master's shard is gone; the promoted replica holds its channels.
