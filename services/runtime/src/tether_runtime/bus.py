@@ -54,9 +54,11 @@ class Subscription:
 
 
 class EventBus:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, **client_options: Any) -> None:
         self._url = url
-        self._pub = redis_conn.connect(url, socket_timeout=2, socket_connect_timeout=2)
+        self._pub = redis_conn.connect(
+            url, socket_timeout=2, socket_connect_timeout=2, **client_options
+        )
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._confirmed: dict[str, asyncio.Event] = {}
         self._pubsub: aioredis.client.PubSub | None = None

@@ -20,7 +20,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.event import (
+    AsyncAfterSlotsCacheRefreshEvent,
+    AsyncEventListenerInterface,
+    EventDispatcher,
+)
 from tether_common import redis_conn
 
 from tether_runtime.bus import SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
@@ -56,14 +63,28 @@ class _Shard:
         return ps is not None and getattr(ps, "connection", None) is not None
 
 
+class _Rehome(AsyncEventListenerInterface):
+    def __init__(self, bus: ShardedEventBus) -> None:
+        self._bus = bus
+
+    async def listen(self, event: object) -> None:
+        self._bus._rehome_all()
+
+
 class ShardedEventBus(EventBus):
     def __init__(self, url: str) -> None:
-        super().__init__(url)
+        # The publishing client re-reads the slot map when a command meets a dead or demoted
+        # master; it tells us, and channels follow their slots at once, before the subscriber
+        # connection to that master has even noticed (a blackholed node may never say so).
+        slots_changed = EventDispatcher()
+        slots_changed.register_listeners({AsyncAfterSlotsCacheRefreshEvent: [_Rehome(self)]})
+        super().__init__(url, event_dispatcher=slots_changed)
         self._shards: dict[str, _Shard] = {}
         self._owner: dict[str, str] = {}  # channel -> the shard that holds it
         self._homeless: set[str] = set()  # wanted channels no known master owns yet
         self._rehoming: asyncio.Future[None] | None = None
         self._rebalance_lock = asyncio.Lock()
+        self._closing: set[asyncio.Future[None]] = set()
         self._node_options = {
             k: v for k, v in redis_conn.cluster_options(url).items() if k != "startup_nodes"
         }
@@ -134,6 +155,7 @@ class ShardedEventBus(EventBus):
         if old is not None:
             old.channels.discard(name)
             self._tell(old, name)
+            self._count_quiet([name])  # what the old master got meanwhile went nowhere
         shard = self._shards.get(node.name)
         if shard is None:
             shard = self._shards[node.name] = _Shard(node.name, node.host, node.port)
@@ -173,9 +195,11 @@ class ShardedEventBus(EventBus):
         while not shard.retired:
             try:
                 async with shard.lock:
+                    # No retry inside redis-py: a lost master must surface here at once, to be
+                    # re-homed, not be reconnected to (and resubscribed on) for seconds.
                     shard.client = aioredis.Redis(
                         host=shard.host, port=shard.port, socket_connect_timeout=2,
-                        **self._node_options,
+                        retry=Retry(NoBackoff(), 0), **self._node_options,
                     )  # fmt: skip
                     shard.pubsub = ps = shard.client.pubsub()
                     shard.dirty.clear()
@@ -199,7 +223,7 @@ class ShardedEventBus(EventBus):
                 await _close(shard)
                 await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
                 attempt += 1
-                self._count_quiet(shard)
+                self._count_quiet(shard.channels)
                 await self._rebalance()
 
     def _take(self, shard: _Shard, msg: dict[str, Any]) -> None:
@@ -229,10 +253,11 @@ class ShardedEventBus(EventBus):
                     return name
         return "tether:hello"  # a node that owns no slot: refused, and the shard re-homes
 
-    def _count_quiet(self, shard: _Shard) -> None:
-        """Batches may have passed this shard's streams by while it was down: make them due for
-        the next positioning check (one query for all) instead of waiting out its interval."""
-        for name in shard.channels:
+    def _count_quiet(self, names: set[str] | list[str]) -> None:
+        """Batches may have passed these channels' streams by while their shard was down or
+        moving: make them due for the next positioning check (one query for all of them)
+        instead of waiting out its interval."""
+        for name in names:
             for sub in self._subs.get(name, ()):
                 sub.last_heard = 0.0
 
@@ -240,22 +265,28 @@ class ShardedEventBus(EventBus):
         """Re-read the slot map and move every channel to its master's shard."""
         async with self._rebalance_lock:
             try:
-                await redis_conn.refresh_slots(self._pub)
+                await redis_conn.refresh_slots(self._pub)  # tells _Rehome, which re-homes
             except redis_conn.ERRORS as err:
                 log.warning("redis cluster slot map unavailable: %s", err)
                 return
-            for name in list(self._subs):
-                self._home(name)
-            for shard in list(self._shards.values()):
-                if shard.channels:
-                    continue
-                primaries = {n.name for n in self._pub.get_primaries()}
-                if shard.name not in primaries:
-                    shard.retired = True
-                    del self._shards[shard.name]
-                    if shard.reader is not None and shard.reader is not asyncio.current_task():
-                        shard.reader.cancel()
-                    await _close(shard)
+            self._rehome_all()
+
+    def _rehome_all(self) -> None:
+        """Every wanted channel to the shard of its master by the current slot map; a shard of a
+        node that is no master any more, and holds nothing, is retired."""
+        for name in list(self._subs):
+            self._home(name)
+        primaries = {n.name for n in self._pub.get_primaries()}
+        for shard in list(self._shards.values()):
+            if shard.channels or shard.name in primaries:
+                continue
+            shard.retired = True
+            del self._shards[shard.name]
+            if shard.reader is not None and shard.reader is not asyncio.current_task():
+                shard.reader.cancel()
+            closing = asyncio.ensure_future(_close(shard))
+            self._closing.add(closing)  # held until done: a bare future may be collected
+            closing.add_done_callback(self._closing.discard)
 
     async def _rehome_forever(self) -> None:
         attempt = 0
