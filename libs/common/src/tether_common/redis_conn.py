@@ -69,6 +69,13 @@ async def mget(client: Any, keys: list[str]) -> list[Any]:
     return list(await client.mget(keys))
 
 
+async def ready(client: Any) -> None:
+    """Load a cluster client's slot map if it has none yet (a no-op for a plain Redis, and for a
+    cluster client once loaded): its pub/sub picks a node by that map and fails without it."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+
+
 async def refresh_slots(client: Any) -> None:
     """Re-read which node owns which slot (a no-op for a plain Redis). After a master died, its
     replica owns its slots; a subscriber that reconnected by the stale map would try the dead

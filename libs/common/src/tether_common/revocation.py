@@ -93,6 +93,7 @@ class Revocations:
                 self.synced.set()
                 return
             try:
+                await redis_conn.ready(redis)
                 async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(CHANNEL)
                     await self._load(redis)
