@@ -156,6 +156,11 @@ class ShardedEventBus(EventBus):
             old.channels.discard(name)
             self._tell(old, name)
             self._count_quiet([name])  # what the old master got meanwhile went nowhere
+            if name in self._confirmed:
+                # A stream that opens now must wait for the new master's confirmation, as the
+                # first one did for the old master's (the old event stays set for the streams
+                # already following, whom the positioning check covers).
+                self._confirmed[name] = asyncio.Event()
         shard = self._shards.get(node.name)
         if shard is None:
             shard = self._shards[node.name] = _Shard(node.name, node.host, node.port)
