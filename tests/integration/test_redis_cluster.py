@@ -22,6 +22,7 @@ from chaos.kit import (
     wait_for,
 )
 from tether_runtime.bus import channel
+from tether_testkit import stores
 from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
@@ -32,19 +33,29 @@ CLIENTS_PER_RUN = 2
 DELTAS = 150  # at 20 ms each: a run streams for about 3 s, long enough to kill a master in
 
 
-@pytest.fixture
+# One cluster, database and pair of processes for the module (starting them is most of its
+# time); the failover test runs last, as it leaves the cluster with a master fewer.
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterNodes]:
     with redis_cluster() as nodes:
         yield nodes
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def cluster_env(admin_dsn: str, base_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A database of its own: the shared runtime must not claim these runs on the plain Redis."""
+    dsn = asyncio.run(stores.create_fresh_database(admin_dsn))
+    yield {**base_env, "DATABASE_URL": dsn}
+    asyncio.run(stores.drop_database(admin_dsn, dsn))
+
+
+@pytest.fixture(scope="module")
 def stack(
-    private_env: dict[str, str], cluster: RedisClusterNodes
+    cluster_env: dict[str, str], cluster: RedisClusterNodes
 ) -> Iterator[tuple[Proc, Proc, str]]:
     metrics = f"127.0.0.1:{free_port()}"
     env = {
-        **private_env,
+        **cluster_env,
         **CHAOS_ENV,
         "REDIS_URL": cluster.url,
         "TETHER_SCRIPTED_DELAY_S": "0.02",
@@ -94,7 +105,7 @@ async def _exactly_once_in_order(dsn: str, run_ids: list[str], got: list[SseResu
 
 
 async def test_runs_stream_through_the_cluster_exactly_once_in_order(
-    private_env: dict[str, str], cluster: RedisClusterNodes, stack: tuple[Proc, Proc, str]
+    cluster_env: dict[str, str], cluster: RedisClusterNodes, stack: tuple[Proc, Proc, str]
 ) -> None:
     rt, gw, metrics = stack
     seen_on_masters: set[str] = set()
@@ -115,15 +126,15 @@ async def test_runs_stream_through_the_cluster_exactly_once_in_order(
         run_ids, got = await _stream_runs(http, gw.addr, watch)
         # Delivered by pub/sub, not by the fallback: no stream had to fill a gap from Postgres.
         assert await _counter(http, metrics, "tether_stream_gap_fills_total") == 0
-    await _exactly_once_in_order(private_env["DATABASE_URL"], run_ids, got)
+    await _exactly_once_in_order(cluster_env["DATABASE_URL"], run_ids, got)
     assert "publish failed" not in rt.log()
 
 
 async def test_a_master_killed_mid_run_loses_no_client_any_event(
-    private_env: dict[str, str], cluster: RedisClusterNodes, stack: tuple[Proc, Proc, str]
+    cluster_env: dict[str, str], cluster: RedisClusterNodes, stack: tuple[Proc, Proc, str]
 ) -> None:
     rt, gw, _metrics = stack
-    db = await asyncpg.connect(private_env["DATABASE_URL"])
+    db = await asyncpg.connect(cluster_env["DATABASE_URL"])
     killed: list[int] = []
 
     async def kill_a_master(run_ids: list[str]) -> None:
@@ -144,7 +155,7 @@ async def test_a_master_killed_mid_run_loses_no_client_any_event(
     try:
         async with http_session() as http:
             run_ids, got = await _stream_runs(http, gw.addr, kill_a_master)
-        await _exactly_once_in_order(private_env["DATABASE_URL"], run_ids, got)
+        await _exactly_once_in_order(cluster_env["DATABASE_URL"], run_ids, got)
     finally:
         await db.close()
     assert killed and "re-homing" in rt.log(), "the runtime never lost a shard: nothing tested"

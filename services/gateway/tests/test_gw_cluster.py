@@ -22,8 +22,9 @@ from tether_gateway.stream_slots import StreamSlots, _key
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterNodes]:
+    # Shared: the failover test, which leaves a master dead, is the module's last.
     with redis_cluster() as nodes:
         yield nodes
 

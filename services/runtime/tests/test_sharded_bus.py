@@ -15,20 +15,38 @@ from tether_runtime.sharded_bus import ShardedEventBus, event_bus
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
 
-@pytest.fixture
-def cluster() -> Iterator[RedisClusterNodes]:
-    # One per test: the failover tests leave it with a dead or demoted master.
+@pytest.fixture(scope="module")
+def shared() -> Iterator[RedisClusterNodes]:
+    """For the tests that leave the cluster as they found it."""
     with redis_cluster() as nodes:
         yield nodes
 
 
 @pytest.fixture
-async def bus(cluster: RedisClusterNodes) -> AsyncIterator[ShardedEventBus]:
+def cluster() -> Iterator[RedisClusterNodes]:
+    """One per test: the failover tests leave it with a dead or demoted master."""
+    with redis_cluster() as nodes:
+        yield nodes
+
+
+async def _bus(cluster: RedisClusterNodes) -> AsyncIterator[ShardedEventBus]:
     made = event_bus(cluster.url)
     assert isinstance(made, ShardedEventBus)
     await made.start()
     yield made
     await made.close()
+
+
+@pytest.fixture
+async def bus(cluster: RedisClusterNodes) -> AsyncIterator[ShardedEventBus]:
+    async for made in _bus(cluster):
+        yield made
+
+
+@pytest.fixture
+async def shared_bus(shared: RedisClusterNodes) -> AsyncIterator[ShardedEventBus]:
+    async for made in _bus(shared):
+        yield made
 
 
 def _runs_on_every_master(cluster: RedisClusterNodes, per_master: int) -> dict[int, list[str]]:
@@ -70,8 +88,9 @@ async def _shard_subscribers(cluster: RedisClusterNodes, run_id: str) -> int:
 
 
 async def test_runs_fan_out_over_sharded_pubsub_with_one_connection_per_master(
-    cluster: RedisClusterNodes, bus: ShardedEventBus
+    shared: RedisClusterNodes, shared_bus: ShardedEventBus
 ) -> None:
+    cluster, bus = shared, shared_bus
     by_master = _runs_on_every_master(cluster, 4)
     with contextlib.ExitStack() as stack:
         subs = [stack.enter_context(bus.subscribe(r)) for ids in by_master.values() for r in ids]
@@ -97,8 +116,9 @@ async def test_runs_fan_out_over_sharded_pubsub_with_one_connection_per_master(
 
 
 async def test_a_confirmed_subscription_misses_nothing_published_after(
-    bus: ShardedEventBus,
+    shared_bus: ShardedEventBus,
 ) -> None:
+    bus = shared_bus
     for i in range(20):  # each a channel of its own slot, on any master
         with bus.subscribe(f"run_confirm_{i}") as sub:
             assert await bus.confirmed(sub)
