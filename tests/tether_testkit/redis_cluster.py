@@ -175,10 +175,16 @@ class RedisClusterNodes:
         return next(n for n in self.nodes if n.port == port)
 
     def replica_of(self, master: Node) -> Node:
+        replica = self.replica_of_or_none(master)
+        if replica is None:
+            raise RuntimeError(f"no live replica follows {master.port}")
+        return replica
+
+    def replica_of_or_none(self, master: Node) -> Node | None:
         for node in self.nodes:
             if node.alive() and _myself(node).get("master_id") == master.node_id:
                 return node
-        raise RuntimeError(f"no live replica follows {master.port}")
+        return None
 
     def fail_over(self, replica: Node) -> None:
         """CLUSTER FAILOVER on a replica: it and its master swap roles, both alive (a planned
