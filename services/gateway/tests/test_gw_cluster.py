@@ -19,6 +19,7 @@ from tether_common.errors import RateLimited
 from tether_common.revocation import CHANNEL, KEY_PREFIX, Revocations
 from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.stream_slots import StreamSlots, _key
+from tether_testkit.processes import tether_cli
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
 
@@ -99,6 +100,18 @@ async def _until(check: Any, within_s: float) -> None:
     while not check():
         assert time.monotonic() < deadline, "not within the time allowed"
         await asyncio.sleep(0.02)
+
+
+async def test_tether_revoke_records_on_a_cluster(cluster: RedisClusterNodes, client: Any) -> None:
+    jti = uuid.uuid4().hex
+    done = await asyncio.to_thread(
+        tether_cli, "revoke", jti, "--ttl", "60", env={"REDIS_URL": cluster.url}
+    )
+    assert done.returncode == 0, done.stderr
+    assert 0 < await client.ttl(KEY_PREFIX + jti) <= 61
+    follower = Revocations()
+    async with following(follower, client):
+        assert follower.is_revoked(jti)
 
 
 async def test_revocations_spread_over_masters_reach_every_copy_through_a_failover(
