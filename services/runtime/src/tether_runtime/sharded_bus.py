@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -35,6 +36,11 @@ from tether_runtime.bus import SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
 log = logging.getLogger(__name__)
 
 _BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+# The most one publish may hold up the run that made it, as the plain bus's 2 s socket timeout
+# does. The cluster client retries a command through a refreshed slot map, which is what carries
+# a publish over a failover; against a frozen master (no reset, no answer) each try would wait
+# out its own timeout.
+PUBLISH_TIMEOUT_S = 2.0
 
 
 class _SlotsMoved(Exception):
@@ -109,6 +115,20 @@ class ShardedEventBus(EventBus):
 
     def _send(self, target: Any, name: str, data: bytes) -> Any:
         return target.spublish(name, data)
+
+    async def publish(self, run_id: str, encoded: list[bytes]) -> None:
+        await self._bounded(super().publish(run_id, encoded))
+
+    async def publish_many(self, batches: list[tuple[str, list[bytes]]]) -> None:
+        await self._bounded(super().publish_many(batches))
+
+    async def _bounded(self, publishing: Awaitable[None]) -> None:
+        try:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                await publishing
+        except TimeoutError:
+            self.publish_failures += 1
+            log.warning("publish timed out; streams will refill from Postgres")
 
     @property
     def connected(self) -> bool:
