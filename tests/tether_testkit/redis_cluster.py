@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis
 from redis.crc import key_slot
+from tether_cli.embedded._process import spawn
 
 from tether_testkit.processes import LOG_DIR, free_port
 
@@ -131,8 +132,9 @@ class RedisClusterNodes:
             "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
             "--daemonize", "no", "--protected-mode", "no",
         ]  # fmt: skip
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+        # As the embedded stores: a node dies with the process that started it, so a test or a
+        # bench killed half-way leaves no cluster behind.
+        popen = spawn(argv, log=log_path, death_signal=signal.SIGTERM, cwd=folder)
         return Node(port=port, popen=popen, log_path=log_path)
 
     def wait_ok(self, timeout: float = 30.0) -> None:
