@@ -21,10 +21,10 @@ from tether_common.tracing import setup_tracing
 
 from tether_runtime.agent.gate import ToolGate
 from tether_runtime.agents import AgentLoadError, AgentRegistry
-from tether_runtime.bus import EventBus
 from tether_runtime.engine import Engine
 from tether_runtime.revoked_tokens import follow_revocations
 from tether_runtime.servicer import RuntimeServicer, register
+from tether_runtime.sharded_bus import event_bus
 from tether_runtime.store import idempotency
 from tether_runtime.store.db import create_pool
 from tether_runtime.transport import (
@@ -80,7 +80,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         max_size=settings.db_pool_size,
         idle_tx_timeout_s=settings.lease_ttl_s,
     )
-    bus = EventBus(settings.redis_url)
+    bus = event_bus(settings.redis_url)
     await bus.start()
     await agents.start(settings.database_url)
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
