@@ -94,7 +94,9 @@ async def maintain(conn: Conn, retention_s: float, *, now: dt.datetime | None = 
                     return turn
                 await _drop_expired(conn, at, retention_s, turn)
     except asyncpg.LockNotAvailableError:
-        log.warning("event partitions: locks not granted within %s, next turn retries", LOCK_TIMEOUT)
+        log.warning(
+            "event partitions: locks not granted within %s, next turn retries", LOCK_TIMEOUT
+        )
         turn.ran = False
     return turn
 
