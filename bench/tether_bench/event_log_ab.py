@@ -182,7 +182,5 @@ if __name__ == "__main__":
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--runs", type=int, default=200)
     a = p.parse_args()
-    admin = os.environ.get(
-        "TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
-    )
+    admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     print(json.dumps(asyncio.run(main(admin, a.rounds, a.runs)), indent=2))
