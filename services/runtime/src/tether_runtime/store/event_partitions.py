@@ -27,7 +27,8 @@ LOCK_TIMEOUT = "1s"
 job's DDL; a turn that cannot get its locks within this gives up and the next turn retries.
 That bounds the stall an append sees to this once a day."""
 
-_BOUND = re.compile(r"FROM \((?:MINVALUE|'([^']*)')\) TO \('([^']*)'\)")
+_BOUND = re.compile(r"FROM \((?:MINVALUE|'([a-z0-9_]+)')\) TO \('([a-z0-9_]+)'\)")
+_NAME = re.compile(r"[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class Turn:
 
 
 async def partitions(conn: Conn) -> list[Partition]:
-    """run_event's range partitions, oldest first (the default partition is not listed)."""
+    """run_event's range partitions, oldest first. Not listed: the default partition, and one
+    not of our making (its name or bounds of another shape), which the job never drops."""
     rows = await conn.fetch(
         "SELECT c.relname::text AS name, pg_get_expr(c.relpartbound, c.oid) AS bound "
         "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
@@ -60,8 +62,8 @@ async def partitions(conn: Conn) -> list[Partition]:
     )
     out = []
     for r in rows:
-        m = _BOUND.search(r["bound"])
-        if m:  # else the DEFAULT partition
+        m = _BOUND.fullmatch(r["bound"].removeprefix("FOR VALUES "))
+        if m and _NAME.fullmatch(r["name"]):
             out.append(Partition(r["name"], m.group(1), m.group(2)))
     # Bounds are 'run_' and ten base32 digits in ascending ASCII: string order is time order.
     return sorted(out, key=lambda p: p.hi)
@@ -196,13 +198,13 @@ async def _drop_expired(conn: Conn, at: dt.datetime, retention_s: float, turn: T
 
 
 def _ident(name: str) -> str:
-    if not re.fullmatch(r"[a-z0-9_]+", name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"not a partition name: {name!r}")
     return name
 
 
 def _literal(bound: str) -> str:
     """A bound in DDL (which takes no parameters): ours are 'run_' and base32 digits."""
-    if not re.fullmatch(r"[a-z0-9_]+", bound):
+    if not _NAME.fullmatch(bound):
         raise ValueError(f"not a partition bound: {bound!r}")
     return f"'{bound}'"
