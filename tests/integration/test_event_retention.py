@@ -177,7 +177,13 @@ async def test_dropping_an_old_partition_while_recent_runs_stream(
         assert events[0].reset.run.events_expired
         assert events[0].reset.run.last_sequence == old_last
 
-        # A recent run is untouched.
+        # A listing says so too; a recent run is untouched.
+        async with http.get(
+            f"{gw}/v1/runs", params={"conversationId": old_conv}, headers=_headers()
+        ) as r:
+            assert r.status == 200, await r.text()
+            listed = (await r.json())["runs"]
+        assert [(x["id"], x["eventsExpired"]) for x in listed] == [(old, True)]
         assert (await _get_run(http, gw, recent_done))["eventsExpired"] is False
         assert types(await grpc_client.events(recent_done))[-1] == "done"
     finally:

@@ -74,6 +74,12 @@ async def horizon(conn: Conn) -> str:
     return str(await conn.fetchval("SELECT horizon FROM event_retention"))
 
 
+def below(horizon: str, run_id: str) -> bool:
+    """`run_id < horizon` as Postgres compares them: both are 'run_' then lower-case base32
+    digits, which sort by code point in C and in the linguistic collations alike."""
+    return run_id < horizon
+
+
 async def events_expired(conn: Conn, run_id: str) -> bool:
     return bool(await conn.fetchval("SELECT $1 < horizon FROM event_retention", run_id))
 
