@@ -13,8 +13,9 @@
 -- The conversion keeps the existing rows: the old table becomes the first partition, covering
 -- every id before this migration; partitions of whole days (UTC) follow, made ahead of time by the
 -- job, and a DEFAULT partition takes any id outside them (ids not shaped as ULIDs, or a pod clock
--- far ahead), so an insert never fails for want of a partition. Attaching the old table scans it
--- once (under the migration's lock): a minute or so per ten million rows.
+-- far ahead), so an insert never fails for want of a partition. Attaching the old table reads it
+-- once to check its bound, under the migration's locks (appends wait that long during the deploy
+-- that applies this migration).
 
 -- The smallest id of kind `prefix` minted at `at` (or later): prefix, '_', ten base32 digits of
 -- the milliseconds, exactly as tether_common.ids.new_id writes them.
