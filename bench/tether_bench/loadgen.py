@@ -436,7 +436,13 @@ async def grpc_stream(ctx: Ctx) -> dict[str, Any]:
 async def _pg_counts(dsn: str) -> dict[str, tuple[int, int]]:
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables")
+        # A partitioned table's rows are counted in its partitions (run_event, migration 0019).
+        rows = await conn.fetch(
+            "SELECT coalesce(p.relname, s.relname) AS relname, sum(s.n_tup_ins) AS n_tup_ins, "
+            "sum(s.n_tup_upd) AS n_tup_upd FROM pg_stat_user_tables s "
+            "LEFT JOIN pg_inherits i ON i.inhrelid = s.relid "
+            "LEFT JOIN pg_class p ON p.oid = i.inhparent GROUP BY 1"
+        )
     finally:
         await conn.close()
     return {r["relname"]: (int(r["n_tup_ins"]), int(r["n_tup_upd"])) for r in rows}

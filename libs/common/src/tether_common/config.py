@@ -158,6 +158,9 @@ class Settings:
     # A finished run's checkpoint (its whole transcript) is compacted to its usage figures this
     # long after it ended (the transcript stays in the messages and the event log).
     checkpoint_compact_after_s: float = 86400.0
+    # run_event's partitions (one per day of run creation) are dropped once every run in them was
+    # created this long ago and has finished; 0 keeps events forever.
+    event_retention_s: float = 30 * 86400.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
     tool_deny: frozenset[str] = frozenset()
@@ -280,6 +283,12 @@ class Settings:
             raise UnsafeSettings(
                 f"TETHER_CHECKPOINT_COMPACT_AFTER_S must not be negative, not {compact_after}"
             )
+        retention = _float(e, "TETHER_EVENT_RETENTION_S", cls.event_retention_s)
+        if retention != 0 and retention < 86400:
+            raise UnsafeSettings(
+                f"TETHER_EVENT_RETENTION_S must be 0 (keep forever) or at least 86400 (a day: the "
+                f"event log is dropped a day's partition at a time), not {retention}"
+            )
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         oidc = _oidc_settings(e)
         return cls(
@@ -306,6 +315,7 @@ class Settings:
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             idempotency_ttl_s=idem_ttl,
             checkpoint_compact_after_s=compact_after,
+            event_retention_s=retention,
             tool_gate_mode=gate,  # type: ignore[arg-type]
             tool_deny=frozenset(
                 s.strip() for s in e.get("TETHER_TOOL_DENY", "").split(",") if s.strip()

@@ -10,6 +10,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
@@ -19,8 +20,9 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus, Subscription
 from tether_runtime.resume import load_owned_run
-from tether_runtime.store import event_log, interrupts, runs
+from tether_runtime.store import event_log, event_partitions, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
+from tether_runtime.store.records import TERMINAL_STATUSES
 from tether_runtime.views import RunView
 
 PAGE = 2000
@@ -95,14 +97,20 @@ class EventStream:
             if after > view.last_sequence:
                 yield view  # the caller sends `reset`; then continue from the real position
                 last = view.last_sequence
-            if view.status in ("completed", "failed", "cancelled") and last >= view.last_sequence:
+            if view.status in TERMINAL_STATUSES and last >= view.last_sequence:
                 return
-            done = False
+            done = replayed = False
             async for batch, upto in self._from_db(run_id, last):
                 yield batch
-                last, done = upto, done or _has_terminal(batch)
+                last, done, replayed = upto, done or _has_terminal(batch), True
             if done:
                 return
+            if not replayed and last < view.last_sequence and view.status in TERMINAL_STATUSES:
+                # A finished run whose log is missing: retention dropped it (only then, since a
+                # run's events commit with its last_sequence). Its state is all that is left.
+                if await self._read(partial(event_partitions.events_expired, run_id=run_id)):
+                    yield replace(view, events_expired=True)
+                    return
             self._ensure_checker()
             while True:
                 sub.position, sub.last_heard = last, time.monotonic()

@@ -23,6 +23,7 @@ from tether_runtime.resume import expire_interrupt
 from tether_runtime.run_loop import RunExecutor
 from tether_runtime.store import (
     checkpoint_compaction,
+    event_partitions,
     idempotency,
     interrupts,
     run_admission,
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.worker")
 
 CLAIM_BATCH = 32  # most runs one claim statement takes
+PARTITIONS_EVERY_S = 60.0  # the partition job's turns: its work changes once a day
 
 
 class Worker:
@@ -47,6 +49,7 @@ class Worker:
         self._stopping = False
         self._listener: asyncpg.Connection | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._partitions_at = float("-inf")  # the first sweep takes a turn
 
     async def start(self) -> None:
         await self._listen()
@@ -92,6 +95,7 @@ class Worker:
                     await self._promote_stalled()
                     await self._expire_idempotency_keys()
                     await self._compact_checkpoints()
+                    await self._maintain_event_partitions()
                 ticks += 1
             except STORE_ERRORS as err:
                 log.warning("claim loop: database unavailable: %s", err)
@@ -220,6 +224,15 @@ class Worker:
         """TETHER_CHECKPOINT_COMPACT_AFTER_S: one batch per sweep."""
         async with self.e.pool.acquire() as conn:
             await checkpoint_compaction.compact(conn, self.e.settings.checkpoint_compact_after_s)
+
+    async def _maintain_event_partitions(self) -> None:
+        """TETHER_EVENT_RETENTION_S: run_event's days ahead, expired ones dropped; every pod takes
+        turns, the job's advisory lock lets one of them work at a time."""
+        if time.monotonic() - self._partitions_at < PARTITIONS_EVERY_S:
+            return
+        self._partitions_at = time.monotonic()
+        async with self.e.pool.acquire() as conn:
+            await event_partitions.maintain(conn, self.e.settings.event_retention_s)
 
     async def _expire_idempotency_keys(self) -> None:
         """TETHER_IDEMPOTENCY_TTL_S: one batch per sweep (a backlog drains over a few sweeps)."""
