@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 
 import asyncpg
 from opentelemetry import trace
