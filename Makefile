@@ -84,10 +84,10 @@ token: .venv/.synced
 # Benchmarks (bench/README.md): real processes, a separate load generator, one JSON document.
 # Stores: TETHER_BENCH_DATABASE_URL (admin DSN), TETHER_BENCH_REDIS_URL.
 bench: gen
-	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --full
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --full $(ARGS)
 
 bench-quick: gen
-	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick $(ARGS)
 
 # The same LangGraph graph on LangGraph's own dev server and on Tether (bench/README.md); not in
 # CI: it installs LangGraph's server into .tether/bench/langgraph-venv on first use.
