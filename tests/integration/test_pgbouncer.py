@@ -257,3 +257,32 @@ async def test_the_direct_settings_break_behind_pgbouncer(
     with pytest.raises(asyncpg.InvalidSQLStatementNameError):
         await cached_statement_again(100)  # asyncpg's default: named, cached statements
     assert await cached_statement_again(0) == 2  # TETHER_DB_POOLER=transaction
+
+
+async def test_the_pooler_frees_a_row_lock_held_by_a_client_idle_in_its_transaction(
+    admin_dsn: str, private_env: dict[str, str], direct: Any
+) -> None:
+    """What replaces the pool's idle_in_transaction_session_timeout behind PgBouncer (which
+    refuses it as a startup parameter): its idle_transaction_timeout cuts off a client frozen
+    inside a transaction (a SIGSTOPped worker holding a run's row lock), so another worker can
+    take the row over."""
+    db = database_of(private_env["DATABASE_URL"])
+    await direct.execute("CREATE TABLE pgb_lock (id int PRIMARY KEY)")
+    await direct.execute("INSERT INTO pgb_lock VALUES (1)")
+    with pgbouncer(admin_dsn, pool_size=POOL_SIZE, idle_transaction_timeout_s=1) as b:
+        frozen = await asyncpg.connect(b.url(db), statement_cache_size=0)
+        taker = await asyncpg.connect(b.url(db), statement_cache_size=0)
+        try:
+            tx = frozen.transaction()
+            await tx.start()
+            await frozen.execute("SELECT 1 FROM pgb_lock WHERE id = 1 FOR UPDATE")
+            # Blocks until the pooler ends the idle transaction; the statement's own limit is
+            # only a bound for a broken pooler, far above the pooler's 1 s.
+            async with taker.transaction():
+                await taker.execute("SET LOCAL lock_timeout = '20s'")
+                await taker.execute("SELECT 1 FROM pgb_lock WHERE id = 1 FOR UPDATE")
+            with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+                await frozen.execute("SELECT 1")  # the frozen client was cut off
+        finally:
+            frozen.terminate()
+            await taker.close()

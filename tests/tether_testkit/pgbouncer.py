@@ -49,7 +49,14 @@ class PgBouncer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _ini(upstream: str, port: int, folder: Path, pool_size: int, session_dbs: Sequence[str]) -> str:
+def _ini(
+    upstream: str,
+    port: int,
+    folder: Path,
+    pool_size: int,
+    session_dbs: Sequence[str],
+    idle_transaction_timeout_s: int,
+) -> str:
     u = urlsplit(upstream)
     host, pg_port = u.hostname or "127.0.0.1", u.port or 5432
     user = unquote(u.username or "postgres")
@@ -79,7 +86,7 @@ def _ini(upstream: str, port: int, folder: Path, pool_size: int, session_dbs: Se
         "max_db_connections = 0\n"
         # What the runtime's idle_in_transaction_session_timeout did without a pooler: a client
         # idle inside a transaction (a frozen worker holding a run's row lock) is cut off.
-        "idle_transaction_timeout = 15\n"
+        f"idle_transaction_timeout = {idle_transaction_timeout_s}\n"
         "server_lifetime = 3600\n"
         "log_connections = 0\n"
         "log_disconnections = 0\n"
@@ -97,7 +104,11 @@ def _answers(port: int) -> bool:
 
 @contextmanager
 def pgbouncer(
-    upstream: str, *, pool_size: int = 4, session_dbs: Sequence[str] = ()
+    upstream: str,
+    *,
+    pool_size: int = 4,
+    session_dbs: Sequence[str] = (),
+    idle_transaction_timeout_s: int = 15,
 ) -> Iterator[PgBouncer]:
     """PgBouncer in front of `upstream` (any DSN of the Postgres server: host, port, user and
     password are taken from it). A small `pool_size` makes transactions of different clients
@@ -106,7 +117,7 @@ def pgbouncer(
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="tether-pgbouncer-"))
     ini = folder / "pgbouncer.ini"
-    ini.write_text(_ini(upstream, port, folder, pool_size, session_dbs))
+    ini.write_text(_ini(upstream, port, folder, pool_size, session_dbs, idle_transaction_timeout_s))
     log_path = folder / "pgbouncer.log"
     args = [exe, str(ini)]
     if os.geteuid() == 0:
