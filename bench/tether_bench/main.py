@@ -450,6 +450,10 @@ class Bench:
             pgbouncer(self.admin_dsn, pool_size=self.pgbouncer_pool, session_dbs=[db])
         )
         log(f"through PgBouncer on port {bouncer.port}, {self.pgbouncer_pool} server connections")
+        # Its log outlives its folder, beside the processes' logs (runs before the folder goes).
+        kept = stack.LOG_DIR / f"pgbouncer-{os.getpid()}-{time.time_ns()}.log"
+        stack_.callback(lambda: _write(kept, bouncer.log()))
+        stack_.callback(log, f"pgbouncer log: {kept}")
         return {
             "DATABASE_URL": bouncer.url(db),
             "TETHER_DB_POOLER": "transaction",
