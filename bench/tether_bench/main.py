@@ -176,6 +176,7 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         "TETHER_WORKER_CONCURRENCY",
         "TETHER_STREAM_QUIET_CHECK_S",
         "TETHER_SSE_BUFFER_BYTES",
+        "TETHER_DB_POOL_SIZE",
     ):
         value = os.environ.get(f"TETHER_BENCH_{name.removeprefix('TETHER_')}")
         if value:
