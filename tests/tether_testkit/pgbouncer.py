@@ -61,7 +61,11 @@ def _ini(
     host, pg_port = u.hostname or "127.0.0.1", u.port or 5432
     user = unquote(u.username or "postgres")
     password = f" password={unquote(u.password)}" if u.password else ""
-    target = f"host={host} port={pg_port} user={user}{password}"
+    # JIT off on every server connection: asyncpg's type-introspection query (run on a client
+    # connection's first use of a type) is costly enough for Postgres to JIT-compile it, which
+    # stalled a worker's first statements by 1.1-1.6 s through the pooler (bench/README.md).
+    # Direct connections would pass jit=off as a startup setting; PgBouncer refuses those.
+    target = f"host={host} port={pg_port} user={user}{password} connect_query='SET jit = off'"
     session = "".join(
         f"{db}_session = {target} dbname={db} pool_mode=session pool_size={pool_size}\n"
         for db in session_dbs
