@@ -88,7 +88,7 @@ bench: gen
 	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --full $(ARGS)
 
 bench-quick: gen
-	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick $(ARGS)
 
 # The same LangGraph graph on LangGraph's own dev server and on Tether (bench/README.md); not in
 # CI: it installs LangGraph's server into .tether/bench/langgraph-venv on first use.

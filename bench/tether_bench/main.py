@@ -6,6 +6,10 @@ Stores: the admin Postgres from TETHER_BENCH_DATABASE_URL (default
 postgresql://postgres@127.0.0.1:5432/test; a fresh database is created in it and dropped after),
 Redis from TETHER_BENCH_REDIS_URL (default redis://127.0.0.1:6379/0).
 
+`--pgbouncer [POOL]`: the runtime processes reach that database through a PgBouncer in transaction
+mode started by the harness (POOL server connections, default 10; LISTEN through its session-mode
+alias), with TETHER_DB_POOLER=transaction; the load generator's own checks stay direct.
+
 Each repetition starts its own runtime and gateway (so no repetition inherits another's memory or
 connections), then runs every scenario in its own load-generator process. `--profile DIR` adds a
 pass that records py-spy profiles of every runtime process and the gateway during `single_run`,
@@ -172,6 +176,7 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         "TETHER_WORKER_CONCURRENCY",
         "TETHER_STREAM_QUIET_CHECK_S",
         "TETHER_SSE_BUFFER_BYTES",
+        "TETHER_DB_POOL_SIZE",
     ):
         value = os.environ.get(f"TETHER_BENCH_{name.removeprefix('TETHER_')}")
         if value:
@@ -207,7 +212,9 @@ async def loadgen(config: dict[str, Any], limit_s: float) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, mode: str, admin_dsn: str, redis_url: str, reps: int | None) -> None:
+    def __init__(
+        self, mode: str, admin_dsn: str, redis_url: str, reps: int | None, pgbouncer_pool: int = 0
+    ) -> None:
         self.mode = mode
         self.spec = MODES[mode]
         self.reps = reps or int(self.spec["repetitions"])
@@ -215,6 +222,9 @@ class Bench:
         self.redis_url = redis_url
         self.secret = secrets.token_urlsafe(48)
         self.dsn = ""
+        self.pgbouncer_pool = pgbouncer_pool
+        # What the system under test is given: the database directly, or through PgBouncer.
+        self.system_env: dict[str, str] = {}
         self.procs: list[stack.Proc] = []
         self.provider: asyncio.subprocess.Process | None = None
         self.provider_url = ""
@@ -254,6 +264,7 @@ class Bench:
         """The runtime (one process; with `split`, an API process plus a worker process) and
         the gateway."""
         env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
+        env.update(self.system_env)
         env.update(extra_env or {})
         runtime = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "api"} if split else env)
         self.procs.append(runtime)
@@ -403,7 +414,10 @@ class Bench:
         redis_version = await _redis_version(self.redis_url)
         reps: list[dict[str, Any]] = []
         profile: dict[str, Any] | None = None
+        pooler = contextlib.ExitStack()
         try:
+            if self.pgbouncer_pool:
+                self.system_env = self.through_pgbouncer(pooler)
             for rep in range(self.reps):
                 reps.append(await self.repetition(rep, only))
             if profile_dir is not None:
@@ -411,6 +425,7 @@ class Bench:
         finally:
             await self.stop_processes()
             await self.stop_provider()
+            pooler.close()
             await stack.drop_database(self.admin_dsn, self.dsn)
         doc = self.document(reps, pg_version, redis_version, time.monotonic() - started)
         if out is not None:
@@ -419,6 +434,28 @@ class Bench:
                 full["profile"] = profile
             _write(out, json.dumps(full, indent=2) + "\n")
         return doc
+
+    def through_pgbouncer(self, stack_: contextlib.ExitStack) -> dict[str, str]:
+        """Start PgBouncer (transaction mode, `pgbouncer_pool` server connections) in front of
+        the bench database; the settings that send the runtime through it."""
+        # The launcher the tests use (tests/tether_testkit/pgbouncer.py), not a second copy.
+        sys.path.append(str(BENCH_DIR.parent / "tests"))
+        from tether_testkit.pgbouncer import database_of, pgbouncer
+
+        db = database_of(self.dsn)
+        bouncer = stack_.enter_context(
+            pgbouncer(self.admin_dsn, pool_size=self.pgbouncer_pool, session_dbs=[db])
+        )
+        log(f"through PgBouncer on port {bouncer.port}, {self.pgbouncer_pool} server connections")
+        # Its log outlives its folder, beside the processes' logs (runs before the folder goes).
+        kept = stack.LOG_DIR / f"pgbouncer-{os.getpid()}-{time.time_ns()}.log"
+        stack_.callback(lambda: _write(kept, bouncer.log()))
+        stack_.callback(log, f"pgbouncer log: {kept}")
+        return {
+            "DATABASE_URL": bouncer.url(db),
+            "TETHER_DB_POOLER": "transaction",
+            "TETHER_DB_LISTEN_URL": bouncer.url(db, session=True),
+        }
 
     def document(
         self, reps: list[dict[str, Any]], pg: str, redis_version: str, elapsed: float
@@ -483,6 +520,7 @@ class Bench:
                 "git": git_revision(),
                 "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
                 "postgres": pg,
+                "pgbouncer_pool": self.pgbouncer_pool or None,  # None: direct to Postgres
                 "redis": redis_version,
                 "scripted_delay_s": 0,
                 "sse_heartbeat_s": self.spec["heartbeat_s"],
@@ -608,6 +646,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cluster: fan out through a Redis Cluster (3 masters + 3 replicas) started here "
         "instead of TETHER_BENCH_REDIS_URL",
     )
+    ap.add_argument(
+        "--pgbouncer",
+        type=int,
+        nargs="?",
+        const=10,
+        default=0,
+        metavar="POOL",
+        help="the runtime through a PgBouncer in transaction mode with POOL server connections "
+        "(default 10; needs the pgbouncer binary: apt-get install -y pgbouncer)",
+    )
     ap.set_defaults(mode="full")
     return ap.parse_args(argv)
 
@@ -616,7 +664,7 @@ async def amain(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     raise_fd_limit()
     admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     only = set(args.only.split(",")) if args.only else None
-    bench = Bench(args.mode, admin, redis_url, args.reps)
+    bench = Bench(args.mode, admin, redis_url, args.reps, args.pgbouncer)
     return await bench.run(only, args.profile, args.native, args.out)
 
 

@@ -24,8 +24,14 @@ async def _json_codecs(conn: asyncpg.Connection) -> None:
 async def inventory_pool(host: Host) -> AsyncIterator[asyncpg.Pool]:
     """The inventory API's own connections: its tables live in OPSPILOT_DATABASE_URL, by default
     Tether's database, where `tether migrate` created them from this agent's migrations."""
-    dsn = os.environ.get("OPSPILOT_DATABASE_URL") or host.database_url
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, init=_json_codecs)
+    own = os.environ.get("OPSPILOT_DATABASE_URL")
+    dsn = own or host.database_url
+    # Behind a transaction pooler a cached (named) statement may be missing on the next server
+    # connection: prepare each one unnamed instead.
+    cache: dict[str, int] = (
+        {} if own or not host.transaction_pooler else {"statement_cache_size": 0}
+    )
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, init=_json_codecs, **cache)
     try:
         yield pool
     finally:

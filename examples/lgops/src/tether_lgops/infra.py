@@ -24,7 +24,12 @@ def pool() -> Any:
 @asynccontextmanager
 async def lifespan(host: Host) -> AsyncIterator[Any]:
     global _pool
-    _pool = await asyncpg.create_pool(host.database_url, min_size=1, max_size=4)
+    # Behind a transaction pooler, no statement cache (a cached statement may be missing on the
+    # next server connection).
+    cache = 0 if host.transaction_pooler else 100
+    _pool = await asyncpg.create_pool(
+        host.database_url, min_size=1, max_size=4, statement_cache_size=cache
+    )
     try:
         yield _pool
     finally:

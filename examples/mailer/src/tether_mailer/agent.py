@@ -20,7 +20,12 @@ from tether_mailer.settings import SmtpSettings
 async def mailer_state(host: Host) -> AsyncIterator[MailerState]:
     """The mailer's tables live in Tether's database (its migrations); SMTP from MAILER_SMTP_*."""
     smtp = SmtpSettings.from_env()
-    pool = await asyncpg.create_pool(host.database_url, min_size=1, max_size=4)
+    # Behind a transaction pooler, no statement cache (a cached statement may be missing on the
+    # next server connection).
+    cache = 0 if host.transaction_pooler else 100
+    pool = await asyncpg.create_pool(
+        host.database_url, min_size=1, max_size=4, statement_cache_size=cache
+    )
     try:
         yield MailerState(pool, smtp)
     finally:

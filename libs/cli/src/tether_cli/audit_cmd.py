@@ -58,10 +58,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _export(dsn: str, since: datetime | None, until: datetime | None, actor: str) -> int:
-    import asyncpg
     from tether_runtime.store import audit
+    from tether_runtime.store.db import connect
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)  # no statement cache: safe through a pooler
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     count = 0
     after: tuple[datetime, str] | None = None

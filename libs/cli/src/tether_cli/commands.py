@@ -245,10 +245,10 @@ def grants(
 
 
 async def _grants(dsn: str, op: str, user: str | None, action: str, scope: str) -> int:
-    import asyncpg
     from tether_runtime.store import grants as store
+    from tether_runtime.store.db import connect
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)  # no statement cache: safe through a pooler
     try:
         if op == "list":
             rows = await store.list(conn, user)

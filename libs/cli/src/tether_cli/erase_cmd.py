@@ -32,15 +32,15 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     if not args.yes:
         print("tether erase-user: erasure cannot be undone; pass --yes", file=sys.stderr)
         return 2
-    return asyncio.run(_erase(settings.database_url, args.user))
+    return asyncio.run(_erase(settings.database_url, args.user, settings.db_pooler))
 
 
-async def _erase(dsn: str, user: str) -> int:
+async def _erase(dsn: str, user: str, pooler: str = "none") -> int:
     from tether_common.errors import TetherError
     from tether_runtime import erasure
     from tether_runtime.store.db import create_pool
 
-    pool = await create_pool(dsn, min_size=1, max_size=1)
+    pool = await create_pool(dsn, min_size=1, max_size=1, pooler=pooler)
     try:
         erased = await erasure.erase_user(pool, user)
     except TetherError as err:

@@ -77,10 +77,10 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _add(dsn: str, url: str, events: list[str], secret: str) -> int:
-    import asyncpg
     from tether_runtime.store import webhook_endpoints as store
+    from tether_runtime.store.db import connect
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)  # no statement cache: safe through a pooler
     try:
         endpoint_id = await store.add(conn, url, events, secret)
     finally:
@@ -90,12 +90,12 @@ async def _add(dsn: str, url: str, events: list[str], secret: str) -> int:
 
 
 async def _read(dsn: str, args: argparse.Namespace) -> int:
-    import asyncpg
     from tether_runtime.store import webhook_endpoints as store
+    from tether_runtime.store.db import connect
 
     from tether_cli.commands import _table
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)  # no statement cache: safe through a pooler
     try:
         if args.op == "list":
             rows = await store.list(conn)

@@ -141,6 +141,13 @@ class Settings:
     worker_concurrency: int = 256
     # Postgres connections per process; runs hold one only for the length of a statement batch.
     db_pool_size: int = 20
+    # "transaction": DATABASE_URL goes through a transaction-mode pooler (PgBouncer), where a
+    # server connection is shared between transactions: no statement cache, no session settings,
+    # and LISTEN only on db_listen_url (README, "Running behind PgBouncer").
+    db_pooler: Literal["none", "transaction"] = "none"
+    # A session-mode DSN (Postgres itself, or a session pool) for the workers' LISTEN connection.
+    # Empty: DATABASE_URL without a pooler; behind one, no LISTEN at all (polling only).
+    db_listen_url: str = ""
     poll_interval_s: float = 2.0
     # Poison runs: claims a run may have without pausing or ending (its worker died or lost the
     # lease each time) before the next claim fails it with RUN_ATTEMPTS_EXHAUSTED; and the wait
@@ -291,6 +298,12 @@ class Settings:
             )
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         oidc = _oidc_settings(e)
+        pooler = e.get("TETHER_DB_POOLER", cls.db_pooler) or cls.db_pooler
+        if pooler not in ("none", "transaction"):
+            raise UnsafeSettings(
+                f"TETHER_DB_POOLER must be 'none' or 'transaction' (DATABASE_URL goes through "
+                f"PgBouncer in transaction mode), not {pooler!r}"
+            )
         return cls(
             env=mode,  # type: ignore[arg-type]
             database_url=e.get("DATABASE_URL", cls.database_url),
@@ -308,6 +321,8 @@ class Settings:
             lease_ttl_s=_float(e, "TETHER_LEASE_TTL_S", cls.lease_ttl_s),
             worker_concurrency=_int(e, "TETHER_WORKER_CONCURRENCY", cls.worker_concurrency),
             db_pool_size=_int(e, "TETHER_DB_POOL_SIZE", cls.db_pool_size),
+            db_pooler=pooler,  # type: ignore[arg-type]
+            db_listen_url=e.get("TETHER_DB_LISTEN_URL", ""),
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
             max_run_attempts=max_attempts,
             run_retry_backoff_s=backoff,

@@ -81,6 +81,10 @@ class Host:
 
     database_url: str
     """Tether's database, where `tether migrate` created the agent's own tables."""
+    transaction_pooler: bool = False
+    """`database_url` goes through a transaction-mode pooler (PgBouncer, TETHER_DB_POOLER): a
+    pool on it must not cache prepared statements (asyncpg: `statement_cache_size=0`) nor rely
+    on session state (SET, session advisory locks, LISTEN, temporary tables)."""
 
 
 Lifespan = Callable[[Host], AbstractAsyncContextManager[Any]]

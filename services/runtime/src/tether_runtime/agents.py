@@ -126,9 +126,9 @@ class AgentRegistry:
             default = names[0]
         return cls(loaded, default)
 
-    async def start(self, database_url: str) -> None:
+    async def start(self, database_url: str, *, transaction_pooler: bool = False) -> None:
         """Open each agent's resources (its lifespan) once for this process."""
-        host = Host(database_url=database_url)
+        host = Host(database_url=database_url, transaction_pooler=transaction_pooler)
         for a in self.agents.values():
             if a.agent.lifespan is not None:
                 a.state = await self._stack.enter_async_context(a.agent.lifespan(host))

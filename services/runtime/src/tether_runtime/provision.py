@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-import asyncpg
 from tether_common.config import Settings
 from tether_sdk import Agent, Host
 
 from tether_runtime.agents import discover
 from tether_runtime.store import grants
+from tether_runtime.store.db import connect
 from tether_runtime.store.migrations import migrate, pending
 
 # Least privilege, by service: alice looks after payment-api (the demo's walkthrough), bob after
@@ -60,8 +60,9 @@ async def seed_demo(dsn: str, config: Config = None, *, reset: bool = False) -> 
     """Idempotent: run it as often as you like. With `reset` (`tether seed-demo --reset`), each
     agent's `reset` puts its demo data back as first seeded (an agent without one is seeded
     again), and the demo grants are restored if someone revoked them."""
-    host = Host(database_url=dsn)
-    for agent in configured_agents(config):
+    settings = config if isinstance(config, Settings) else Settings.from_env(config)
+    host = Host(database_url=dsn, transaction_pooler=settings.db_pooler != "none")
+    for agent in configured_agents(settings):
         load = (agent.reset or agent.seed) if reset else agent.seed
         if load is None:
             continue
@@ -70,7 +71,7 @@ async def seed_demo(dsn: str, config: Config = None, *, reset: bool = False) -> 
             continue
         async with agent.lifespan(host) as state:
             await load(state)
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         for user, action, scope in OLD_DEMO_GRANTS:
             await grants.revoke(conn, user, action, scope)

@@ -79,10 +79,16 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         min_size=min(4, settings.db_pool_size),
         max_size=settings.db_pool_size,
         idle_tx_timeout_s=settings.lease_ttl_s,
+        pooler=settings.db_pooler,
     )
+    if settings.db_pooler == "transaction":
+        log.info(
+            "DATABASE_URL goes through a transaction pooler: no statement cache, and the "
+            "idle-in-transaction limit is the pooler's (idle_transaction_timeout) or the role's"
+        )
     bus = event_bus(settings.redis_url)
     await bus.start()
-    await agents.start(settings.database_url)
+    await agents.start(settings.database_url, transaction_pooler=settings.db_pooler != "none")
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
     idempotency.configure(settings.idempotency_ttl_s)
     engine = Engine(pool, bus, settings, gate, agents)

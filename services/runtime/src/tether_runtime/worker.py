@@ -49,6 +49,7 @@ class Worker:
         self.tasks: dict[str, tuple[asyncio.Task[None], int]] = {}
         self._stopping = False
         self._listener: asyncpg.Connection | None = None
+        self._polling_logged = False
         self._loop_task: asyncio.Task[None] | None = None
         self._partitions_at = float("-inf")  # the first sweep takes a turn
 
@@ -56,9 +57,28 @@ class Worker:
         await self._listen()
         self._loop_task = asyncio.create_task(self._claim_loop(), name="worker-claim-loop")
 
+    def _listen_url(self) -> str:
+        """Where LISTEN goes: a session-mode DSN. Through a transaction pooler LISTEN would be
+        registered on whichever server connection that one statement borrowed, and its
+        notifications lost once that connection serves other clients: no LISTEN there."""
+        s = self.e.settings
+        if s.db_listen_url:
+            return s.db_listen_url
+        return s.database_url if s.db_pooler == "none" else ""
+
     async def _listen(self) -> None:
+        url = self._listen_url()
+        if not url:
+            if not self._polling_logged:
+                self._polling_logged = True
+                log.warning(
+                    "DATABASE_URL goes through a transaction pooler and TETHER_DB_LISTEN_URL is "
+                    "not set: new runs are found by polling every %ss, not woken by NOTIFY",
+                    self.e.settings.poll_interval_s,
+                )
+            return
         try:
-            self._listener = await asyncpg.connect(self.e.settings.database_url)
+            self._listener = await asyncpg.connect(url)
             await self._listener.add_listener(runs.WAKE_CHANNEL, lambda *_: self.wake.set())
             # A server restart ends this session: wake the loop, which listens again at once
             # (else NOTIFYs are lost until its next poll).
@@ -75,7 +95,7 @@ class Worker:
         while not self._stopping:
             try:
                 if self._listener is None or self._listener.is_closed():
-                    await self._listen()
+                    await self._listen()  # polling only when there is nowhere to LISTEN
                 while not self._stopping and self.slots_free() > 0:
                     # One statement claims as many runs as there are free slots (at most a
                     # batch): a burst of new runs is picked up in a few round trips, not one each.

@@ -72,15 +72,43 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
     has its own connection), so the default reset query would be a wasted round trip per release."""
 
 
+def pooler_options(pooler: str) -> dict[str, int]:
+    """asyncpg options for a DSN that goes through a transaction-mode pooler (PgBouncer 1.18:
+    no protocol-level prepared statements). Between two transactions a client connection may
+    land on another server connection, so a named statement asyncpg cached on one is unknown
+    on the next (or collides with another client's of the same name): no statement cache.
+    asyncpg then prepares each statement unnamed and sends Parse/Describe with Flush, not Sync,
+    so prepare and execute stay on one server connection. Costs a round trip per statement."""
+    return {"statement_cache_size": 0} if pooler == "transaction" else {}
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    """One connection for a short job (migrations, a CLI verb): without a statement cache, so it
+    is safe through a transaction pooler whatever TETHER_DB_POOLER says; a short job runs each
+    statement about once, so the cache would buy it nothing."""
+    return await asyncpg.connect(dsn, **pooler_options("transaction"))
+
+
 async def create_pool(
-    dsn: str, *, min_size: int = 2, max_size: int = 20, idle_tx_timeout_s: float | None = None
+    dsn: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 20,
+    idle_tx_timeout_s: float | None = None,
+    pooler: str = "none",
 ) -> asyncpg.Pool:
     """`idle_tx_timeout_s`: the server ends a session left idle inside a transaction this long.
     A worker frozen (SIGSTOP, VM pause) or partitioned between `reserve` and COMMIT holds the run
     row's lock, and `claim` skips locked rows: without the limit no worker could take the run
-    over until the zombie woke up (or TCP keepalive gave up, hours later)."""
+    over until the zombie woke up (or TCP keepalive gave up, hours later).
+
+    `pooler="transaction"`: no statement cache, and no startup `server_settings` (PgBouncer
+    refuses a startup parameter it does not know, and a session setting would not follow the
+    client to its next server connection anyway): the idle-in-transaction limit is then the
+    pooler's `idle_transaction_timeout` or the role's setting (README, "Running behind
+    PgBouncer")."""
     settings: dict[str, str] = {}
-    if idle_tx_timeout_s:
+    if idle_tx_timeout_s and pooler != "transaction":
         settings["idle_in_transaction_session_timeout"] = str(int(idle_tx_timeout_s * 1000))
     pool = await asyncpg.create_pool(
         dsn,
@@ -90,6 +118,7 @@ async def create_pool(
         reset=_no_reset,
         command_timeout=30,
         server_settings=settings,
+        **pooler_options(pooler),
     )
     assert pool is not None
     return pool

@@ -11,6 +11,8 @@ from importlib.resources.abc import Traversable
 
 import asyncpg
 
+from tether_runtime.store.db import connect
+
 log = logging.getLogger(__name__)
 
 _LOCK_ID = 0x7E74E5  # one constant advisory lock for "migrating tether"
@@ -40,68 +42,75 @@ def agent_migrations(spec: str) -> list[Migration]:
 
 async def migrate(dsn: str, agents: Sequence[tuple[str, str]] = ()) -> list[str]:
     """Apply every migration not applied yet, Tether's then each (agent name, "package:folder")
-    in turn; return the names applied by this call."""
-    conn = await asyncpg.connect(dsn)
+    in turn; return the names applied by this call.
+
+    Each migration is one transaction that first takes a transaction-scoped advisory lock and
+    then re-reads what is applied: two pods migrating at once apply each migration once, and
+    nothing outlives a transaction, so this works through a transaction pooler (PgBouncer) as
+    well as on a direct connection (a session lock would be held by whichever server connection
+    took it, and its unlock could land on another)."""
+    conn = await connect(dsn)
     applied: list[str] = []
     try:
-        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_ID)
-        try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_ID)
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migration ("
                 " version integer PRIMARY KEY, name text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            core = _read(resources.files("tether_runtime.store").joinpath("migrations"))
-            done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migration")}
-            for version, name, sql in core:
-                if version not in done:
-                    async with conn.transaction():
-                        await conn.execute(sql)
-                        await conn.execute(
-                            "INSERT INTO schema_migration (version, name) VALUES ($1, $2)",
-                            version,
-                            name,
-                        )
-                    log.info("applied migration", extra={"migration": name})
-                    applied.append(name)
-            for agent, spec in agents:
-                applied += await _migrate_agent(conn, agent, agent_migrations(spec))
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_ID)
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS agent_migration ("
+                " agent text NOT NULL, version integer NOT NULL, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (agent, version))"
+            )
+        core = _read(resources.files("tether_runtime.store").joinpath("migrations"))
+        for version, name, sql in core:
+            if await _apply(conn, "", version, name, sql):
+                log.info("applied migration", extra={"migration": name})
+                applied.append(name)
+        for agent, spec in agents:
+            for version, name, sql in agent_migrations(spec):
+                if await _apply(conn, agent, version, name, sql):
+                    log.info("applied agent migration", extra={"agent": agent, "migration": name})
+                    applied.append(f"{agent}/{name}")
     finally:
         await conn.close()
     return applied
 
 
-async def _migrate_agent(conn: asyncpg.Connection, agent: str, todo: list[Migration]) -> list[str]:
-    await conn.execute(
-        "CREATE TABLE IF NOT EXISTS agent_migration ("
-        " agent text NOT NULL, version integer NOT NULL, name text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (agent, version))"
-    )
-    rows = await conn.fetch("SELECT version FROM agent_migration WHERE agent = $1", agent)
-    done = {r["version"] for r in rows}
-    applied = []
-    for version, name, sql in todo:
-        if version in done:
-            continue
-        async with conn.transaction():
-            await conn.execute(sql)
+async def _apply(conn: asyncpg.Connection, agent: str, version: int, name: str, sql: str) -> bool:
+    """Apply one migration (Tether's when `agent` is empty) unless it is applied already; the
+    check and the migration hold the lock together, so another pod waits, then sees it done."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_ID)
+        if agent:
+            done = await conn.fetchval(
+                "SELECT 1 FROM agent_migration WHERE agent = $1 AND version = $2", agent, version
+            )
+        else:
+            done = await conn.fetchval("SELECT 1 FROM schema_migration WHERE version = $1", version)
+        if done:
+            return False
+        await conn.execute(sql)
+        if agent:
             await conn.execute(
                 "INSERT INTO agent_migration (agent, version, name) VALUES ($1, $2, $3)",
                 agent,
                 version,
                 name,
             )
-        log.info("applied agent migration", extra={"agent": agent, "migration": name})
-        applied.append(f"{agent}/{name}")
-    return applied
+        else:
+            await conn.execute(
+                "INSERT INTO schema_migration (version, name) VALUES ($1, $2)", version, name
+            )
+    return True
 
 
 async def pending(dsn: str, agents: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The migrations this code knows that the database has not applied (`tether migrate
     --check`); newer ones it does not know are fine (expand, then contract)."""
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         core = _read(resources.files("tether_runtime.store").joinpath("migrations"))
         done: set[int] = set()
