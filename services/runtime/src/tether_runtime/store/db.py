@@ -10,6 +10,8 @@ from typing import TypeVar
 
 import asyncpg
 
+from tether_runtime.store.statement_count import CountingConnection
+
 T = TypeVar("T")
 
 # The failures that mean "the store is unreachable right now" (restart, failover, network): the
@@ -90,6 +92,8 @@ async def create_pool(
         reset=_no_reset,
         command_timeout=30,
         server_settings=settings,
+        # counts statements per kind for tether_db_statements_total (statement_count.py)
+        connection_class=CountingConnection,
     )
     assert pool is not None
     return pool
