@@ -54,6 +54,7 @@ MODES: dict[str, dict[str, Any]] = {
             "grpc_stream": {"deltas": 1000, "samples": 1, "replay_events": 2000},
             "replay": {"events": 2000, "samples": 1},
             "fanout": {"runs": 20, "deltas": 50},
+            "short_runs": {"clients": 32, "runs": 160},
             "idle_sse": {"connections": 200, "hold_s": 2.5, "open_concurrency": 50},
             "fanout_split_runtime": {
                 "scenario": "fanout",
@@ -83,6 +84,8 @@ MODES: dict[str, dict[str, Any]] = {
             "grpc_stream": {"deltas": 5000, "samples": 5, "replay_events": 10000},
             "replay": {"events": 10000, "samples": 3},
             "fanout": {"runs": 200, "deltas": 200},
+            # short runs (one read-only tool, then the answer), 32 clients, closed loop
+            "short_runs": {"clients": 32, "runs": 3000},
             "idle_sse": {
                 "connections": 5000,
                 "hold_s": 10.0,
@@ -296,6 +299,7 @@ class Bench:
                     if k not in ("scenario", "env", "runtime_split", "provider")
                 },
                 "provider_url": self.provider_url,
+                "runtime_metrics": [p.metrics_url for p in self.procs if p.metrics_url],
                 "heartbeat_s": self.spec["heartbeat_s"],
             },
         }
@@ -462,6 +466,7 @@ class Bench:
                 if "fanout_split_runtime" in sizes
                 else {}
             ),
+            "short_runs": med("short_runs"),
             "replay_10k_ms": med("replay"),
             "idle_sse_connection_kib": med("idle_sse"),
             **(
