@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import resource
@@ -31,7 +32,7 @@ from typing import Any
 import psutil
 import redis.asyncio as aioredis
 
-from tether_bench import stack
+from tether_bench import history, stack
 from tether_bench.profile import render, summarize
 from tether_bench.stats import median_of
 
@@ -131,8 +132,32 @@ MODES: dict[str, dict[str, Any]] = {
                 "first_event_samples": 20,
             },
         },
+        "history": {"runs": 100_000, "events": 10_000_000, "waiting": 10_000},
     },
 }
+# `history` (full only): these scenarios again after preloading a used database (history.py),
+# each figure beside the same figure on the empty database.
+HEADLINE = ("first_event", "fanout", "short_runs", "resume", "replay")
+HISTORY_FIGURES = (
+    "first_event.idle.p50",
+    "first_event.loaded.p50",
+    "first_event.loaded.p99",
+    "fanout.fanout.events_per_s",
+    "fanout.fanout.commit_to_arrival_p50_ms",
+    "fanout.fanout.commit_to_arrival_p99_ms",
+    "fanout.fanout.first_event_after_start_p50_ms",
+    "fanout.db_rows_per_event.inserted",
+    "short_runs.runs_per_s",
+    "short_runs.run_ms.p50",
+    "short_runs.run_ms.p99",
+    "short_runs.first_event_ms.p50",
+    "short_runs.first_event_ms.p99",
+    "short_runs.runtime_cpu_ms_per_run",
+    "short_runs.statements_per_run",
+    "resume.p50",
+    "resume.p99",
+    "replay.ms",
+)
 PROFILED = {"single_run": {"samples": 40}, "fanout": {}, "fanout_split_runtime": {}}
 
 
@@ -410,9 +435,21 @@ class Bench:
             await r.aclose()
         reps: list[dict[str, Any]] = []
         profile: dict[str, Any] | None = None
+        hist_spec = self.spec.get("history")
+        want_history = hist_spec is not None and (only is None or "history" in only)
+        if only and "history" in only:
+            if hist_spec is None:
+                raise SystemExit(f"history is not measured in {self.mode} mode (full only)")
+            only = only | set(HEADLINE)  # the empty-database figures to compare with
+        hist: dict[str, Any] = {}
         try:
             for rep in range(self.reps):
                 reps.append(await self.repetition(rep, only))
+            if want_history:
+                log(f"history: preloading {hist_spec}")
+                hist["preload"] = await history.preload(self.dsn, dict(hist_spec or {}), log)
+                log(f"history: preloaded {hist['preload']}")
+                hist["reps"] = [await self.repetition(r, set(HEADLINE)) for r in range(self.reps)]
             if profile_dir is not None:
                 profile = await self.profile(profile_dir, native)
         finally:
@@ -420,8 +457,12 @@ class Bench:
             await self.stop_provider()
             await stack.drop_database(self.admin_dsn, self.dsn)
         doc = self.document(reps, pg_version, redis_version, time.monotonic() - started)
+        if hist:
+            doc["history"] = history_figures(reps, hist["reps"], hist["preload"])
         if out is not None:
             full = {**doc, "per_repetition": reps}
+            if hist:
+                full["history_per_repetition"] = hist["reps"]
             if profile is not None:
                 full["profile"] = profile
             _write(out, json.dumps(full, indent=2) + "\n")
@@ -539,6 +580,30 @@ class Bench:
         return doc
 
 
+def history_figures(
+    empty: list[dict[str, Any]], loaded: list[dict[str, Any]], preload: dict[str, Any]
+) -> dict[str, Any]:
+    """Each headline figure's median over repetitions on the empty database and after the
+    preload, and the change in percent."""
+
+    def med(reps: list[dict[str, Any]], path: str) -> float:
+        values = []
+        for r in reps:
+            cur: Any = r
+            for key in path.split("."):
+                cur = cur.get(key) if isinstance(cur, dict) else None
+            if isinstance(cur, int | float):
+                values.append(float(cur))
+        return float(median_of(values)) if values else math.nan
+
+    figures: dict[str, Any] = {}
+    for path in HISTORY_FIGURES:
+        before, after = med(empty, path), med(loaded, path)
+        change = 100 * (after - before) / before if before else math.nan
+        figures[path] = {"empty": before, "history": after, "change_pct": round(change, 1)}
+    return {"preload": preload, "figures": figures}
+
+
 async def _wait_port(port: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -587,7 +652,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
     ap.add_argument("--reps", type=int, help="repetitions (default: 3 full, 1 quick)")
     ap.add_argument(
-        "--only", help="comma-separated scenarios: " + ",".join(MODES["full"]["scenarios"])
+        "--only",
+        help="comma-separated scenarios: " + ",".join([*MODES["full"]["scenarios"], "history"]),
     )
     ap.add_argument("--out", type=Path, help="also write the document (with per-repetition data)")
     ap.add_argument(
