@@ -857,7 +857,8 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
     service = await abnormal_service(ctx.dsn)
     text = f"show recent errors of {service}"
     convs: asyncio.Queue[str] = asyncio.Queue()
-    for c in await ctx.conversations(math.ceil(runs / per_conv) + 2 * clients):
+    # one per client for the warm-up and its first runs, then one every per_conv runs
+    for c in await ctx.conversations(math.ceil(runs / per_conv) + clients):
         convs.put_nowait(c)
 
     async def one(conv: str, run_ms: list[float], first_ms: list[float]) -> None:
@@ -868,13 +869,14 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
         run_ms.append((reader.events[-1].mono - t0) * 1000)
         first_ms.append((reader.events[0].mono - t0) * 1000)
 
-    await asyncio.gather(*(one(convs.get_nowait(), [], []) for _ in range(clients)))  # warm-up
+    mine = [convs.get_nowait() for _ in range(clients)]
+    await asyncio.gather(*(one(c, [], []) for c in mine))  # warm-up
     left = [runs]
     run_ms: list[float] = []
     first_ms: list[float] = []
 
-    async def client() -> None:
-        conv, used = convs.get_nowait(), 0
+    async def client(conv: str) -> None:
+        used = 1  # the warm-up run
         while left[0] > 0:
             left[0] -= 1
             if used == per_conv:
@@ -886,7 +888,7 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
     st_before = await _statements(metrics)
     cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(c) for c in mine))
     wall_s = time.perf_counter() - t0
     cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     st_after = await _statements(metrics)

@@ -55,7 +55,7 @@ MODES: dict[str, dict[str, Any]] = {
             "grpc_stream": {"deltas": 1000, "samples": 1, "replay_events": 2000},
             "replay": {"events": 2000, "samples": 1},
             "fanout": {"runs": 20, "deltas": 50},
-            "short_runs": {"clients": 32, "runs": 160},
+            "short_runs": {"clients": 16, "runs": 64},  # the shape only: CI runs quick
             "idle_sse": {"connections": 200, "hold_s": 2.5, "open_concurrency": 50},
             "fanout_split_runtime": {
                 "scenario": "fanout",
