@@ -83,8 +83,9 @@ token: .venv/.synced
 
 # Benchmarks (bench/README.md): real processes, a separate load generator, one JSON document.
 # Stores: TETHER_BENCH_DATABASE_URL (admin DSN), TETHER_BENCH_REDIS_URL.
+# ARGS: more options, e.g. `make bench ARGS="--only fanout --redis cluster"` (bench/README.md).
 bench: gen
-	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --full
+	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --full $(ARGS)
 
 bench-quick: gen
 	@PYTHONPATH=$(CURDIR)/bench $(PY) python -m tether_bench.main --quick

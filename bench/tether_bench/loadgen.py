@@ -26,6 +26,8 @@ import aiohttp
 import asyncpg
 import psutil
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from tether_common import redis_conn
 
 from tether_bench.sse import Event, Reader, parse_time
 from tether_bench.stats import p50_p99
@@ -434,7 +436,13 @@ async def grpc_stream(ctx: Ctx) -> dict[str, Any]:
 async def _pg_counts(dsn: str) -> dict[str, tuple[int, int]]:
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables")
+        # A partitioned table's rows are counted in its partitions (run_event, migration 0019).
+        rows = await conn.fetch(
+            "SELECT coalesce(p.relname, s.relname) AS relname, sum(s.n_tup_ins) AS n_tup_ins, "
+            "sum(s.n_tup_upd) AS n_tup_upd FROM pg_stat_user_tables s "
+            "LEFT JOIN pg_inherits i ON i.inhrelid = s.relid "
+            "LEFT JOIN pg_class p ON p.oid = i.inhparent GROUP BY 1"
+        )
     finally:
         await conn.close()
     return {r["relname"]: (int(r["n_tup_ins"]), int(r["n_tup_upd"])) for r in rows}
@@ -468,11 +476,18 @@ async def _stored_events(dsn: str, run_ids: list[str]) -> int:
         await conn.close()
 
 
-async def _redis_stats(r: aioredis.Redis) -> tuple[int, int]:
-    cmd = await r.info("commandstats")
-    stats = await r.info("stats")
-    publish = int(cmd.get("cmdstat_publish", {}).get("calls", 0))
-    return publish, int(stats.get("total_commands_processed", 0))
+async def _redis_stats(r: Any) -> tuple[int, int]:
+    """(publish calls, commands) so far: PUBLISH on a plain Redis, SPUBLISH summed over a
+    cluster's masters (where the runtime's channels live)."""
+    if not isinstance(r, RedisCluster):
+        cmd = await r.info("commandstats")
+        stats = await r.info("stats")
+        publish = int(cmd.get("cmdstat_publish", {}).get("calls", 0))
+        return publish, int(stats.get("total_commands_processed", 0))
+    cmds = await r.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
+    stats = await r.info("stats", target_nodes=RedisCluster.PRIMARIES)
+    publish = sum(int(c.get("cmdstat_spublish", {}).get("calls", 0)) for c in cmds.values())
+    return publish, sum(int(s.get("total_commands_processed", 0)) for s in stats.values())
 
 
 async def fanout(ctx: Ctx) -> dict[str, Any]:
@@ -488,13 +503,18 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
     convs = await ctx.conversations(runs)
     if count_rows:  # the conversations' inserts must show before the "before" snapshot
         await _pg_wait(ctx.dsn, "conversation", base.get("conversation", (0, 0))[0] + runs)
-    r = aioredis.Redis.from_url(ctx.redis)
-    pubsub = r.pubsub()
-    await pubsub.psubscribe("tether:run:*")
+    r = redis_conn.connect(ctx.redis)
+    await redis_conn.ready(r)
+    # A cluster's sharded channels cannot be pattern-subscribed: there the message count is
+    # left out (publish_calls still counts SPUBLISH on every master).
+    sharded = redis_conn.is_cluster(ctx.redis)
+    pubsub = aioredis.Redis.from_url(ctx.redis).pubsub() if not sharded else None
+    if pubsub is not None:
+        await pubsub.psubscribe("tether:run:*")
     per_channel: dict[str, int] = {}
 
     async def count_messages() -> None:
-        while True:
+        while pubsub is not None:
             msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
             if msg is not None:
                 ch = msg["channel"].decode()
@@ -535,7 +555,8 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
         else pg_before
     )
     redis_after = await _redis_stats(r)
-    await pubsub.aclose()
+    if pubsub is not None:
+        await pubsub.aclose()
     await r.aclose()
 
     events = [e for rd in readers for e in rd.events]
@@ -590,7 +611,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
             else {}
         ),
         "redis_messages_per_event": {
-            "pubsub_received": round(messages / n_events, 3),
+            "pubsub_received": None if sharded else round(messages / n_events, 3),
             "publish_calls": round((redis_after[0] - redis_before[0]) / n_events, 3),
             "commands": round((redis_after[1] - redis_before[1]) / n_events, 3),
         },

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import redis.asyncio as aioredis
+from tether_common import redis_conn
 
 from tether_bench import history, stack
 from tether_bench.profile import render, summarize
@@ -428,11 +429,7 @@ class Bench:
         started = time.monotonic()
         self.dsn, pg_version = await stack.create_database(self.admin_dsn)
         log(f"database {self.dsn.rsplit('/', 1)[-1]} (PostgreSQL {pg_version})")
-        r = aioredis.Redis.from_url(self.redis_url)
-        try:
-            redis_version = str((await r.info("server")).get("redis_version", "?"))
-        finally:
-            await r.aclose()
+        redis_version = await _redis_version(self.redis_url)
         reps: list[dict[str, Any]] = []
         profile: dict[str, Any] | None = None
         hist_spec = self.spec.get("history")
@@ -631,6 +628,18 @@ def git_revision() -> str:
     return rev + ("+dirty" if dirty else "")
 
 
+async def _redis_version(url: str) -> str:
+    r = redis_conn.connect(url)
+    try:
+        info = await r.info("server")
+    finally:
+        await r.aclose()
+    if "redis_version" not in info and info:  # a cluster asked on several nodes: one each
+        info = next(iter(info.values()))
+    version = str(info.get("redis_version", "?"))
+    return f"{version} (cluster)" if redis_conn.is_cluster(url) else version
+
+
 def _mkdir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
@@ -663,14 +672,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="after the measured repetitions, record py-spy profiles into DIR",
     )
     ap.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
+    ap.add_argument(
+        "--redis",
+        choices=("plain", "cluster"),
+        default="plain",
+        help="cluster: fan out through a Redis Cluster (3 masters + 3 replicas) started here "
+        "instead of TETHER_BENCH_REDIS_URL",
+    )
     ap.set_defaults(mode="full")
     return ap.parse_args(argv)
 
 
-async def amain(args: argparse.Namespace) -> dict[str, Any]:
+async def amain(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     raise_fd_limit()
     admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-    redis_url = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     only = set(args.only.split(",")) if args.only else None
     bench = Bench(args.mode, admin, redis_url, args.reps)
     return await bench.run(only, args.profile, args.native, args.out)
@@ -678,7 +693,12 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    doc = asyncio.run(amain(args))
+    with contextlib.ExitStack() as stores:
+        if args.redis == "cluster":
+            redis_url = stores.enter_context(stack.redis_cluster())
+        else:
+            redis_url = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+        doc = asyncio.run(amain(args, redis_url))
     print(json.dumps(doc, indent=2))
 
 

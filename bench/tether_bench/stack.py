@@ -13,6 +13,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -169,3 +170,17 @@ async def start_gateway(env: dict[str, str], runtime_addr: str, limit_s: float =
     )
     await _wait_ready(proc, lambda: _http_ready(url), limit_s)
     return proc
+
+
+@contextlib.contextmanager
+def redis_cluster() -> Iterator[str]:
+    """`--redis cluster`: a Redis Cluster of three masters with one replica each on free ports,
+    started by the test kit's recipe (one recipe for the tests and the bench), stopped at the
+    end. Yields the REDIS_URL that names it."""
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from tether_testkit.redis_cluster import redis_cluster as started
+
+    with started() as nodes:
+        yield nodes.url

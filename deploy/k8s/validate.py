@@ -68,6 +68,9 @@ SECRET_KEYS = {
     GATEWAY: ("REDIS_URL",),
     MIGRATE: ("DATABASE_URL",),
 }
+# Containers of a component that need less than it does (the runtime's init container waits for
+# the schema: the database alone).
+CONTAINER_SECRET_KEYS = {"wait-for-schema": ("DATABASE_URL",)}
 # Only in production (dev runs the HS256 dev issuer instead of an IdP and derives stream keys).
 PRODUCTION_SECRET_KEYS = {GATEWAY: ("TETHER_STREAM_TOKEN_SECRET", "TETHER_OIDC_CLIENT_SECRET")}
 # What each component must never hold, in any overlay.
@@ -92,6 +95,17 @@ SSE_ANNOTATIONS = {
     "nginx.ingress.kubernetes.io/proxy-send-timeout": "3600",
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "IngressClass"}
+# Internal services that call the runtime's gRPC API directly carry this pod label, in namespace
+# tether or in a namespace a cluster admin labelled with RUNTIME_CLIENTS_NS_LABEL (README).
+RUNTIME_CLIENT_LABEL = {"tether.dev/runtime-client": "true"}
+RUNTIME_CLIENTS_NS_LABEL = {"tether.dev/runtime-clients": "allowed"}
+# The model providers a production runtime may use, and the setting holding each one's key file.
+MODEL_KEY_FILE = {
+    "openai": "TETHER_OPENAI_API_KEY_FILE",
+    "anthropic": "TETHER_ANTHROPIC_API_KEY_FILE",
+}
+MODEL_KEY_SECRET = "tether-model-key"
+README = K8S_DIR / "README.md"
 
 Doc = dict[str, Any]
 
@@ -494,6 +508,155 @@ def check(docs: list[Doc], overlay: str) -> list[str]:
     need(mig.get("image") == rt.get("image"), f"Job/{MIGRATE}: image differs from the runtime's")
 
     problems += network_policy_problems(docs, runtime, gateway, job)
+    problems += scrape_problems(docs)
+    problems += schema_wait_problems(runtime, job)
+    problems += model_problems(docs, runtime, overlay)
+    problems += processes_problems(docs, overlay)
+    return problems
+
+
+# ----------------------------------------------------------------------------- used at scale
+
+
+def scrape_problems(docs: list[Doc]) -> list[str]:
+    """Every Deployment that serves metrics (TETHER_METRICS_ADDR) is annotated to be scraped on
+    that port: the runtime's queue depth is what should drive its scaling."""
+    problems: list[str] = []
+    for dep in find(docs, "Deployment"):
+        name = dep["metadata"]["name"]
+        main = pod_spec(dep)["containers"][0]
+        addr = effective_env(docs, main).get("TETHER_METRICS_ADDR", "")
+        if not addr:
+            continue
+        port = addr.rpartition(":")[2]
+        ann = dep["spec"]["template"]["metadata"].get("annotations") or {}
+        if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/port") != port:
+            problems.append(
+                f"{name}: serves metrics on :{port} but its pods are not annotated "
+                f"prometheus.io/scrape=true, prometheus.io/port={port} (they would not be scraped)"
+            )
+        if int(port) not in {p.get("containerPort") for p in main.get("ports", [])}:
+            problems.append(f"{name}: metrics port {port} is not a containerPort")
+    return problems
+
+
+def schema_wait_problems(runtime: Doc, job: Doc) -> list[str]:
+    """The migrate Job and the Deployments are applied together: the runtime's pods (the ones
+    using the database; a gateway is ready only once a runtime is) must wait for the schema in
+    an init container running `tether migrate --check --wait`, with the Job's image."""
+    inits = pod_spec(runtime).get("initContainers") or []
+    job_image = pod_spec(job)["containers"][0].get("image")
+    for c in inits:
+        args = c.get("args") or []
+        if args[:2] == ["migrate", "--check"] and "--wait" in args:
+            if c.get("image") != job_image:
+                return [f"{RUNTIME}: init container {c['name']} runs another image than the Job"]
+            return []
+    return [
+        f"{RUNTIME}: no init container waits for the schema (`tether migrate --check --wait`): "
+        "pods started with the migrate Job would serve before the schema exists"
+    ]
+
+
+def model_problems(docs: list[Doc], runtime: Doc, overlay: str) -> list[str]:
+    """The runtime is told which model provider to use (TETHER_MODEL), and a provider's key
+    comes from the Secret tether-model-key mounted as a file (never an env value); production
+    uses a provider (it refuses a scripted demo model) and needs that Secret."""
+    rt = pod_spec(runtime)["containers"][0]
+    env = effective_env(docs, rt)
+    model = env.get("TETHER_MODEL", "")
+    if not model:
+        return [f"{RUNTIME}: TETHER_MODEL is not set: no model provider configured"]
+    if overlay == "production" and model not in MODEL_KEY_FILE:
+        return [f"{RUNTIME}: production TETHER_MODEL={model!r} is not a provider"]
+    if model not in MODEL_KEY_FILE:
+        return []
+    problems: list[str] = []
+    setting = MODEL_KEY_FILE[model]
+    if setting.removesuffix("_FILE") in {e["name"] for e in rt.get("env", [])}:
+        problems.append(f"{RUNTIME}: the {model} key is an env variable, not a mounted file")
+    path = env.get(setting, "")
+    volume = _mounted_from(runtime, rt, path) if path else None
+    secret = (volume or {}).get("secret") or {}
+    if not path:
+        problems.append(f"{RUNTIME}: TETHER_MODEL={model} but {setting} is not set: no key")
+    elif secret.get("secretName") != MODEL_KEY_SECRET:
+        problems.append(
+            f"{RUNTIME}: {setting}={path} is not in the mounted Secret {MODEL_KEY_SECRET}"
+        )
+    elif overlay == "production" and secret.get("optional"):
+        problems.append(f"{RUNTIME}: the Secret {MODEL_KEY_SECRET} is optional in production")
+    return problems
+
+
+def _cpus(quantity: object) -> float:
+    text = str(quantity)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def processes_problems(docs: list[Doc], overlay: str) -> list[str]:
+    """Each Deployment says how many processes a pod runs (TETHER_PROCESSES) and its CPU limit
+    gives each one a core: processes = limits.cpu rounded up; in production requests = limits
+    (no process throttled, the HPA's CPU target measured against what they can use)."""
+    problems: list[str] = []
+    for dep in find(docs, "Deployment"):
+        name = dep["metadata"]["name"]
+        main = pod_spec(dep)["containers"][0]
+        raw = effective_env(docs, main).get("TETHER_PROCESSES", "")
+        if not raw.isdigit() or int(raw) < 1:
+            problems.append(f"{name}: TETHER_PROCESSES={raw!r}: set the processes per pod")
+            continue
+        res = main.get("resources") or {}
+        limit = _cpus((res.get("limits") or {}).get("cpu", 0))
+        request = _cpus((res.get("requests") or {}).get("cpu", 0))
+        if int(raw) != -(-limit // 1):
+            problems.append(
+                f"{name}: TETHER_PROCESSES={raw} does not match limits.cpu {limit:g} "
+                "(one process per CPU)"
+            )
+        if overlay == "production" and request != limit:
+            problems.append(
+                f"{name}: requests.cpu {request:g} != limits.cpu {limit:g} in production"
+            )
+    return problems
+
+
+_CREATE = re.compile(r"kubectl\b[^\n]*\bcreate\s+(?:secret\s+\w+|configmap)\s+([a-z0-9-]+)")
+
+
+def provided_objects(docs: list[Doc]) -> set[str]:
+    """The Secrets and ConfigMaps the render references but does not hold: the cluster's."""
+    rendered = {d["metadata"]["name"] for d in docs if d["kind"] in ("Secret", "ConfigMap")}
+    names: set[str] = set()
+    for w in workloads(docs):
+        for vol in pod_spec(w).get("volumes", []):
+            names.add((vol.get("secret") or {}).get("secretName", ""))
+            names.add((vol.get("configMap") or {}).get("name", ""))
+        for c in containers(w):
+            for var in c.get("env", []):
+                ref = (var.get("valueFrom") or {}).get("secretKeyRef") or {}
+                names.add(ref.get("name", ""))
+    for ing in find(docs, "Ingress"):
+        names |= {t.get("secretName", "") for t in ing["spec"].get("tls") or []}
+    return {n for n in names if n and n not in rendered}
+
+
+def readme_problems(docs: list[Doc], readme: str) -> list[str]:
+    """What an operator must supply is in deploy/k8s/README.md: a `kubectl create` for every
+    Secret and ConfigMap the cluster provides (the Ingress certificate and the model key too),
+    every Ingress host to replace, and the label internal callers of the runtime need."""
+    problems: list[str] = []
+    created = set(_CREATE.findall(readme))
+    for name in sorted(provided_objects(docs) - created):
+        problems.append(f"README: no `kubectl create` for {name}, which the cluster must provide")
+    for ing in find(docs, "Ingress"):
+        for rule in ing["spec"].get("rules", []):
+            host = rule.get("host", "")
+            if host and f"`{host}`" not in readme:
+                problems.append(f"README: the Ingress host {host} is not named (to replace)")
+    for key, value in (*RUNTIME_CLIENT_LABEL.items(), *RUNTIME_CLIENTS_NS_LABEL.items()):
+        if f"{key}={value}" not in readme:
+            problems.append(f"README: internal callers' label {key}={value} is not documented")
     return problems
 
 
@@ -521,8 +684,8 @@ def secret_problems(docs: list[Doc], workload: Doc, container: Doc, overlay: str
     if own is None:
         return [f"{cname}: not a Tether component (no Secret of its own)"]
     env_by_name = {e["name"]: e for e in container.get("env", [])}
-    wanted = list(SECRET_KEYS[wname])
-    if overlay == "production":
+    wanted = list(CONTAINER_SECRET_KEYS.get(container["name"], SECRET_KEYS[wname]))
+    if overlay == "production" and container["name"] not in CONTAINER_SECRET_KEYS:
         wanted += PRODUCTION_SECRET_KEYS.get(wname, ())
     for key in wanted:
         ref = (env_by_name.get(key, {}).get("valueFrom") or {}).get("secretKeyRef")
@@ -707,14 +870,22 @@ class Peer:
     namespace: str | None = None  # None: outside the cluster
     labels: Mapping[str, str] = field(default_factory=dict)
     ip: str = ""
+    # Labels its namespace carries besides its name (e.g. one admitted for internal callers).
+    ns_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def namespace_labels(self) -> dict[str, str]:
-        return {"kubernetes.io/metadata.name": self.namespace} if self.namespace else {}
+        if not self.namespace:
+            return {}
+        return {**self.ns_labels, "kubernetes.io/metadata.name": self.namespace}
 
 
 def pod(what: str, namespace: str, labels: Mapping[str, str]) -> Peer:
     return Peer(what, namespace, dict(labels))
+
+
+def _kv(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())
 
 
 def _peer_matches(rule_peer: Mapping[str, Any], peer: Peer, policy_ns: str) -> bool:
@@ -836,6 +1007,43 @@ def network_policy_problems(docs: list[Doc], runtime: Doc, gateway: Doc, job: Do
             not allowed(docs, "Ingress", rt, src, GRPC_PORT),
             f"runtime ingress admits pods other than the gateway ({src.what}) on {GRPC_PORT}",
         )
+    # Internal services call the runtime directly: labelled pods, here or in an admitted namespace.
+    caller = pod(
+        "a labelled internal caller of an unadmitted namespace", "billing", RUNTIME_CLIENT_LABEL
+    )
+    admitted = Peer(
+        "a labelled internal caller",
+        "billing",
+        RUNTIME_CLIENT_LABEL,
+        ns_labels=RUNTIME_CLIENTS_NS_LABEL,
+    )
+    local_caller = Peer(
+        "a labelled internal caller of the namespace", NAMESPACE, RUNTIME_CLIENT_LABEL
+    )
+    must(
+        allowed(docs, "Ingress", rt, admitted, GRPC_PORT),
+        f"internal callers (label {_kv(RUNTIME_CLIENT_LABEL)} in a namespace labelled "
+        f"{_kv(RUNTIME_CLIENTS_NS_LABEL)}) cannot reach the runtime on {GRPC_PORT}",
+    )
+    must(
+        allowed(docs, "Ingress", rt, local_caller, GRPC_PORT),
+        f"internal callers of namespace {NAMESPACE} cannot reach the runtime on {GRPC_PORT}",
+    )
+    unlabelled_in_admitted = Peer(
+        "an unlabelled pod of an admitted namespace", "billing", {"app": "x"},
+        ns_labels=RUNTIME_CLIENTS_NS_LABEL,
+    )  # fmt: skip
+    for src in (caller, unlabelled_in_admitted):
+        must(
+            not allowed(docs, "Ingress", rt, src, GRPC_PORT),
+            f"runtime ingress admits pods other than the gateway ({src.what}) on {GRPC_PORT}",
+        )
+    for src in (admitted, local_caller):
+        must(
+            not allowed(docs, "Ingress", rt, src, GRPC_HEALTH_PORT)
+            and not allowed(docs, "Ingress", rt, src, METRICS_PORT),
+            f"internal callers may reach the runtime beyond its gRPC port {GRPC_PORT}",
+        )
     for src in (outsider_pod, gateway_pod, elsewhere):
         must(
             not allowed(docs, "Ingress", rt, src, GRPC_HEALTH_PORT),
@@ -950,7 +1158,7 @@ def main(argv: list[str] | None = None) -> int:
             (args.out / f"{name}.yaml").write_text(text)
         docs = [d for d in yaml.safe_load_all(text) if d]
         errors = schema_errors(docs, args.k8s_version)
-        problems = check(docs, name)
+        problems = check(docs, name) + readme_problems(docs, README.read_text())
         status = "ok" if not errors and not problems else "FAILED"
         print(
             f"[{name}] {len(docs)} objects, {len(errors)} schema errors, "

@@ -145,7 +145,7 @@ def test_every_container_is_locked_down(
             assert sc["seccompProfile"]["type"] == "RuntimeDefault"
             assert {"cpu", "memory"} <= set(c["resources"]["requests"])
             assert {"cpu", "memory"} <= set(c["resources"]["limits"])
-    assert seen == 3  # runtime, gateway, migrate
+    assert seen == 4  # runtime (and its wait-for-schema init container), gateway, migrate
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -229,8 +229,18 @@ def test_network_policies(kv: ModuleType, rendered: dict[str, Docs], overlay: st
 
     rt_in = kv.one(docs, "NetworkPolicy", "tether-runtime-ingress")
     assert kv.selector_matches(rt_in["spec"]["podSelector"], rt)
-    # Two rules: gateways on the API port; Prometheus (monitoring namespace) on the metrics port.
-    rule, scrape = rt_in["spec"]["ingress"]
+    # Three rules: gateways on the API port; labelled internal callers (this namespace, or an
+    # admitted one) on the API port; Prometheus (monitoring namespace) on the metrics port.
+    rule, callers, scrape = rt_in["spec"]["ingress"]
+    assert callers["ports"] == [{"protocol": "TCP", "port": 50051}]
+    caller_pods = {"matchLabels": {"tether.dev/runtime-client": "true"}}
+    assert callers["from"] == [
+        {"podSelector": caller_pods},
+        {
+            "namespaceSelector": {"matchLabels": {"tether.dev/runtime-clients": "allowed"}},
+            "podSelector": caller_pods,
+        },
+    ]
     assert scrape["ports"] == [{"protocol": "TCP", "port": 9464}]
     assert scrape["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
@@ -422,8 +432,216 @@ def test_rendered_env_loads_into_settings(
                 p for p in problems if not p.startswith(("TETHER_JWT_SECRET", "TETHER_OIDC"))
             ]
         assert problems == []
+        assert settings.processes == (2 if overlay == "production" else 1)
+        if name == kv.RUNTIME:
+            assert settings.model == ("openai" if overlay == "production" else "agent")
+            assert settings.openai_api_key_file == "/var/run/secrets/tether/model/api-key"
         if name == kv.GATEWAY:
             assert settings.http_addr == "0.0.0.0:8080"
             assert settings.runtime_target.startswith("dns:///")
         else:
             assert settings.grpc_addr == "0.0.0.0:50051"
+
+
+# --------------------------------------------------------------------------- used at scale (#17)
+
+
+def _runtime_main(kv: ModuleType, docs: Docs) -> dict[str, Any]:
+    main: dict[str, Any] = kv.pod_spec(kv.one(docs, "Deployment", kv.RUNTIME))["containers"][0]
+    return main
+
+
+def _drop_env(container: dict[str, Any], name: str) -> None:
+    container["env"] = [e for e in container["env"] if e["name"] != name]
+
+
+def _set_env(container: dict[str, Any], name: str, value: str) -> None:
+    _drop_env(container, name)
+    container["env"].append({"name": name, "value": value})
+
+
+def _config(kv: ModuleType, docs: Docs) -> dict[str, str]:
+    [cm] = [
+        c for c in kv.find(docs, "ConfigMap") if c["metadata"]["name"].startswith("tether-config")
+    ]
+    data: dict[str, str] = cm["data"]
+    return data
+
+
+def _runtime_ingress_rules(kv: ModuleType, docs: Docs) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = kv.one(docs, "NetworkPolicy", "tether-runtime-ingress")["spec"][
+        "ingress"
+    ]
+    return rules
+
+
+def _caller_rule(kv: ModuleType, docs: Docs) -> dict[str, Any]:
+    [rule] = [
+        r
+        for r in _runtime_ingress_rules(kv, docs)
+        if any("tether.dev/runtime-client" in str(p) for p in r["from"])
+    ]
+    return rule
+
+
+SCALE_REGRESSIONS = [
+    # Only gateway pods annotated: the runtime's queue depth would not be scraped.
+    (
+        "dev",
+        lambda kv, d: kv.one(d, "Deployment", kv.RUNTIME)["spec"]["template"]["metadata"].pop(
+            "annotations"
+        ),
+        "tether-runtime: serves metrics on :9464 but its pods are not annotated",
+    ),
+    (
+        "production",
+        lambda kv, d: kv.one(d, "Deployment", kv.RUNTIME)["spec"]["template"]["metadata"][
+            "annotations"
+        ].__setitem__("prometheus.io/port", "8080"),
+        "not annotated prometheus.io/scrape=true, prometheus.io/port=9464",
+    ),
+    # The NetworkPolicy admitting only gateway pods: internal callers cut off.
+    (
+        "dev",
+        lambda kv, d: _runtime_ingress_rules(kv, d).remove(_caller_rule(kv, d)),
+        "internal callers (label tether.dev/runtime-client=true in a namespace labelled",
+    ),
+    (
+        "dev",
+        lambda kv, d: _runtime_ingress_rules(kv, d).remove(_caller_rule(kv, d)),
+        "internal callers of namespace tether cannot reach the runtime",
+    ),
+    # ... or opened too wide: a whole admitted namespace, or the label from any namespace.
+    (
+        "production",
+        lambda kv, d: _caller_rule(kv, d)["from"][1].pop("podSelector"),
+        "admits pods other than the gateway (an unlabelled pod of an admitted namespace)",
+    ),
+    (
+        "production",
+        lambda kv, d: _caller_rule(kv, d)["from"][1].__setitem__("namespaceSelector", {}),
+        "admits pods other than the gateway (a labelled internal caller of an unadmitted",
+    ),
+    (
+        "dev",
+        lambda kv, d: _caller_rule(kv, d)["ports"].append({"protocol": "TCP", "port": 50052}),
+        "internal callers may reach the runtime beyond its gRPC port",
+    ),
+    # Nothing keeping runtime pods from serving before the schema exists.
+    (
+        "dev",
+        lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME)).pop("initContainers"),
+        "no init container waits for the schema",
+    ),
+    (
+        "production",
+        lambda kv, d: kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME))["initContainers"][0][
+            "args"
+        ].remove("--wait"),
+        "no init container waits for the schema",
+    ),
+    # No model provider in the ConfigMap, no key wired.
+    (
+        "dev",
+        lambda kv, d: _config(kv, d).pop("TETHER_MODEL"),
+        "TETHER_MODEL is not set",
+    ),
+    (
+        "production",
+        lambda kv, d: _config(kv, d).pop("TETHER_MODEL"),
+        "TETHER_MODEL is not set",
+    ),
+    (
+        "production",
+        lambda kv, d: _config(kv, d).__setitem__("TETHER_MODEL", "agent"),
+        "production TETHER_MODEL='agent' is not a provider",
+    ),
+    (
+        "production",
+        lambda kv, d: _drop_env(_runtime_main(kv, d), "TETHER_OPENAI_API_KEY_FILE"),
+        "TETHER_OPENAI_API_KEY_FILE is not set: no key",
+    ),
+    (
+        "production",
+        lambda kv, d: _set_env(_runtime_main(kv, d), "TETHER_OPENAI_API_KEY_FILE", "/tmp/api-key"),
+        "is not in the mounted Secret tether-model-key",
+    ),
+    (
+        "production",
+        lambda kv, d: [
+            v["secret"].__setitem__("optional", True)
+            for v in kv.pod_spec(kv.one(d, "Deployment", kv.RUNTIME))["volumes"]
+            if v["name"] == "model-key"
+        ],
+        "the Secret tether-model-key is optional in production",
+    ),
+    # Processes per pod and the CPU they are given.
+    (
+        "dev",
+        lambda kv, d: _drop_env(_runtime_main(kv, d), "TETHER_PROCESSES"),
+        "tether-runtime: TETHER_PROCESSES='': set the processes per pod",
+    ),
+    (
+        "production",
+        lambda kv, d: _set_env(
+            kv.pod_spec(kv.one(d, "Deployment", kv.GATEWAY))["containers"][0],
+            "TETHER_PROCESSES",
+            "4",
+        ),
+        "tether-gateway: TETHER_PROCESSES=4 does not match limits.cpu 2",
+    ),
+    (
+        "production",
+        lambda kv, d: _runtime_main(kv, d)["resources"]["requests"].__setitem__("cpu", "1"),
+        "tether-runtime: requests.cpu 1 != limits.cpu 2 in production",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overlay", "mutate", "expected"), SCALE_REGRESSIONS)
+def test_scale_checks_catch_the_old_shape(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str, mutate: Any, expected: str
+) -> None:
+    docs = copy.deepcopy(rendered[overlay])
+    assert kv.check(docs, overlay) == []
+    mutate(kv, docs)
+    problems = kv.check(docs, overlay)
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_runtime_pods_wait_for_the_schema_and_are_scraped(
+    kv: ModuleType, rendered: dict[str, Docs], overlay: str
+) -> None:
+    docs = rendered[overlay]
+    runtime = kv.one(docs, "Deployment", kv.RUNTIME)
+    [init] = kv.pod_spec(runtime)["initContainers"]
+    assert init["args"] == ["migrate", "--check", "--wait", "600"]
+    assert [e["name"] for e in init["env"] if "valueFrom" in e] == ["DATABASE_URL"]
+    for name in (kv.RUNTIME, kv.GATEWAY):
+        ann = kv.one(docs, "Deployment", name)["spec"]["template"]["metadata"]["annotations"]
+        assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "9464"
+
+
+def test_readme_says_what_the_cluster_provides(kv: ModuleType, rendered: dict[str, Docs]) -> None:
+    readme = kv.README.read_text()
+    docs = rendered["production"]
+    assert kv.provided_objects(docs) >= {"tether-gateway-tls", "tether-model-key"}
+    assert kv.readme_problems(docs, readme) == []
+    assert kv.readme_problems(rendered["dev"], readme) == []
+    # The README as it was (no command for the Ingress certificate nor the model key, no label
+    # for internal callers) fails; so does one that no longer names the host to replace.
+    lines = readme.splitlines()
+    old = "\n".join(
+        line
+        for line in lines
+        if "create secret tls tether-gateway-tls" not in line
+        and "create secret generic tether-model-key" not in line
+        and "tether.dev/runtime-client" not in line
+    )
+    problems = "\n".join(kv.readme_problems(docs, old))
+    assert "no `kubectl create` for tether-gateway-tls" in problems
+    assert "no `kubectl create` for tether-model-key" in problems
+    assert "tether.dev/runtime-client=true is not documented" in problems
+    renamed = readme.replace("`tether.example.com`", "`the host`")
+    assert any("tether.example.com is not named" in p for p in kv.readme_problems(docs, renamed))

@@ -71,6 +71,8 @@ export interface Run {
   createdAt: string | null;
   updatedAt: string | null;
   usage: TokenUsage;
+  /** Retention removed the run's events: its state is all that is left (its stream answers `reset`). */
+  eventsExpired: boolean;
 }
 
 export interface Conversation {

@@ -186,6 +186,7 @@ class SseResult:
     reconnect_at: list[float] = field(default_factory=list)
     first_after_reconnect: list[float] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)  # arrival - event time
+    arrived: list[float] = field(default_factory=list)  # wall-clock arrival of each frame
     finished: bool = False
     error: str = ""
 
@@ -244,6 +245,7 @@ async def follow_sse(
                         res.first_after_reconnect.append(time.monotonic())
                         fresh = False
                     res.frames.append((int(frame.id), frame.event, frame.data))
+                    res.arrived.append(time.time())
                     _note_delay(res, data)
                     if on_event is not None:
                         await on_event(frame.event, data)

@@ -35,6 +35,50 @@ def migrate(settings: Settings) -> int:
     return 0
 
 
+MIGRATE_CHECK_EVERY_S = 2.0
+
+
+def migrate_check(settings: Settings, *, wait_s: float = 0.0) -> int:
+    """`tether migrate --check [--wait S]`: 0 when the schema is current for this version, 1
+    when a migration is missing (or the database stayed unreachable), 2 on a bad agent."""
+    from tether_runtime.agents import AgentLoadError
+    from tether_runtime.provision import pending_all
+
+    setup_logging("tether-migrate", settings.log_level)
+    try:
+        missing = asyncio.run(_until_current(settings, wait_s, pending_all))
+    except AgentLoadError as err:
+        print(f"tether migrate: {err}", file=sys.stderr)
+        return 2
+    if missing:
+        print(f"tether migrate --check: not applied: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    print("tether migrate --check: the schema is current")
+    return 0
+
+
+async def _until_current(
+    settings: Settings,
+    wait_s: float,
+    pending_all: Callable[[str, Settings], Coroutine[Any, Any, list[str]]],
+) -> list[str]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            missing = await pending_all(settings.database_url, settings)
+        except (TimeoutError, OSError) as err:  # the database not reachable (yet)
+            missing = [f"(database unreachable: {err})"]
+        except Exception as err:  # asyncpg's own errors: e.g. the database not created yet
+            if type(err).__module__.split(".")[0] != "asyncpg":
+                raise
+            missing = [f"(database: {err})"]
+        if not missing or loop.time() >= deadline:
+            return missing
+        log.info("waiting for migrations", extra={"missing": missing})
+        await asyncio.sleep(MIGRATE_CHECK_EVERY_S)
+
+
 def seed_demo(settings: Settings, *, reset: bool = False) -> int:
     """`tether seed-demo [--reset]`: each configured agent's demo data and the demo grants
     (the mailer's too, when the mailer example is loaded)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tether_common.config import Settings
+from tether_common.config import Settings, parse_processes
 from tether_common.errors import UnsafeSettings
 
 from tether_cli import audit_cmd, commands, connect, erase_cmd, revoke, runs, webhooks_cmd
@@ -17,7 +17,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="Tether: durable AI agent runs.")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     verbs.add_parser("dev", help="the whole system here: embedded stores, migrate, seed, services")
-    verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
+    mig = verbs.add_parser("migrate", help="apply database migrations (safe when pods race)")
+    mig.add_argument(
+        "--check",
+        action="store_true",
+        help="apply nothing: exit 0 when every migration this version knows is applied, 1 if not "
+        "(a pod's init container: serve only once the schema exists)",
+    )
+    mig.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --check: keep checking (and through database outages) until current or this "
+        "long has passed",
+    )
     seed = verbs.add_parser(
         "seed-demo",
         help="load each agent's demo data and the demo users' grants (idempotent)",
@@ -62,8 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a write tool without examples is reported, not a failure",
     )
     conf.add_argument("--json", action="store_true", help="the rows as JSON")
-    verbs.add_parser("runtime", help="run one runtime pod: gRPC API and workers")
-    verbs.add_parser("gateway", help="run one gateway pod: HTTP API, SSE and the web UI")
+    for verb, what in (
+        ("runtime", "run one runtime pod: gRPC API and workers"),
+        ("gateway", "run one gateway pod: HTTP API, SSE and the web UI"),
+    ):
+        serve = verbs.add_parser(verb, help=what)
+        serve.add_argument(
+            "--processes",
+            metavar="N",
+            help="N processes behind the one port under a supervisor that drains them together "
+            "(auto or 0: one per CPU the pod may use; default TETHER_PROCESSES, 1)",
+        )
     tok = verbs.add_parser("token", help="print a bearer token signed with TETHER_JWT_SECRET")
     tok.add_argument("--user", required=True, help="the user (or service) id, e.g. alice")
     tok.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (3600)")
@@ -204,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_dev(settings)
     if args.verb == "migrate":
+        if args.check:
+            return commands.migrate_check(settings, wait_s=args.wait)
         return commands.migrate(settings)
     if args.verb == "seed-demo":
         return commands.seed_demo(settings, reset=args.reset)
@@ -212,6 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "revoke":
         return revoke.revoke(settings, args)
     if args.verb in ("runtime", "gateway"):
+        processes = settings.processes
+        if args.processes is not None:
+            try:
+                processes = parse_processes("--processes", args.processes)
+            except UnsafeSettings as err:
+                print(f"tether {args.verb}: {err.message}", file=sys.stderr)
+                return EXIT_UNSAFE_SETTINGS
+        if processes > 1:
+            from tether_cli.pod import run_pod
+
+            return run_pod(args.verb, settings, processes)
         return commands.serve(args.verb, settings)
     if args.verb == "conformance":
         import os

@@ -66,9 +66,9 @@ def revoke(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _revoke(redis_url: str, jti: str, exp: float) -> None:
-    import redis.asyncio as redis_asyncio  # only this verb needs Redis
+    from tether_common import redis_conn  # only this verb needs Redis
 
-    redis = redis_asyncio.Redis.from_url(redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
+    redis = redis_conn.connect(redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
     try:
         await Revocations().revoke(redis, jti, exp)
     finally:

@@ -148,6 +148,9 @@ class Settings:
     # per attempt, at most 60 s).
     max_run_attempts: int = 5
     run_retry_backoff_s: float = 1.0
+    # A run's writes wait out a store outage this long (retried every 50-250 ms) before the run
+    # is handed back: the run keeps its place instead of re-running its step from the checkpoint.
+    store_ride_out_s: float = 30.0
     interrupt_ttl_s: float = 900.0
     # How long an idempotency key's stored answer is kept (AIP-155): longer than any client
     # retries a request; past it the key is free again and a job deletes it.
@@ -155,6 +158,9 @@ class Settings:
     # A finished run's checkpoint (its whole transcript) is compacted to its usage figures this
     # long after it ended (the transcript stays in the messages and the event log).
     checkpoint_compact_after_s: float = 86400.0
+    # run_event's partitions (one per day of run creation) are dropped once every run in them was
+    # created this long ago and has finished; 0 keeps events forever.
+    event_retention_s: float = 30 * 86400.0
     tool_gate_mode: Literal["observe", "enforce"] = "enforce"
     # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
     tool_deny: frozenset[str] = frozenset()
@@ -232,6 +238,9 @@ class Settings:
     # bundle (PEM); set, the channel is TLS. The name to verify, when not the target's host.
     runtime_tls_ca_file: str = ""
     runtime_tls_server_name: str = ""
+    # `tether runtime` / `tether gateway`: processes behind the one port (SO_REUSEPORT), under
+    # one supervisor (tether_cli/pod.py); 1 is a single process and no supervisor.
+    processes: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -274,6 +283,12 @@ class Settings:
             raise UnsafeSettings(
                 f"TETHER_CHECKPOINT_COMPACT_AFTER_S must not be negative, not {compact_after}"
             )
+        retention = _float(e, "TETHER_EVENT_RETENTION_S", cls.event_retention_s)
+        if retention != 0 and retention < 86400:
+            raise UnsafeSettings(
+                f"TETHER_EVENT_RETENTION_S must be 0 (keep forever) or at least 86400 (a day: the "
+                f"event log is dropped a day's partition at a time), not {retention}"
+            )
         rate = _int(e, "TETHER_RATE_LIMIT_PER_MIN", cls.rate_limit_per_min)
         oidc = _oidc_settings(e)
         return cls(
@@ -296,9 +311,11 @@ class Settings:
             poll_interval_s=_float(e, "TETHER_POLL_INTERVAL_S", cls.poll_interval_s),
             max_run_attempts=max_attempts,
             run_retry_backoff_s=backoff,
+            store_ride_out_s=_float(e, "TETHER_STORE_RIDE_OUT_S", cls.store_ride_out_s),
             interrupt_ttl_s=_float(e, "TETHER_INTERRUPT_TTL_S", cls.interrupt_ttl_s),
             idempotency_ttl_s=idem_ttl,
             checkpoint_compact_after_s=compact_after,
+            event_retention_s=retention,
             tool_gate_mode=gate,  # type: ignore[arg-type]
             tool_deny=frozenset(
                 s.strip() for s in e.get("TETHER_TOOL_DENY", "").split(",") if s.strip()
@@ -433,6 +450,7 @@ class _Deployment(TypedDict):
     grpc_reflection: bool
     runtime_tls_ca_file: str
     runtime_tls_server_name: str
+    processes: int
 
 
 def _deployment_settings(e: Mapping[str, str], mode: str) -> _Deployment:
@@ -452,7 +470,35 @@ def _deployment_settings(e: Mapping[str, str], mode: str) -> _Deployment:
         "grpc_reflection": _flag(e, "TETHER_GRPC_REFLECTION", mode != "production"),
         "runtime_tls_ca_file": e.get("TETHER_RUNTIME_TLS_CA_FILE", ""),
         "runtime_tls_server_name": e.get("TETHER_RUNTIME_TLS_SERVER_NAME", ""),
+        "processes": parse_processes("TETHER_PROCESSES", e.get("TETHER_PROCESSES", "1")),
     }
+
+
+def parse_processes(name: str, raw: str) -> int:
+    """A process count: a positive number, or "auto" / 0 for the CPUs this pod may use."""
+    raw = raw.strip().lower() or "1"
+    if raw == "auto":
+        return available_cpus()
+    try:
+        n = int(raw)
+    except ValueError:
+        raise UnsafeSettings(f"{name}={raw!r} is not a process count (a number, or auto)") from None
+    if n < 0:
+        raise UnsafeSettings(f"{name}={raw!r} is not a process count (a number, or auto)")
+    return n or available_cpus()
+
+
+def available_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may use: the cgroup v2 CPU limit (a pod's `limits.cpu`, rounded
+    up) when one is set, else the CPUs it is allowed to run on."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        quota, period = open(cpu_max).read().split()[:2]  # noqa: SIM115, PTH123 - one read
+    except (OSError, ValueError):
+        return max(1, cpus or 1)
+    if quota == "max":
+        return max(1, cpus or 1)
+    return max(1, min(cpus or 1, -(-int(quota) // int(period))))
 
 
 def _exposure_problems(settings: Settings) -> list[str]:

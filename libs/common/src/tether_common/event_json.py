@@ -133,6 +133,7 @@ def run_json(r: resources_pb2.Run) -> dict[str, Any]:
         "createdAt": timestamp_json(r.create_time),
         "updatedAt": timestamp_json(r.update_time),
         "usage": usage_json(r.usage),
+        "eventsExpired": r.events_expired,
     }
 
 

@@ -6,11 +6,15 @@ Redis and kept current by the channel."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
+
+from tether_common import redis_conn
 from tether_common.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -73,10 +77,7 @@ class Revocations:
             return  # expired already: nothing left to deny
         if redis is not None:
             try:
-                async with redis.pipeline(transaction=True) as pipe:
-                    pipe.set(KEY_PREFIX + jti, str(expires_at), ex=ttl)
-                    pipe.publish(CHANNEL, f"{jti} {expires_at}")
-                    await pipe.execute()
+                await _record(redis, jti, expires_at, ttl)
             except Exception as err:  # noqa: BLE001 - any Redis failure: the sign-out is retried
                 raise Unavailable("could not record the revocation; retry") from err
         self._learn(jti, expires_at)
@@ -92,6 +93,7 @@ class Revocations:
                 self.synced.set()
                 return
             try:
+                await redis_conn.ready(redis)
                 async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(CHANNEL)
                     await self._load(redis)
@@ -105,6 +107,8 @@ class Revocations:
                 attempt += 1
                 log.warning("revocation channel lost (%s); reconnecting", type(err).__name__)
                 await asyncio.sleep(delay)
+                with contextlib.suppress(Exception):  # a cluster whose master died: its replica
+                    await redis_conn.refresh_slots(redis)
 
     async def _load(self, redis: Any) -> None:
         batch: list[str] = []
@@ -117,7 +121,7 @@ class Revocations:
             await self._load_batch(redis, batch)
 
     async def _load_batch(self, redis: Any, keys: list[str]) -> None:
-        for key, value in zip(keys, await redis.mget(keys), strict=True):
+        for key, value in zip(keys, await redis_conn.mget(redis, keys), strict=True):
             until = _float(value)  # None: expired between the scan and the read
             if until is not None:
                 self._learn(key.removeprefix(KEY_PREFIX), until)
@@ -136,6 +140,21 @@ class Revocations:
             if time.monotonic() - pruned > _PRUNE_EVERY_S:
                 self.prune()
                 pruned = time.monotonic()
+
+
+async def _record(redis: Any, jti: str, expires_at: float, ttl: int) -> None:
+    if isinstance(redis, RedisCluster):
+        # The key and the channel live in different slots, so no MULTI spans them; the key first:
+        # a pod that hears the message finds the key, and one that loads meanwhile finds it too.
+        # Classic PUBLISH (not SPUBLISH): a cluster forwards it to every node, and revocations are
+        # rare enough that the broadcast costs nothing.
+        await redis.set(KEY_PREFIX + jti, str(expires_at), ex=ttl)
+        await redis.publish(CHANNEL, f"{jti} {expires_at}")
+        return
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.set(KEY_PREFIX + jti, str(expires_at), ex=ttl)
+        pipe.publish(CHANNEL, f"{jti} {expires_at}")
+        await pipe.execute()
 
 
 def _float(value: object) -> float | None:

@@ -363,7 +363,7 @@ class EventsOpen:
     after: int
     expires_at: float  # the opening token's: the stream ends then (stream_grants.py)
     jtis: tuple[str, ...]  # and when one of these is revoked
-    head: bytes = b""  # a `reset` for a resume point ahead of the run
+    head: bytes = b""  # a `reset` for a resume point ahead of the run, or past retention
     ended: bool = False  # the run is over: nothing follows the head
 
 
@@ -383,9 +383,10 @@ async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | N
     if is_finished(run, after):
         return None
     opened = EventsOpen(run_id, caller.credential, p.user_id, after, caller.expires_at, caller.jtis)
-    if after > run.last_sequence:
-        # Ahead of the run (a stale or forged Last-Event-ID): the client redraws from the run's
-        # state in this GetRun's answer, then follows the shared feed from the real position.
+    if after > run.last_sequence or run.events_expired:
+        # Ahead of the run (a stale or forged Last-Event-ID), or behind it on a finished run whose
+        # events retention removed: the client redraws from the run's state in this GetRun's
+        # answer, then follows the shared feed from the real position (nothing, if it is over).
         # No upstream of its own: any number of such resumes cost one feed, as any other.
         reset = events_pb2.RunEvent(run_id=run_id, reset=events_pb2.Reset(run=run))
         ended = run.status in TERMINAL_STATUSES

@@ -9,8 +9,8 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import redis.asyncio as redis_asyncio
 from aiohttp import web
+from tether_common import redis_conn
 from tether_common.config import Settings
 from tether_common.grpc_poller import unblock_completion_poller
 
@@ -75,7 +75,7 @@ def create_app(settings: Settings) -> web.Application:
 
     async def redis_client(app: web.Application) -> AsyncIterator[None]:
         if settings.redis_url:
-            gw.redis = redis_asyncio.Redis.from_url(
+            gw.redis = redis_conn.connect(
                 settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
             )
         refresher = asyncio.create_task(

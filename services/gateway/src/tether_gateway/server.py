@@ -61,7 +61,9 @@ async def run_server(settings: Settings) -> None:
     )
     await runner.setup()
     host, port = split_addr(settings.http_addr)
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    # SO_REUSEPORT: `--processes N` runs N gateways on this port (tether_cli/pod.py), the
+    # kernel spreading new connections over them (as gRPC does for the runtime by default).
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=True)
     await site.start()
     metrics_runner = await _serve_metrics(app, settings.metrics_addr)
     freeze_startup_objects()

@@ -10,9 +10,10 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from tether_common import redis_conn
 
 from tether_runtime.events import batch_from_encoded
 
@@ -53,9 +54,11 @@ class Subscription:
 
 
 class EventBus:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, **client_options: Any) -> None:
         self._url = url
-        self._pub = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._pub = redis_conn.connect(
+            url, socket_timeout=2, socket_connect_timeout=2, **client_options
+        )
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._confirmed: dict[str, asyncio.Event] = {}
         self._pubsub: aioredis.client.PubSub | None = None
@@ -87,7 +90,7 @@ class EventBus:
     async def ping(self) -> bool:
         try:
             return bool(await self._pub.ping())
-        except (RedisError, OSError):
+        except redis_conn.ERRORS:
             return False
 
     async def publish(self, run_id: str, encoded: list[bytes]) -> None:
@@ -96,10 +99,14 @@ class EventBus:
         if not encoded or self._fault_drops(run_id):
             return
         try:
-            await self._pub.publish(channel(run_id), batch_from_encoded(encoded))
-        except (RedisError, OSError) as err:
+            await self._send(self._pub, channel(run_id), batch_from_encoded(encoded))
+        except redis_conn.ERRORS as err:
             self.publish_failures += 1
             log.warning("publish failed; streams will refill from Postgres: %s", err)
+
+    def _send(self, target: Any, name: str, data: bytes) -> Any:
+        """PUBLISH on a client or a pipeline (a Redis Cluster's bus says SPUBLISH instead)."""
+        return target.publish(name, data)
 
     def subscriptions(self) -> list[Subscription]:
         return [sub for subs in self._subs.values() for sub in subs]
@@ -128,9 +135,9 @@ class EventBus:
         try:
             async with self._pub.pipeline(transaction=False) as pipe:
                 for run_id, encoded in batches:
-                    pipe.publish(channel(run_id), batch_from_encoded(encoded))
+                    self._send(pipe, channel(run_id), batch_from_encoded(encoded))
                 await pipe.execute()
-        except (RedisError, OSError) as err:
+        except redis_conn.ERRORS as err:
             self.publish_failures += 1
             log.warning("publish failed; streams will refill from Postgres: %s", err)
 
@@ -198,7 +205,7 @@ class EventBus:
                         await ps.subscribe(*wanted)
                     if unwanted:
                         await ps.unsubscribe(*unwanted)
-                except (RedisError, OSError) as err:
+                except redis_conn.ERRORS as err:
                     log.warning("pubsub change failed: %s", err)
 
     async def _read_forever(self) -> None:
@@ -226,7 +233,7 @@ class EventBus:
                         sub.offer(msg["data"])
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as err:
+            except redis_conn.ERRORS as err:
                 log.warning("pubsub connection lost, reconnecting: %s", err)
                 ps, self._pubsub = self._pubsub, None
                 if ps is not None:

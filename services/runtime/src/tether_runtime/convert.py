@@ -72,6 +72,7 @@ def run_pb(r: RunView) -> resources_pb2.Run:
         usage=resources_pb2.TokenUsage(
             input_tokens=r.input_tokens, output_tokens=r.output_tokens, model_steps=r.model_steps
         ),
+        events_expired=r.events_expired,
     )
     if r.pending_interrupt is not None:
         msg.pending_interrupt.CopyFrom(interrupt_pb(r.pending_interrupt))

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
@@ -18,11 +20,13 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus, Subscription
 from tether_runtime.resume import load_owned_run
-from tether_runtime.store import event_log, interrupts, runs
+from tether_runtime.store import event_log, event_partitions, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
+from tether_runtime.store.records import TERMINAL_STATUSES
 from tether_runtime.views import RunView
 
 PAGE = 2000
+READ_PAUSE_S = 0.5  # the longest pause between a stream's reads while the store is away
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -101,16 +105,20 @@ class EventStream:
                 if after > view.last_sequence:
                     yield view  # the caller sends `reset`; then continue from the real position
                     last = view.last_sequence
-                if (
-                    view.status in ("completed", "failed", "cancelled")
-                    and last >= view.last_sequence
-                ):
+                if view.status in TERMINAL_STATUSES and last >= view.last_sequence:
                     return
-                done = False
+                done = replayed = False
                 async for batch, upto in self._from_db(run_id, last):
                     yield batch
-                    last, done = upto, done or _has_terminal(batch)
+                    last, done, replayed = upto, done or _has_terminal(batch), True
                 if done:
+                    return
+                if not replayed and last < view.last_sequence and view.status in TERMINAL_STATUSES:
+                    # A finished run whose log is missing: retention dropped it (only then, since
+                    # a run's events commit with its last_sequence). Its state is all that is
+                    # left.
+                    if await self._read(partial(event_partitions.events_expired, run_id=run_id)):
+                        yield replace(view, events_expired=True)
                     return
             self._ensure_checker()
             while True:
@@ -151,7 +159,9 @@ class EventStream:
         """A read that rides out a store outage (a Postgres restart or failover): the stream stays
         open (the gateway keeps sending heartbeats) and the client sees a delay, not an error it
         would have to reconnect through (a browser's EventSource gives up for good on the 503 it
-        would get meanwhile). It retries for as long as the client stays connected."""
+        would get meanwhile). It retries for as long as the client stays connected, at most
+        READ_PAUSE_S apart (jittered): a pause doubled through a 5 s restart up to 2 s kept a
+        stream waiting up to that long after the store was back."""
         delay = 0.1
         while True:
             try:
@@ -159,8 +169,8 @@ class EventStream:
                     return await query(conn)
             except STORE_ERRORS as err:
                 log.warning("event stream: store unavailable, retrying: %s", err)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(random.uniform(0.5, 1.0) * delay)
+                delay = min(delay * 2, READ_PAUSE_S)
 
 
 async def _page(conn: Conn, *, run_id: str, after: int) -> list[tuple[int, bytes]]:

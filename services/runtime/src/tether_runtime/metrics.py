@@ -32,6 +32,9 @@ OUTCOME_UNKNOWN = Counter(
     ["tool"],
 )
 EVENTS_APPENDED = Counter("tether_events_appended_total", "Events committed to the log")
+WRITE_RETRIES = Counter(
+    "tether_run_write_retries_total", "Run writes retried while the store was unreachable"
+)
 STREAMS_ACTIVE = Gauge("tether_event_streams_active", "Open StreamRunEvents calls")
 STREAM_GAP_FILLS = Counter("tether_stream_gap_fills_total", "Gaps filled from Postgres")
 GRPC_LATENCY = Histogram(

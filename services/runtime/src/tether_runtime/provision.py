@@ -12,7 +12,7 @@ from tether_sdk import Agent, Host
 
 from tether_runtime.agents import discover
 from tether_runtime.store import grants
-from tether_runtime.store.migrations import migrate
+from tether_runtime.store.migrations import migrate, pending
 
 # Least privilege, by service: alice looks after payment-api (the demo's walkthrough), bob after
 # checkout-web, in every environment; each may read the logs of, restart and scale only their own
@@ -48,6 +48,12 @@ def configured_agents(config: Config = None) -> list[Agent]:
 async def migrate_all(dsn: str, config: Config = None) -> list[str]:
     agents = configured_agents(config)
     return await migrate(dsn, [(a.name, a.migrations) for a in agents if a.migrations])
+
+
+async def pending_all(dsn: str, config: Config = None) -> list[str]:
+    """What `migrate_all` would apply (none: the schema is current for this code)."""
+    agents = configured_agents(config)
+    return await pending(dsn, [(a.name, a.migrations) for a in agents if a.migrations])
 
 
 async def seed_demo(dsn: str, config: Config = None, *, reset: bool = False) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import redis.asyncio as aioredis
+from tether_common import redis_conn
 from tether_common.auth import TokenVerifier
 from tether_common.revocation import Revocations
 
@@ -20,7 +20,7 @@ async def follow_revocations(verifier: TokenVerifier, redis_url: str) -> AsyncIt
         yield
         return
     revocations = Revocations()
-    client = aioredis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
+    client = redis_conn.connect(redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
     verifier.is_revoked = lambda principal: revocations.is_revoked(principal.jti)
     task = asyncio.create_task(revocations.follow(lambda: client))
     try:

@@ -10,14 +10,14 @@ import base64
 import binascii
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 
 from tether_runtime import policy
-from tether_runtime.store import conversations, interrupts, runs
+from tether_runtime.store import conversations, event_partitions, interrupts, runs
 from tether_runtime.store.db import Pool
 from tether_runtime.views import RunView
 
@@ -149,5 +149,13 @@ async def list_runs(
         rows = rows[:size]
         waiting = [r.id for r in rows if r.status == "interrupted"]
         pending = await interrupts.pending_for_runs(conn, waiting)
-    views = [RunView.of(r, pending.get(r.id)) for r in rows]
+        # Retention drops only finished runs' events: the horizon is read once per page.
+        horizon = await event_partitions.horizon(conn) if any(r.terminal for r in rows) else ""
+    views = [
+        replace(
+            RunView.of(r, pending.get(r.id)),
+            events_expired=r.terminal and event_partitions.below(horizon, r.id),
+        )
+        for r in rows
+    ]
     return views, encode_token(rows[-1].id, filters) if more else ""

@@ -47,7 +47,13 @@ class RunExecutor:
         self.resume_skip = run.step_streamed
         self.agent: LoadedAgent | None = engine.agents.agents.get(run.agent)
         self.writer = RunWriter(
-            engine.pool, engine.bus, engine.sink, run.id, run.lease_epoch, run.last_sequence
+            engine.pool,
+            engine.bus,
+            engine.sink,
+            run.id,
+            run.lease_epoch,
+            run.last_sequence,
+            ride_out_s=engine.settings.store_ride_out_s,
         )
         self.calls = ToolCalls(self)
         # Calls that a step of THIS executor made pending, after the step's commit: no row of

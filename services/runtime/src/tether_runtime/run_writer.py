@@ -2,7 +2,8 @@
 everything queued so far at once, numbered by this lease holder and fenced by its epoch and
 position, then publishes it. Text deltas are queued without waiting and go through the
 process-wide EventSink (shared with other runs); a batch carrying a state change commits in one
-transaction of its own. State changes wait until they are durable."""
+transaction of its own. State changes wait until they are durable. A commit the store cannot take
+right now (a restart, a failover) is retried for a while (`_commit_through_outage`)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from tether_runtime import events as ev
 from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
+from tether_runtime.outage import Outage
 from tether_runtime.store import event_log, interrupts, outbox, runs
-from tether_runtime.store.db import Conn, Pool
+from tether_runtime.store.db import STORE_DOWN, Conn, Pool
 from tether_runtime.store.event_log import LeaseAppend, ReadClaim
 
 Apply = Callable[[Conn], Awaitable[None]]
@@ -95,6 +97,8 @@ class RunWriter:
         run_id: str,
         epoch: int,
         last_sequence: int,
+        *,
+        ride_out_s: float = 0.0,
     ) -> None:
         self.pool = pool
         self.bus = bus
@@ -103,6 +107,7 @@ class RunWriter:
         self.epoch = epoch
         # The lease holder is the run's only appender, so it keeps the position itself.
         self.last_sequence = last_sequence
+        self.ride_out_s = ride_out_s
         self.cancel_requested = False
         self._queue: list[_Write] = []
         self._queued_events = 0
@@ -141,7 +146,7 @@ class RunWriter:
             batch, self._queue = _events_only_first(self._queue)
             self._queued_events = sum(len(w.events) for w in self._queue)
             try:
-                encoded, published = await self._commit(batch)
+                encoded, published = await self._commit_through_outage(batch)
             except BaseException as err:  # Fenced, store failure, cancellation: all writes fail
                 self._failure = err if isinstance(err, Exception) else RuntimeError("cancelled")
                 for w in batch + self._queue:
@@ -157,6 +162,52 @@ class RunWriter:
             for w in batch:
                 if w.done is not None and not w.done.done():
                     w.done.set_result(None)
+
+    async def _commit_through_outage(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
+        """`_commit`, retried while the store is unreachable, for up to `ride_out_s` from the
+        first failure. The run keeps its place (the model's stream, the text it has said): handed
+        back instead, it would be claimed again after the outage and re-run its step from the
+        checkpoint, re-streaming what was already shown (seconds of a model's time) before its
+        stream moved again.
+
+        Retrying is safe: the append is fenced by this lease's epoch and by the log's position, so
+        it lands at most once and only while no other worker took the run over. An attempt whose
+        answer was lost may have committed all the same; before each retry `_landed` reads the
+        run's position to tell that apart (cost: one read per retry, none without a failure). A
+        batch without events moves no position, so it cannot be told apart: it is not retried."""
+        added = sum(len(w.events) for w in batch)
+        outage: Outage | None = None
+        while True:
+            try:
+                if outage is not None and await self._landed(added):
+                    return [], True
+                return await self._commit(batch)
+            except STORE_DOWN:
+                if not added:
+                    raise
+                outage = outage or Outage(self.ride_out_s)
+                if not await outage.pause():
+                    raise
+                metrics.WRITE_RETRIES.inc()
+
+    async def _landed(self, added: int) -> bool:
+        """After a failed attempt: True if it committed after all (the log ends where it would
+        have left it, under this epoch: no other writer could have put it there), False if the
+        log is still where this writer left it (retry); Fenced otherwise. A batch that landed is
+        not published (its stored encoding carries the lost attempt's time stamps, which this
+        writer cannot know): streams find it in Postgres at their next gap or positioning check,
+        as they find any lost publish."""
+        async with self.pool.acquire() as conn:
+            at = await runs.position(conn, self.run_id)
+        if at is None or at.epoch != self.epoch or at.status != "running":
+            raise event_log.Fenced(self.run_id)
+        if at.last_sequence == self.last_sequence + added:
+            self.last_sequence = at.last_sequence
+            self.cancel_requested = self.cancel_requested or at.cancel_requested
+            return True
+        if at.last_sequence != self.last_sequence:
+            raise event_log.Fenced(self.run_id)
+        return False
 
     async def _commit(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
         """Returns the encoded events and whether they were already published."""

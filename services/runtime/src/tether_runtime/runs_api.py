@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
@@ -16,7 +16,14 @@ from tether_runtime.agent import context
 from tether_runtime.agents import AgentRegistry
 from tether_runtime.checkpoint import started as started_checkpoint
 from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
-from tether_runtime.store import conversations, event_log, idempotency, interrupts, run_admission
+from tether_runtime.store import (
+    conversations,
+    event_log,
+    event_partitions,
+    idempotency,
+    interrupts,
+    run_admission,
+)
 from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.records import ConversationRow, MessageRow
 from tether_runtime.views import AgentView, RunView
@@ -205,7 +212,9 @@ async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
     async with pool.acquire() as conn:
         run = await load_owned_run(conn, principal, run_id)
         pending = await interrupts.pending_for_run(conn, run_id)
-    return RunView.of(run, pending)
+        # Retention drops only finished runs' events: one more query for those alone.
+        expired = run.terminal and await event_partitions.events_expired(conn, run_id)
+    return replace(RunView.of(run, pending), events_expired=expired)
 
 
 def list_agents(agents: AgentRegistry, principal: Principal) -> tuple[list[AgentView], str]:

@@ -21,10 +21,10 @@ from tether_common.tracing import setup_tracing
 
 from tether_runtime.agent.gate import ToolGate
 from tether_runtime.agents import AgentLoadError, AgentRegistry
-from tether_runtime.bus import EventBus
 from tether_runtime.engine import Engine
 from tether_runtime.revoked_tokens import follow_revocations
 from tether_runtime.servicer import RuntimeServicer, register
+from tether_runtime.sharded_bus import event_bus
 from tether_runtime.store import idempotency
 from tether_runtime.store.db import create_pool
 from tether_runtime.transport import (
@@ -50,6 +50,9 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(settings.drain_s * 1000)),
+        # gRPC's default on Linux, made explicit: `--processes N` runs N servers on one port
+        # (tether_cli/pod.py) and the kernel spreads new connections over them.
+        ("grpc.so_reuseport", 1),
     ]
 
 
@@ -77,7 +80,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         max_size=settings.db_pool_size,
         idle_tx_timeout_s=settings.lease_ttl_s,
     )
-    bus = EventBus(settings.redis_url)
+    bus = event_bus(settings.redis_url)
     await bus.start()
     await agents.start(settings.database_url)
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)

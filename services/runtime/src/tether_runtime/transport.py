@@ -58,7 +58,7 @@ def health_only_server(
     """A second, plaintext server with the health service alone, for the kubelet's probes."""
     if not settings.grpc_health_addr:
         return None
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])  # shared by --processes N
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     server.add_insecure_port(settings.grpc_health_addr)
     return server

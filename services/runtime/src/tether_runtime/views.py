@@ -52,6 +52,8 @@ class RunView:
     input_tokens: int = 0
     output_tokens: int = 0
     model_steps: int = 0
+    events_expired: bool = False
+    """Retention dropped the run's events (store/event_partitions.py)."""
 
     @classmethod
     def of(cls, r: RunRow, pending: InterruptRow | None = None) -> RunView:

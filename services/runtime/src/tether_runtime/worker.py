@@ -19,10 +19,12 @@ from tether_common.tracing import context_from, span_context_from
 
 from tether_runtime import metrics, poison
 from tether_runtime.engine import Engine
+from tether_runtime.outage import Outage
 from tether_runtime.resume import expire_interrupt
 from tether_runtime.run_loop import RunExecutor
 from tether_runtime.store import (
     checkpoint_compaction,
+    event_partitions,
     idempotency,
     interrupts,
     run_admission,
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.worker")
 
 CLAIM_BATCH = 32  # most runs one claim statement takes
+PARTITIONS_EVERY_S = 60.0  # the partition job's turns: its work changes once a day
 
 
 class Worker:
@@ -47,6 +50,7 @@ class Worker:
         self._stopping = False
         self._listener: asyncpg.Connection | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._partitions_at = float("-inf")  # the first sweep takes a turn
 
     async def start(self) -> None:
         await self._listen()
@@ -56,6 +60,9 @@ class Worker:
         try:
             self._listener = await asyncpg.connect(self.e.settings.database_url)
             await self._listener.add_listener(runs.WAKE_CHANNEL, lambda *_: self.wake.set())
+            # A server restart ends this session: wake the loop, which listens again at once
+            # (else NOTIFYs are lost until its next poll).
+            self._listener.add_termination_listener(lambda *_: self.wake.set())
         except STORE_ERRORS as err:
             log.warning("LISTEN failed, relying on polling: %s", err)
             self._listener = None
@@ -75,7 +82,7 @@ class Worker:
                     free = min(self.slots_free(), CLAIM_BATCH)
                     async with self.e.pool.acquire() as conn:
                         claimed = await runs.claim_batch(
-                            conn, self.owner, ttl, free, backoff_s=backoff
+                            conn, self.owner, ttl, free, backoff_s=backoff, held=list(self.tasks)
                         )
                     for run, took_over in claimed:
                         if took_over:
@@ -89,6 +96,7 @@ class Worker:
                     await self._promote_stalled()
                     await self._expire_idempotency_keys()
                     await self._compact_checkpoints()
+                    await self._maintain_event_partitions()
                 ticks += 1
             except STORE_ERRORS as err:
                 log.warning("claim loop: database unavailable: %s", err)
@@ -168,27 +176,38 @@ class Worker:
         """Requeue a run a store outage interrupted, with its attempt returned (an outage says
         nothing about the run, so it must not count toward RUN_ATTEMPTS_EXHAUSTED), while this
         worker's lease still holds; fenced, so a run taken over meanwhile is left alone."""
-        deadline = time.monotonic() + self.e.settings.lease_ttl_s
-        pause = 0.2
-        while time.monotonic() < deadline and not self._stopping:
+        # Fenced by the epoch, so trying past the lease's end is safe; and a short capped pause
+        # (not a doubling one grown through the outage) gives it back soon after the store is.
+        outage = Outage(max(self.e.settings.lease_ttl_s, self.e.settings.store_ride_out_s))
+        while not self._stopping:
             try:
                 async with self.e.pool.acquire() as conn:
                     await runs.release(conn, run.id, run.lease_epoch)
                 return
             except STORE_ERRORS:
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 1.0)
+                if not await outage.pause():
+                    return
 
     async def _heartbeat(self, run: RunRow, task: asyncio.Task[None], ex: RunExecutor) -> None:
         ttl = self.e.settings.lease_ttl_s
+        outage: Outage | None = None
         while True:
-            await asyncio.sleep(ttl / 3)
+            if outage is None:
+                await asyncio.sleep(ttl / 3)
+            elif not await outage.pause():
+                outage = None  # a long outage: back to the usual beat
+                continue
             try:
                 async with self.e.pool.acquire() as conn:
                     cancel = await runs.renew(conn, run.id, run.lease_epoch, ttl)
             except STORE_ERRORS as err:
-                log.warning("heartbeat failed: %s", err)
+                # Renew again soon after the store returns, not a third of a TTL later: an outage
+                # longer than the lease leaves it expired meanwhile, open to another pod's claim.
+                if outage is None:
+                    log.warning("heartbeat failed: %s", err)
+                    outage = Outage(self.e.settings.store_ride_out_s)
                 continue
+            outage = None
             if cancel is None:
                 metrics.LEASES_LOST.inc()
                 log.warning("lease lost at heartbeat; stopping", extra={"run_id": run.id})
@@ -206,6 +225,15 @@ class Worker:
         """TETHER_CHECKPOINT_COMPACT_AFTER_S: one batch per sweep."""
         async with self.e.pool.acquire() as conn:
             await checkpoint_compaction.compact(conn, self.e.settings.checkpoint_compact_after_s)
+
+    async def _maintain_event_partitions(self) -> None:
+        """TETHER_EVENT_RETENTION_S: run_event's days ahead, expired ones dropped; every pod takes
+        turns, the job's advisory lock lets one of them work at a time."""
+        if time.monotonic() - self._partitions_at < PARTITIONS_EVERY_S:
+            return
+        self._partitions_at = time.monotonic()
+        async with self.e.pool.acquire() as conn:
+            await event_partitions.maintain(conn, self.e.settings.event_retention_s)
 
     async def _expire_idempotency_keys(self) -> None:
         """TETHER_IDEMPOTENCY_TTL_S: one batch per sweep (a backlog drains over a few sweeps)."""

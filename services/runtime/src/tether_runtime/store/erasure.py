@@ -46,7 +46,12 @@ async def _tables(conn: Conn, with_users: bool) -> dict[str, list[str]]:
         "FROM information_schema.columns c JOIN information_schema.tables t "
         "ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
         "WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE' "
-        "AND c.column_name = ANY($1::text[]) GROUP BY c.table_name",
+        "AND c.column_name = ANY($1::text[]) "
+        # A partition (run_event's days, migration 0019) is deleted from through its parent.
+        "AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid "
+        "JOIN pg_namespace n ON n.oid = p.relnamespace "
+        "WHERE p.relname = c.table_name AND n.nspname = c.table_schema) "
+        "GROUP BY c.table_name",
         wanted,
     )
     out = {r["table_name"]: list(r["cols"]) for r in rows if r["table_name"] not in KEPT}

@@ -96,3 +96,31 @@ async def _migrate_agent(conn: asyncpg.Connection, agent: str, todo: list[Migrat
         log.info("applied agent migration", extra={"agent": agent, "migration": name})
         applied.append(f"{agent}/{name}")
     return applied
+
+
+async def pending(dsn: str, agents: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The migrations this code knows that the database has not applied (`tether migrate
+    --check`); newer ones it does not know are fine (expand, then contract)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        core = _read(resources.files("tether_runtime.store").joinpath("migrations"))
+        done: set[int] = set()
+        if await conn.fetchval("SELECT to_regclass('schema_migration') IS NOT NULL"):
+            done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migration")}
+        missing = [name for version, name, _ in core if version not in done]
+        has_agent_table = await conn.fetchval("SELECT to_regclass('agent_migration') IS NOT NULL")
+        for agent, spec in agents:
+            applied: set[int] = set()
+            if has_agent_table:
+                rows = await conn.fetch(
+                    "SELECT version FROM agent_migration WHERE agent = $1", agent
+                )
+                applied = {r["version"] for r in rows}
+            missing += [
+                f"{agent}/{name}"
+                for version, name, _ in agent_migrations(spec)
+                if version not in applied
+            ]
+        return missing
+    finally:
+        await conn.close()

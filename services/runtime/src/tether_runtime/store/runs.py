@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -173,10 +175,11 @@ _BACKOFF = (
 _CLAIM = f"""
 WITH next AS (
     SELECT id, status AS was, queued_at AS place FROM run
-    WHERE status = 'queued'
-       OR (status = 'running'
-           AND lease_expires_at + make_interval(secs => {_BACKOFF.format(attempts="attempts")})
-               < now())
+    WHERE (status = 'queued'
+           OR (status = 'running'
+               AND lease_expires_at + make_interval(secs => {_BACKOFF.format(attempts="attempts")})
+                   < now()))
+      AND id <> ALL($6::text[])
     ORDER BY queued_at
     FOR UPDATE SKIP LOCKED
     LIMIT $3
@@ -195,7 +198,13 @@ MAX_BACKOFF_S = 60.0
 
 
 async def claim_batch(
-    conn: Conn, owner: str, ttl_s: float, limit: int, *, backoff_s: float = 0.0
+    conn: Conn,
+    owner: str,
+    ttl_s: float,
+    limit: int,
+    *,
+    backoff_s: float = 0.0,
+    held: Sequence[str] = (),
 ) -> list[tuple[RunRow, bool]]:
     """Take up to `limit` claimable runs in their place in the queue, in one statement: queued
     runs, and runs whose worker's lease ran out, after a backoff from their second attempt on
@@ -207,8 +216,13 @@ async def claim_batch(
     worker died at once, so a run taken over after a crash lines up behind the runs queued before
     then, instead of at the head of the queue, and the index scan of the claimable runs meets
     the queued ones before the healthy running ones. Returns each run and whether this claim took
-    it over from a worker whose lease expired."""
-    rows = await conn.fetch(_CLAIM, owner, ttl_s, limit, backoff_s, MAX_BACKOFF_S)
+    it over from a worker whose lease expired.
+
+    `held`: runs the caller is executing itself; never taken over from itself. A store outage
+    longer than the lease lets a run's lease run out while its worker waits to write: once the
+    store is back that worker goes on (its writes are fenced by the epoch), and a claim by its own
+    claim loop would only fence it and re-run the step."""
+    rows = await conn.fetch(_CLAIM, owner, ttl_s, limit, backoff_s, MAX_BACKOFF_S, list(held))
     rows = sorted(rows, key=lambda row: row["place"])  # UPDATE ... RETURNING has no order
     return [(RunRow.of(row), bool(row["took_over"])) for row in rows]
 
@@ -224,6 +238,30 @@ async def claim_next(
 async def claim(conn: Conn, owner: str, ttl_s: float, *, backoff_s: float = 0.0) -> RunRow | None:
     claimed = await claim_next(conn, owner, ttl_s, backoff_s=backoff_s)
     return claimed[0] if claimed else None
+
+
+@dataclass(frozen=True)
+class Position:
+    epoch: int
+    status: str
+    last_sequence: int
+    cancel_requested: bool
+
+
+async def position(conn: Conn, run_id: str) -> Position | None:
+    """Where the run's lease and log stand (a writer checking whether its lost attempt landed)."""
+    row = await conn.fetchrow(
+        "SELECT lease_epoch, status, last_sequence, cancel_requested FROM run WHERE id = $1",
+        run_id,
+    )
+    if row is None:
+        return None
+    return Position(
+        int(row["lease_epoch"]),
+        str(row["status"]),
+        int(row["last_sequence"]),
+        bool(row["cancel_requested"]),
+    )
 
 
 async def renew(conn: Conn, run_id: str, epoch: int, ttl_s: float) -> bool | None:

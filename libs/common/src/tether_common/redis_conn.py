@@ -1,0 +1,84 @@
+"""One place that turns REDIS_URL into a client: a plain `redis.asyncio.Redis`, or, when the URL's
+scheme is `redis+cluster://` (`rediss+cluster://` with TLS), a `RedisCluster` seeded from the
+listed nodes (`redis+cluster://h1:6379,h2:6379`). The scheme rather than a second setting, so the
+one value that names the store also says what it is, and a plain URL keeps working unchanged.
+
+The helpers below paper over the few commands that differ: a cluster spans many slots, so a
+multi-key read is split by slot, and after a failover the client's map of slots is refreshed
+before a subscriber reconnects (a pub/sub connection never sees the MOVED that would refresh it)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+# What a call may raise while the store is unwell: a cluster client's "no node answers" and
+# "slot not covered" are not RedisErrors.
+ERRORS = (RedisError, RedisClusterException, OSError)
+
+
+def is_cluster(url: str) -> bool:
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def connect(url: str, **options: Any) -> Any:
+    """A client for `url` (`options`: socket timeouts and the like, passed to either kind).
+    Typed Any as the app's other Redis handles are: redis' generics in every signature cost more
+    than they check."""
+    if not is_cluster(url):
+        return aioredis.Redis.from_url(url, **options)
+    return RedisCluster(**cluster_options(url), **options)
+
+
+def cluster_options(url: str) -> dict[str, Any]:
+    """RedisCluster's arguments for a `redis+cluster://[user:password@]host:port[,host:port…]`."""
+    parts = urlsplit(url)
+    scheme = CLUSTER_SCHEMES[parts.scheme]
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    if parts.path not in ("", "/", "/0"):
+        # A cluster has only database 0: silently using it would mix with what expected another.
+        raise ValueError("REDIS_URL: a Redis Cluster has only database 0")
+    seeds = []
+    for host_port in hosts.split(","):
+        host, _, port = host_port.strip().rpartition(":")
+        if not host:
+            host, port = port, "6379"
+        seeds.append(ClusterNode(host.strip("[]"), int(port)))
+    options: dict[str, Any] = {"startup_nodes": seeds}
+    if user:
+        options["username"] = unquote(user)
+    if password:
+        options["password"] = unquote(password)
+    if scheme == "rediss":
+        options["ssl"] = True
+    return options
+
+
+async def mget(client: Any, keys: list[str]) -> list[Any]:
+    """MGET of keys that may sit in different slots (split per slot on a cluster)."""
+    if isinstance(client, RedisCluster):
+        return list(await client.mget_nonatomic(keys))
+    return list(await client.mget(keys))
+
+
+async def ready(client: Any) -> None:
+    """Load a cluster client's slot map if it has none yet (a no-op for a plain Redis, and for a
+    cluster client once loaded): its pub/sub picks a node by that map and fails without it."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+
+
+async def refresh_slots(client: Any) -> None:
+    """Re-read which node owns which slot (a no-op for a plain Redis). After a master died, its
+    replica owns its slots; a subscriber that reconnected by the stale map would try the dead
+    node until something else happened to refresh it."""
+    if isinstance(client, RedisCluster):
+        await client.nodes_manager.initialize()
