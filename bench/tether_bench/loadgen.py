@@ -849,6 +849,84 @@ async def langgraph_run(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
+async def _statements(urls: list[str]) -> dict[str, float]:
+    """tether_db_statements_total by kind, summed over the runtime processes' metrics ports."""
+    out: dict[str, float] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+        for url in urls:
+            async with s.get(url) as resp:
+                text = await resp.text()
+            for line in text.splitlines():
+                m = _STATEMENTS.match(line)
+                if m:
+                    out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+_STATEMENTS = re.compile(r'^tether_db_statements_total\{kind="(\w+)"\} (\S+)$')
+
+
+async def short_runs(ctx: Ctx) -> dict[str, Any]:
+    """Short runs, closed loop: `clients` clients each start a run (one read-only tool, then an
+    answer) with a streaming POST, read its SSE stream to `done`, and start the next; `runs` runs
+    in all after one warm-up run per client. Runs/s, POST -> done and POST -> first event, the
+    runtime's CPU per run and the statements its pool sent per run (tether_db_statements_total,
+    every statement in the window, background ones included, over the runs finished in it)."""
+    p = ctx.params
+    clients, runs = int(p["clients"]), int(p["runs"])
+    per_conv = int(p.get("runs_per_conversation", 10))  # a conversation's history stays short
+    service = await abnormal_service(ctx.dsn)
+    text = f"show recent errors of {service}"
+    convs: asyncio.Queue[str] = asyncio.Queue()
+    # one per client for the warm-up and its first runs, then one every per_conv runs
+    for c in await ctx.conversations(math.ceil(runs / per_conv) + clients):
+        convs.put_nowait(c)
+
+    async def one(conv: str, run_ms: list[float], first_ms: list[float]) -> None:
+        t0, reader = await read_run(ctx, conv, text)
+        kinds = [e.type for e in reader.events]
+        if kinds[-1:] != ["done"] or "tool_finished" not in kinds:
+            raise RuntimeError(f"short run did not call its tool and finish: {kinds}")
+        run_ms.append((reader.events[-1].mono - t0) * 1000)
+        first_ms.append((reader.events[0].mono - t0) * 1000)
+
+    mine = [convs.get_nowait() for _ in range(clients)]
+    await asyncio.gather(*(one(c, [], []) for c in mine))  # warm-up
+    left = [runs]
+    run_ms: list[float] = []
+    first_ms: list[float] = []
+
+    async def client(conv: str) -> None:
+        used = 1  # the warm-up run
+        while left[0] > 0:
+            left[0] -= 1
+            if used == per_conv:
+                conv, used = convs.get_nowait(), 0
+            used += 1
+            await one(conv, run_ms, first_ms)
+
+    metrics = list(p.get("runtime_metrics", []))
+    st_before = await _statements(metrics)
+    cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in mine))
+    wall_s = time.perf_counter() - t0
+    cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
+    st_after = await _statements(metrics)
+    by_kind = {k: round((v - st_before.get(k, 0.0)) / runs, 3) for k, v in sorted(st_after.items())}
+    return {
+        "runs": runs,
+        "clients": clients,
+        "runs_per_s": round(runs / wall_s, 1),
+        "run_ms": p50_p99(run_ms),
+        "first_event_ms": p50_p99(first_ms),
+        "runtime_cpu_ms_per_run": round((cpu_after[0] - cpu_before[0]) * 1000 / runs, 3),
+        "gateway_cpu_ms_per_run": round((cpu_after[1] - cpu_before[1]) * 1000 / runs, 3),
+        "statements_per_run": round(sum(by_kind.values()), 3),
+        "statements_per_run_by_kind": {k: v for k, v in by_kind.items() if v},
+    }
+
+
 SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "first_event": first_event,
     "resume": resume_to_tool_started,
@@ -856,6 +934,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "grpc_stream": grpc_stream,
     "replay": replay,
     "fanout": fanout,
+    "short_runs": short_runs,
     "idle_sse": idle_sse,
     "provider_stream": provider_stream,
     "langgraph": langgraph_run,

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import resource
@@ -36,7 +37,7 @@ from typing import Any
 import psutil
 from tether_common import redis_conn
 
-from tether_bench import stack
+from tether_bench import history, stack
 from tether_bench.profile import render, summarize
 from tether_bench.stats import median_of
 
@@ -59,6 +60,7 @@ MODES: dict[str, dict[str, Any]] = {
             "grpc_stream": {"deltas": 1000, "samples": 1, "replay_events": 2000},
             "replay": {"events": 2000, "samples": 1},
             "fanout": {"runs": 20, "deltas": 50},
+            "short_runs": {"clients": 16, "runs": 64},  # the shape only: CI runs quick
             "idle_sse": {"connections": 200, "hold_s": 2.5, "open_concurrency": 50},
             "fanout_split_runtime": {
                 "scenario": "fanout",
@@ -88,6 +90,8 @@ MODES: dict[str, dict[str, Any]] = {
             "grpc_stream": {"deltas": 5000, "samples": 5, "replay_events": 10000},
             "replay": {"events": 10000, "samples": 3},
             "fanout": {"runs": 200, "deltas": 200},
+            # short runs (one read-only tool, then the answer), 32 clients, closed loop
+            "short_runs": {"clients": 32, "runs": 3000},
             "idle_sse": {
                 "connections": 5000,
                 "hold_s": 10.0,
@@ -133,8 +137,32 @@ MODES: dict[str, dict[str, Any]] = {
                 "first_event_samples": 20,
             },
         },
+        "history": {"runs": 100_000, "events": 10_000_000, "waiting": 10_000},
     },
 }
+# `history` (full only): these scenarios again after preloading a used database (history.py),
+# each figure beside the same figure on the empty database.
+HEADLINE = ("first_event", "fanout", "short_runs", "resume", "replay")
+HISTORY_FIGURES = (
+    "first_event.idle.p50",
+    "first_event.loaded.p50",
+    "first_event.loaded.p99",
+    "fanout.fanout.events_per_s",
+    "fanout.fanout.commit_to_arrival_p50_ms",
+    "fanout.fanout.commit_to_arrival_p99_ms",
+    "fanout.fanout.first_event_after_start_p50_ms",
+    "fanout.db_rows_per_event.inserted",
+    "short_runs.runs_per_s",
+    "short_runs.run_ms.p50",
+    "short_runs.run_ms.p99",
+    "short_runs.first_event_ms.p50",
+    "short_runs.first_event_ms.p99",
+    "short_runs.runtime_cpu_ms_per_run",
+    "short_runs.statements_per_run",
+    "resume.p50",
+    "resume.p99",
+    "replay.ms",
+)
 PROFILED = {"single_run": {"samples": 40}, "fanout": {}, "fanout_split_runtime": {}}
 
 
@@ -308,6 +336,7 @@ class Bench:
                     if k not in ("scenario", "env", "runtime_split", "provider")
                 },
                 "provider_url": self.provider_url,
+                "runtime_metrics": [p.metrics_url for p in self.procs if p.metrics_url],
                 "heartbeat_s": self.spec["heartbeat_s"],
             },
         }
@@ -415,11 +444,23 @@ class Bench:
         reps: list[dict[str, Any]] = []
         profile: dict[str, Any] | None = None
         pooler = contextlib.ExitStack()
+        hist_spec = self.spec.get("history")
+        want_history = hist_spec is not None and (only is None or "history" in only)
+        if only and "history" in only:
+            if hist_spec is None:
+                raise SystemExit(f"history is not measured in {self.mode} mode (full only)")
+            only = only | set(HEADLINE)  # the empty-database figures to compare with
+        hist: dict[str, Any] = {}
         try:
             if self.pgbouncer_pool:
                 self.system_env = self.through_pgbouncer(pooler)
             for rep in range(self.reps):
                 reps.append(await self.repetition(rep, only))
+            if want_history:
+                log(f"history: preloading {hist_spec}")
+                hist["preload"] = await history.preload(self.dsn, dict(hist_spec or {}), log)
+                log(f"history: preloaded {hist['preload']}")
+                hist["reps"] = [await self.repetition(r, set(HEADLINE)) for r in range(self.reps)]
             if profile_dir is not None:
                 profile = await self.profile(profile_dir, native)
         finally:
@@ -428,8 +469,12 @@ class Bench:
             pooler.close()
             await stack.drop_database(self.admin_dsn, self.dsn)
         doc = self.document(reps, pg_version, redis_version, time.monotonic() - started)
+        if hist:
+            doc["history"] = history_figures(reps, hist["reps"], hist["preload"])
         if out is not None:
             full = {**doc, "per_repetition": reps}
+            if hist:
+                full["history_per_repetition"] = hist["reps"]
             if profile is not None:
                 full["profile"] = profile
             _write(out, json.dumps(full, indent=2) + "\n")
@@ -496,6 +541,7 @@ class Bench:
                 if "fanout_split_runtime" in sizes
                 else {}
             ),
+            "short_runs": med("short_runs"),
             "replay_10k_ms": med("replay"),
             "idle_sse_connection_kib": med("idle_sse"),
             **(
@@ -569,6 +615,30 @@ class Bench:
         return doc
 
 
+def history_figures(
+    empty: list[dict[str, Any]], loaded: list[dict[str, Any]], preload: dict[str, Any]
+) -> dict[str, Any]:
+    """Each headline figure's median over repetitions on the empty database and after the
+    preload, and the change in percent."""
+
+    def med(reps: list[dict[str, Any]], path: str) -> float:
+        values = []
+        for r in reps:
+            cur: Any = r
+            for key in path.split("."):
+                cur = cur.get(key) if isinstance(cur, dict) else None
+            if isinstance(cur, int | float):
+                values.append(float(cur))
+        return float(median_of(values)) if values else math.nan
+
+    figures: dict[str, Any] = {}
+    for path in HISTORY_FIGURES:
+        before, after = med(empty, path), med(loaded, path)
+        change = 100 * (after - before) / before if before else math.nan
+        figures[path] = {"empty": before, "history": after, "change_pct": round(change, 1)}
+    return {"preload": preload, "figures": figures}
+
+
 async def _wait_port(port: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -629,7 +699,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
     ap.add_argument("--reps", type=int, help="repetitions (default: 3 full, 1 quick)")
     ap.add_argument(
-        "--only", help="comma-separated scenarios: " + ",".join(MODES["full"]["scenarios"])
+        "--only",
+        help="comma-separated scenarios: " + ",".join([*MODES["full"]["scenarios"], "history"]),
     )
     ap.add_argument("--out", type=Path, help="also write the document (with per-repetition data)")
     ap.add_argument(

@@ -68,6 +68,7 @@ class Proc:
     proc: asyncio.subprocess.Process
     addr: str
     log_path: Path
+    metrics_url: str = ""  # a runtime's Prometheus endpoint
 
     @property
     def pid(self) -> int:
@@ -145,7 +146,15 @@ async def _wait_ready(proc: Proc, check: object, limit_s: float) -> None:
 
 async def start_runtime(env: dict[str, str], limit_s: float = 30, *, name: str = "runtime") -> Proc:
     addr = f"127.0.0.1:{free_port()}"
-    proc = await _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr)
+    # its metrics on a port of their own: the bench reads tether_db_statements_total there
+    metrics = f"127.0.0.1:{free_port()}"
+    proc = await _spawn(
+        name,
+        ["-m", "tether_runtime"],
+        {**env, "TETHER_GRPC_ADDR": addr, "TETHER_METRICS_ADDR": metrics},
+        addr,
+    )
+    proc.metrics_url = f"http://{metrics}/metrics"
     await _wait_ready(proc, lambda: _grpc_serving(addr), limit_s)
     return proc
 

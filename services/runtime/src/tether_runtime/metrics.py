@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+from tether_runtime.store.statement_count import StatementCollector
 
 RUNS_STARTED = Counter("tether_runs_started_total", "Runs queued by StartRun")
 RUNS_FINISHED = Counter("tether_runs_finished_total", "Runs that left a worker", ["status"])
@@ -61,3 +63,5 @@ CONVERSATION_SUMMARIES = Counter(
     "Background summaries of earlier turns: stored, superseded (another pod's was newer), failed",
     ["result"],
 )
+# tether_db_statements_total{kind}: read from the pool's counting connections when scraped
+REGISTRY.register(StatementCollector())

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
@@ -87,6 +88,21 @@ async def list_messages(
     return rows, rows[-1].id if more else ""
 
 
+@dataclass
+class StreamedStart:
+    """A start whose caller streams the run from its first event (StartRunAndStreamEvents).
+    `ready` (the stream's subscription being confirmed) is awaited just before the run is
+    stored: when it says yes, every batch published after the commit reaches the stream, so the
+    run's first event, encoded once here, is handed back in `first` and the stream need not read
+    it back from Postgres. Left None for a replayed start, or when `ready` said no."""
+
+    ready: asyncio.Future[bool]
+    first: bytes | None = field(default=None, init=False)
+
+    async def confirmed(self) -> bool:
+        return await asyncio.shield(self.ready)  # a retried start awaits the same answer
+
+
 async def start_run(
     pool: Pool,
     agents: AgentRegistry,
@@ -98,6 +114,7 @@ async def start_run(
     trace_context: dict[str, str],
     *,
     run_id: str = "",
+    streamed: StreamedStart | None = None,
 ) -> tuple[RunView, bool, list[str]]:
     """The run, whether it is a replay of an earlier start with the same key, and the runs of
     the conversation that were active when it was stored (none for a replay)."""
@@ -130,6 +147,8 @@ async def start_run(
             conn, conv_id, message_id, text, budget=budget
         )
         checkpoint = started_checkpoint(new_id_after("msg", message_id), messages, cut)
+        # (its Redis round trip overlapped the context read above)
+        confirmed = streamed is not None and await streamed.confirmed()
         # The conversation is locked first, so the agent's concurrent_runs policy reads its
         # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
         # idempotency key must commit with it.
@@ -156,8 +175,11 @@ async def start_run(
             ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
-    # Not published: no stream can be following a run whose id was unknown until now, and any
-    # stream opened from here on reads Postgres (after its subscription is confirmed).
+    # Not published: no stream can be following a run whose id was unknown until now but the
+    # caller's own (handed the event in `streamed.first`), and any stream opened from here on
+    # reads Postgres (after its subscription is confirmed).
+    if streamed is not None and confirmed:
+        streamed.first = encoded
     metrics.RUNS_STARTED.inc()
     return view, False, admission.active
 
@@ -177,15 +199,13 @@ async def start_run_once(
     trace_context: dict[str, str],
     *,
     run_id: str = "",
+    streamed: StreamedStart | None = None,
 ) -> tuple[RunView, bool, list[str]]:
+    args = (pool, agents, principal, conv_id, text, key, agent, trace_context)
     try:
-        return await start_run(
-            pool, agents, principal, conv_id, text, key, agent, trace_context, run_id=run_id
-        )
+        return await start_run(*args, run_id=run_id, streamed=streamed)
     except _Retry:
-        return await start_run(
-            pool, agents, principal, conv_id, text, key, agent, trace_context, run_id=run_id
-        )
+        return await start_run(*args, run_id=run_id, streamed=streamed)
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:

@@ -3,6 +3,7 @@ No business rule lives here."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -205,6 +206,7 @@ class RuntimeServicer:
         request: pb.StartRunRequest | pb.StartRunAndStreamEventsRequest,
         context: Any,
         run_id: str = "",
+        streamed: runs_api.StreamedStart | None = None,
     ) -> tuple[RunView, bool]:
         view, replayed, active = await runs_api.start_run_once(
             self.e.pool,
@@ -216,6 +218,7 @@ class RuntimeServicer:
             request.agent,
             inject_carrier(),
             run_id=run_id,
+            streamed=streamed,
         )
         if active and concurrent_runs.policy_of(self.e.agents.get(view.agent)) == "interrupt":
             await concurrent_runs.interrupt_active(
@@ -345,17 +348,21 @@ class RuntimeServicer:
         encodes its events exactly as a StreamRunEventsResponse does, so batches pass through."""
         run_id = new_id("run")
         with self.stream.listen(run_id) as sub:
-            view, replayed = await self._call(
-                context,
-                "StartRunAndStreamEvents",
-                lambda p: self._start(p, request, context, run_id),
-            )
+            streamed = runs_api.StreamedStart(asyncio.ensure_future(self.stream.bus.confirmed(sub)))
+            try:
+                view, replayed = await self._call(
+                    context,
+                    "StartRunAndStreamEvents",
+                    lambda p: self._start(p, request, context, run_id, streamed),
+                )
+            finally:
+                streamed.ready.cancel()  # (a no-op once it answered)
             head = pb.StartRunAndStreamEventsResponse(
                 run=convert.run_pb(view), replayed=replayed
             ).SerializeToString()
             # A replayed start answers with the earlier run: it is followed as any other.
             items = (
-                self.stream.follow_subscribed(sub, view, 0)
+                self.stream.follow_subscribed(sub, view, 0, first=streamed.first)
                 if view.id == run_id
                 else self.stream.follow(view, 0)
             )

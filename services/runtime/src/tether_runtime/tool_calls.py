@@ -39,7 +39,7 @@ from tether_runtime import approvals, metrics, policy, questions
 from tether_runtime import events as ev
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_outcomes import Paused
-from tether_runtime.run_writer import ThenSave
+from tether_runtime.run_writer import ClaimRead, ThenSave
 from tether_runtime.store import audit, conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import ToolCallRow
@@ -182,13 +182,7 @@ class ToolCalls:
             await self._skip(call, row.result)
             return
         key = f"{self._run_id}:{call.call_id}"
-        epoch = self.x.epoch
-
-        async def claim(conn: Conn) -> None:
-            await interrupts.claim_call(
-                conn, self._run_id, call.call_id, tool.name, args, key, epoch, "new"
-            )
-
+        claim = ClaimRead(self._run_id, call.call_id, tool.name, args, key, self.x.epoch)
         denial = await self._read_denied(tool, args)
         if denial is not None:
             # Recorded like any finished call (a replay after a crash answers the same), and

@@ -10,6 +10,8 @@ from typing import TypeVar
 
 import asyncpg
 
+from tether_runtime.store.statement_count import CountingConnection
+
 T = TypeVar("T")
 
 # The failures that mean "the store is unreachable right now" (restart, failover, network): the
@@ -119,6 +121,8 @@ async def create_pool(
         command_timeout=30,
         server_settings=settings,
         **pooler_options(pooler),
+        # counts statements per kind for tether_db_statements_total (statement_count.py)
+        connection_class=CountingConnection,
     )
     assert pool is not None
     return pool

@@ -71,6 +71,18 @@ def _now() -> Timestamp:
     return now
 
 
+@dataclass(frozen=True)
+class ReadClaim:
+    """A read-only call inserted straight into `executing` for the appending epoch, as
+    interrupts.claim_call(..., "new") does, but inside the fenced append: written only if the
+    lease and position held, in the same statement as the events."""
+
+    call_id: str
+    tool: str
+    args_json: str
+    key: str
+
+
 @dataclass
 class LeaseAppend:
     """Events of one run, numbered by the worker that holds its lease (the run's only appender
@@ -87,6 +99,8 @@ class LeaseAppend:
     """The run's state to save with the events (encoded JSON), or None to leave it."""
     reset_streamed: bool = False
     """With `checkpoint`: a new model step starts, step_streamed goes back to 0."""
+    read_claim: ReadClaim | None = None
+    """A read-only tool call to claim for this epoch with the events (its `tool_started`)."""
     rows: list[tuple[str, int, str, bytes]] = field(default_factory=list)  # set by `stamp`
 
     def stamp(self, now: Timestamp) -> None:
@@ -129,6 +143,18 @@ WITH v AS (
     FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bytea[]) AS e(run_id, s, t, d)
     JOIN fence ON fence.id = e.run_id
     RETURNING 1
+), claim AS (
+    -- Read-only tool calls claimed with their tool_started (LeaseAppend.read_claim): the same
+    -- insert as interrupts.claim_call(..., "new"), for the runs whose fence held.
+    INSERT INTO tool_call (run_id, call_id, tool, args, status, idempotency_key, claimed_epoch)
+    SELECT c.run_id, c.call_id, c.tool, c.args::jsonb, 'executing', c.key, v.epoch
+    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+        AS c(run_id, call_id, tool, args, key)
+    JOIN fence ON fence.id = c.run_id
+    JOIN v ON v.id = c.run_id
+    ON CONFLICT (run_id, call_id) DO UPDATE SET claimed_epoch = EXCLUDED.claimed_epoch,
+        updated_at = now() WHERE tool_call.status = 'executing'
+    RETURNING 1
 )
 SELECT id, cancel_requested FROM fence
 """
@@ -141,6 +167,7 @@ async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) ->
     now = _now()
     for a in appends:
         a.stamp(now)
+    claims = [(a.run_id, a.read_claim) for a in appends if a.read_claim is not None]
     rows = await conn.fetch(
         _APPEND_AS_LEASE_HOLDERS,
         [a.run_id for a in appends],
@@ -154,6 +181,11 @@ async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) ->
         [r[3] for a in appends for r in a.rows],
         [a.checkpoint for a in appends],
         [a.reset_streamed for a in appends],
+        [run_id for run_id, _ in claims],
+        [c.call_id for _, c in claims],
+        [c.tool for _, c in claims],
+        [c.args_json for _, c in claims],
+        [c.key for _, c in claims],
     )
     return {r["id"]: bool(r["cancel_requested"]) for r in rows}
 
