@@ -104,7 +104,7 @@ MODEL_KEY_FILE = {
     "openai": "TETHER_OPENAI_API_KEY_FILE",
     "anthropic": "TETHER_ANTHROPIC_API_KEY_FILE",
 }
-MODEL_KEY_SECRET = "tether-model-key"
+MODEL_KEY_SECRET_NAME = "tether-model-key"
 README = K8S_DIR / "README.md"
 
 Doc = dict[str, Any]
@@ -580,12 +580,12 @@ def model_problems(docs: list[Doc], runtime: Doc, overlay: str) -> list[str]:
     secret = (volume or {}).get("secret") or {}
     if not path:
         problems.append(f"{RUNTIME}: TETHER_MODEL={model} but {setting} is not set: no key")
-    elif secret.get("secretName") != MODEL_KEY_SECRET:
+    elif secret.get("secretName") != MODEL_KEY_SECRET_NAME:
         problems.append(
-            f"{RUNTIME}: {setting}={path} is not in the mounted Secret {MODEL_KEY_SECRET}"
+            f"{RUNTIME}: {setting}={path} is not in the mounted Secret {MODEL_KEY_SECRET_NAME}"
         )
     elif overlay == "production" and secret.get("optional"):
-        problems.append(f"{RUNTIME}: the Secret {MODEL_KEY_SECRET} is optional in production")
+        problems.append(f"{RUNTIME}: the Secret {MODEL_KEY_SECRET_NAME} is optional in production")
     return problems
 
 
