@@ -213,7 +213,10 @@ class ShardedEventBus(EventBus):
                         shard.leaving.update(group)
                         await ps.sunsubscribe(*group)
                 except redis_conn.ERRORS as err:
+                    # The master went away under the change (its reader re-homes the shard when
+                    # it notices): what these streams miss meanwhile, the positioning check finds.
                     log.warning("sharded pubsub change failed: %s", err)
+                    self._count_quiet(wanted)
 
     async def _read_shard(self, shard: _Shard) -> None:
         attempt = 0
