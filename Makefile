@@ -69,8 +69,12 @@ fmt: .venv/.synced
 test-deps:
 	@$(CURDIR)/.ci/ensure_chromium
 
+# Two pytest workers (pytest-xdist), a test file each at a time: the suite mostly waits on the
+# processes it starts, so two at once take about half the time on 2 cores (29 -> 14 min here).
+# Each worker is its own session: its own fresh database and shared runtime.
+TEST_WORKERS ?= 2
 test: test-deps gen node_modules/.installed
-	$(PY) pytest -q --durations=25
+	$(PY) pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 run: gen
 	$(PY) tether dev

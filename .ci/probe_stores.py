@@ -1,6 +1,9 @@
-"""Does a local store answer? `probe_stores.py postgres DSN [--create]` or `... redis URL`.
+"""Does a local store answer? `probe_stores.py postgres DSN [--create] [--connections N]` or
+`... redis URL`.
 
-Exit 0 if it answers. With --create, a missing Postgres database is created first."""
+Exit 0 if it answers. With --create, a missing Postgres database is created first. With
+--connections N, a server whose max_connections is below N gets `ALTER SYSTEM SET
+max_connections = N` and the exit code is 3: it must be restarted for that to apply."""
 
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import redis.asyncio as aioredis
 
+RESTART_NEEDED = 3
 
-async def postgres(dsn: str, create: bool) -> None:
+
+async def postgres(dsn: str, create: bool, connections: int) -> int:
     try:
         conn = await asyncpg.connect(dsn, timeout=3)
     except asyncpg.InvalidCatalogNameError:
@@ -27,7 +32,15 @@ async def postgres(dsn: str, create: bool) -> None:
         finally:
             await admin.close()
         conn = await asyncpg.connect(dsn, timeout=3)
-    await conn.close()
+    try:
+        have = int(await conn.fetchval("SHOW max_connections"))
+        if have >= connections:
+            return 0
+        await conn.execute(f"ALTER SYSTEM SET max_connections = {int(connections)}")
+        print(f"postgres: max_connections {have} -> {connections} after a restart")
+        return RESTART_NEEDED
+    finally:
+        await conn.close()
 
 
 async def redis(url: str) -> None:
@@ -40,11 +53,11 @@ async def redis(url: str) -> None:
 
 def main() -> int:
     kind, target, *flags = sys.argv[1:]
+    connections = int(flags[flags.index("--connections") + 1]) if "--connections" in flags else 0
     try:
         if kind == "postgres":
-            asyncio.run(postgres(target, "--create" in flags))
-        else:
-            asyncio.run(redis(target))
+            return asyncio.run(postgres(target, "--create" in flags, connections))
+        asyncio.run(redis(target))
     except (OSError, asyncpg.PostgresError, aioredis.RedisError, TimeoutError):
         return 1
     return 0

@@ -4,6 +4,7 @@ streaming event protocol on a real socket (and refusing what the real API refuse
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -31,6 +32,21 @@ def ask(text: str = "what broke?", **kw: Any) -> ModelRequest:
     )
 
 
+OPEN: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+async def close_providers() -> AsyncIterator[None]:
+    """Each provider's HTTP client is closed at its test's end, not left to the SDK's finalizer:
+    that schedules the close on whatever loop is running when the garbage collector finds the
+    client, and the close then removes the event loop's reader by a file number that may by then
+    belong to another socket (a later test's listening socket, which then accepted nothing: the
+    gateway's SSE tests hung in the same process)."""
+    yield
+    while OPEN:
+        await OPEN.pop().aclose()
+
+
 def provider(llm: FakeAnthropic, **config: Any) -> AnthropicProvider:
     p = build_provider(
         Anthropic(model="claude-test", **config),
@@ -39,6 +55,7 @@ def provider(llm: FakeAnthropic, **config: Any) -> AnthropicProvider:
         agent="opspilot",
     )
     assert isinstance(p, AnthropicProvider)
+    OPEN.append(p)
     return p
 
 
@@ -275,6 +292,7 @@ async def test_an_anthropic_agent_without_a_key_fails_at_build():
 async def test_a_base_url_with_v1_is_accepted():
     async with FakeAnthropic(["ok"]) as llm:
         p = build_provider(Anthropic(model="m"), base_url=llm.base_url + "/v1/", api_key=KEY)
+        OPEN.append(p)
         assert text([c async for c in p.stream(ask())]) == "ok"
 
 

@@ -4,6 +4,7 @@ chat-completions streaming protocol on a real socket."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -32,6 +33,21 @@ def ask(text: str = "what broke?", **kw: Any) -> ModelRequest:
     )
 
 
+OPEN: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+async def close_providers() -> AsyncIterator[None]:
+    """Each provider's HTTP client is closed at its test's end, not left to the SDK's finalizer:
+    that schedules the close on whatever loop is running when the garbage collector finds the
+    client, and the close then removes the event loop's reader by a file number that may by then
+    belong to another socket (a later test's listening socket, which then accepted nothing: the
+    gateway's SSE tests hung in the same process)."""
+    yield
+    while OPEN:
+        await OPEN.pop().aclose()
+
+
 def provider(llm: FakeOpenAI, key: str = KEY, **config: Any) -> OpenAIProvider:
     p = build_provider(
         OpenAICompatible(model="gpt-test", **config),
@@ -40,6 +56,7 @@ def provider(llm: FakeOpenAI, key: str = KEY, **config: Any) -> OpenAIProvider:
         agent="opspilot",
     )
     assert isinstance(p, OpenAIProvider)
+    OPEN.append(p)
     return p
 
 
@@ -303,6 +320,7 @@ async def test_an_unreachable_server_is_retryable():
     p = build_provider(
         OpenAICompatible(model="m"), base_url=f"http://127.0.0.1:{free_port()}/v1", api_key=KEY
     )
+    OPEN.append(p)
     with pytest.raises(ModelError) as info:
         async for _ in p.stream(ask()):
             pass
@@ -343,5 +361,6 @@ async def test_official_openai_gets_max_completion_tokens():
         api_key=KEY,
     )
     assert isinstance(p, OpenAIProvider)
+    OPEN.append(p)
     body = p.params(ask())
     assert body["max_completion_tokens"] == 100 and "max_tokens" not in body

@@ -105,9 +105,8 @@ class Pod:
         if self.metrics_addrs:
             env["TETHER_METRICS_ADDR"] = self.metrics_addrs[slot]
         proc = await asyncio.create_subprocess_exec(
-            *self.child_argv,
-            env=env, stdin=subprocess.DEVNULL,
-            process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
+            *die_with_parent(signal.SIGTERM), *self.child_argv,
+            env=env, stdin=subprocess.DEVNULL, process_group=0,
         )  # fmt: skip
         now = asyncio.get_running_loop().time()
         self.children[slot] = Child(slot, proc, now, quick_deaths)

@@ -131,10 +131,10 @@ class Supervisor:
         self, name: str, argv: tuple[str, ...], env: dict[str, str] | None = None
     ) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
-            sys.executable, *argv,
+            *die_with_parent(signal.SIGTERM), sys.executable, *argv,
             env=self.env if env is None else env, stdin=subprocess.DEVNULL,
             # Own process group: a terminal's Ctrl-C reaches only us, and we stop them in order.
-            process_group=0, preexec_fn=die_with_parent(signal.SIGTERM),
+            process_group=0,
         )  # fmt: skip
 
     async def _first_death(self) -> str:

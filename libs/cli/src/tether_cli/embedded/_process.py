@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-_PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedStoreError(RuntimeError):
@@ -35,25 +32,25 @@ def port_is_free(host: str, port: int) -> bool:
         return True
 
 
-def die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
-    """A preexec hook so the child gets `sig` if this process is killed without cleaning up.
+def die_with_parent(sig: signal.Signals) -> list[str]:
+    """A command prefix so the child gets `sig` if this process is killed without cleaning up:
+    util-linux's `setpriv --pdeathsig`, which sets it in the child itself before exec'ing the
+    server. Not a `preexec_fn` calling prctl: that runs Python (and dlopen) between fork and exec,
+    which deadlocks in a process with other threads (gRPC's, in a test process that also runs
+    grpc.aio): a cluster node's child was seen stuck there, never reaching exec.
 
     Linux only. The kernel sends it when the *thread* that forked exits, so it is used only for
-    children spawned from the main thread (a worker thread may end long before we do).
+    children spawned from the main thread (a worker thread may end long before we do). Without
+    setpriv (util-linux is essential on Debian) the child simply does not die with us.
     """
-    if not sys.platform.startswith("linux") or threading.current_thread() is not (
-        threading.main_thread()
+    setpriv = shutil.which("setpriv")
+    if (
+        not sys.platform.startswith("linux")
+        or setpriv is None
+        or threading.current_thread() is not threading.main_thread()
     ):
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), int(sig))
-
-    return hook
+        return []
+    return [setpriv, "--pdeathsig", sig.name.removeprefix("SIG"), "--"]
 
 
 def spawn(
@@ -70,7 +67,7 @@ def spawn(
     it ourselves, after the services that use it), logging to `log`."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            list(argv),
+            [*die_with_parent(death_signal), *argv],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -80,7 +77,6 @@ def spawn(
             group=group,
             extra_groups=[] if user is not None else None,
             process_group=0,
-            preexec_fn=die_with_parent(death_signal),
         )
 
 
