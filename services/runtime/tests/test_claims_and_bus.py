@@ -333,7 +333,8 @@ async def test_a_checkpoint_alone_commits_through_the_shared_statement_fenced(
         await writer.emit([delta], streamed=5)
     cp = '{"v": 1, "steps": 2, "input_tokens": 40, "output_tokens": 7}'
     await writer.commit([], SaveCheckpoint(run.id, run.lease_epoch, cp, True))
-    assert via_sink[-1] == (0, cp, True)  # the writer took the shared path, not a transaction
+    # The shared path, not a transaction; the deltas queued ahead of it go in the same statement.
+    assert via_sink == [(3, cp, True)]
     async with pool.acquire() as conn:
         row = await conn.fetchrow(
             "SELECT checkpoint, step_streamed, input_tokens, output_tokens, last_sequence "

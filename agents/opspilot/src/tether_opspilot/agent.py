@@ -20,6 +20,13 @@ async def _json_codecs(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """The inventory's statements leave no session state behind (their advisory locks are
+    transaction-scoped, nothing LISTENs or SETs), so asyncpg's reset query on each release
+    (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL) would be a round trip per tool call for
+    nothing."""
+
+
 @asynccontextmanager
 async def inventory_pool(host: Host) -> AsyncIterator[asyncpg.Pool]:
     """The inventory API's own connections: its tables live in OPSPILOT_DATABASE_URL, by default
@@ -31,7 +38,9 @@ async def inventory_pool(host: Host) -> AsyncIterator[asyncpg.Pool]:
     cache: dict[str, int] = (
         {} if own or not host.transaction_pooler else {"statement_cache_size": 0}
     )
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10, init=_json_codecs, **cache)
+    pool = await asyncpg.create_pool(
+        dsn, min_size=1, max_size=10, init=_json_codecs, reset=_no_reset, **cache
+    )
     try:
         yield pool
     finally:

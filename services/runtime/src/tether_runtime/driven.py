@@ -25,7 +25,7 @@ from tether_common.redaction import redact, redact_value
 from tether_runtime import events as ev
 from tether_runtime import metrics, policy, questions
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
-from tether_runtime.store import conversations, event_log, interrupts, runs
+from tether_runtime.store import event_log, interrupts, runs
 from tether_runtime.store.db import STORE_ERRORS, Conn
 from tether_runtime.tool_calls import failure, result_body
 
@@ -482,18 +482,10 @@ class DrivenRun:
         """The run completes: `text` is stored as the assistant's answer, then `done`."""
         await self.flush()
         cp = self.x.checkpoint
-        msg_id, conv_id, run_id = cp.message_id, self.conversation_id, self.run_id
-        answer = text or cp.text
-
-        async def store_answer(conn: Conn) -> None:
-            await conversations.add_message(
-                conn, conv_id, "assistant", answer, run_id=run_id, message_id=msg_id
-            )
-
         await self.x.end(
             "completed",
-            [ev.done(msg_id, cp.input_tokens, cp.output_tokens, cp.steps)],
-            store_answer,
+            [ev.done(cp.message_id, cp.input_tokens, cp.output_tokens, cp.steps)],
+            answer=text or cp.text,
             save=True,
         )
         raise AssertionError("end() raises Finished")  # pragma: no cover

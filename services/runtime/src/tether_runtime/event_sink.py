@@ -12,9 +12,10 @@ at the same rate (bench/README.md)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from tether_runtime.bus import EventBus
-from tether_runtime.store import event_log
+from tether_runtime.store import db, event_log
 from tether_runtime.store.db import Pool
 from tether_runtime.store.event_log import LeaseAppend
 
@@ -41,9 +42,16 @@ class EventSink:
         while self._queue:
             taken = _appends_to_take(self._queue, MAX_STATEMENT_EVENTS)
             batch, self._queue = self._queue[:taken], self._queue[taken:]
+            appends = [a for a, _ in batch]
             try:
-                async with self.pool.acquire() as conn:
-                    held = await event_log.append_as_lease_holders(conn, [a for a, _ in batch])
+                # Runs of one conversation on two pods may update its row (their tools' facts)
+                # in statements that lock rows in opposite orders: a deadlock aborts one, which
+                # then runs again (it was atomic: nothing of it stayed).
+                held = await db.retrying(
+                    self.pool,
+                    partial(event_log.append_as_lease_holders, appends=appends),
+                    transaction=False,
+                )
             except Exception as err:  # the store failed: every waiting run sees it
                 for _, done in batch:
                     if not done.done():

@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -24,10 +25,11 @@ from tether_runtime.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine import Engine
 from tether_runtime.model_step import ModelStep, StepResult
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
-from tether_runtime.run_writer import RunWriter, SaveCheckpoint
+from tether_runtime.run_writer import EndRun, RunWriter, SaveCheckpoint
 from tether_runtime.store import conversations, runs
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import RunRow
+from tether_runtime.store.event_log import RunEnd
+from tether_runtime.store.records import ConversationRow, RunRow
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.run_loop")
@@ -61,6 +63,7 @@ class RunExecutor:
         # the lease fences every other writer), so their first processing skips the lookup.
         self.fresh_calls: set[str] = set()
         self._claimed_at = time.monotonic()
+        self._conv: ConversationRow | None = None
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -170,19 +173,18 @@ class RunExecutor:
         self,
         status: str,
         events: list[ev.RunEvent],
-        extra: Apply | None = None,
         *,
+        answer: str | None = None,
         save: bool = False,
     ) -> None:
-        """`save`: the final checkpoint is written by the same statement that ends the run."""
+        """`answer`: the assistant's message, stored under the run's message id; `save`: the
+        final checkpoint is written by the same statement that ends the run."""
         cp = self._snapshot() if save and self.cp is not None else None
-
-        async def apply(conn: Conn) -> None:
-            if extra is not None:
-                await extra(conn)
-            await runs.finish(conn, self.run.id, self.epoch, status, cp)
-
-        await self.commit(events, apply)
+        answer_id = self.checkpoint.message_id if answer is not None else None
+        end = RunEnd(status, answer_id, answer or "")
+        await self.commit(
+            events, EndRun(self.run.id, self.epoch, self.run.conversation_id, end, cp)
+        )
         metrics.RUNS_FINISHED.labels(status=status).inc()
         raise Finished(status)
 
@@ -248,11 +250,27 @@ class RunExecutor:
             facts=facts,
         )
 
+    async def _conversation(self) -> ConversationRow:
+        """The run's conversation (its facts and summary, for each step's context): read at this
+        executor's first step, then kept, with the facts this run's own tools confirm merged in
+        as they are stored (`confirmed`): one read per execution, not one per step. Facts that
+        another run of the same conversation confirms meanwhile reach this run at its next
+        execution (after a pause), as they would reach a step already under way."""
+        if self._conv is None:
+            async with self.e.pool.acquire() as conn:
+                conv = await conversations.get(conn, self.run.conversation_id)
+            assert conv is not None
+            self._conv = conv
+        return self._conv
+
+    def confirmed(self, facts: dict[str, Any]) -> None:
+        """Facts a tool of this run confirmed (stored with its result): the next step sees them."""
+        if self._conv is not None and facts:
+            self._conv = replace(self._conv, facts={**self._conv.facts, **facts})
+
     async def _model_step_inner(self) -> None:
         cp = self.checkpoint
-        async with self.e.pool.acquire() as conn:
-            conv = await conversations.get(conn, self.run.conversation_id)
-        assert conv is not None
+        conv = await self._conversation()
         request = await self._request(
             context.step_context(self.loaded, conv, cp.messages), conv.facts
         )
@@ -283,21 +301,14 @@ class RunExecutor:
                 PendingCall(i, c.name, c.args, invalid=c.invalid)
                 for i, c in zip(ids, step.calls, strict=True)
             ]
-            await self.commit([], self.save(reset_streamed=True))
+            # Committed with the first call's first write (its claim, card or answer).
+            self.writer.stage(self.save(reset_streamed=True))
             self.fresh_calls.update(ids)
             return
-        text = cp.text
-        conv_id = self.run.conversation_id
-
-        async def store_answer(conn: Conn) -> None:
-            await conversations.add_message(
-                conn, conv_id, "assistant", text, run_id=self.run.id, message_id=msg_id
-            )
-
         try:
             done = ev.done(msg_id, cp.input_tokens, cp.output_tokens, cp.steps)
-            await self.end("completed", [done], store_answer, save=True)
+            await self.end("completed", [done], answer=cp.text, save=True)
         except Finished:
             if cp.context_cut:  # a short conversation has nothing to summarise
-                self.e.summaries.run_completed(conv_id, self.loaded)  # in the background
+                self.e.summaries.run_completed(self.run.conversation_id, self.loaded)
             raise

@@ -1,8 +1,9 @@
 """The one write path of an executing run. Writes queue in order; a single drain task commits
 everything queued so far at once, numbered by this lease holder and fenced by its epoch and
 position, then publishes it. Text deltas are queued without waiting and go through the
-process-wide EventSink (shared with other runs); a batch carrying a state change commits in one
-transaction of its own. State changes wait until they are durable. A commit the store cannot take
+process-wide EventSink (shared with other runs), and so do the state changes that fold into that
+statement (a checkpoint, a read call's claim and result, the run's end: `Fold`); a batch carrying
+any other state change commits in one transaction of its own. State changes wait until they are durable. A commit the store cannot take
 right now (a restart, a failover) is retried for a while (`_commit_through_outage`)."""
 
 from __future__ import annotations
@@ -18,24 +19,44 @@ from tether_runtime import metrics
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
 from tether_runtime.outage import Outage
-from tether_runtime.store import event_log, interrupts, outbox, runs
+from tether_runtime.store import conversations, event_log, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, Conn, Pool
-from tether_runtime.store.event_log import LeaseAppend, ReadClaim
+from tether_runtime.store.event_log import CallFinish, LeaseAppend, ReadClaim, RunEnd
 
 Apply = Callable[[Conn], Awaitable[None]]
 MAX_QUEUED_EVENTS = 2000  # past this, emitters wait for the drain: memory stays bounded
 
 
+class Fold:
+    """A state change that can ride in the fenced append (event_log.LeaseAppend): a commit
+    whose state changes all fold needs no transaction of its own, and shares one statement (and
+    one pipelined publish) with every other run's events through the EventSink. Called as an
+    Apply, it makes the same change with its own statements (inside a transaction)."""
+
+    def fold(self, append: LeaseAppend) -> Apply | None:
+        """Put what it can into `append`; return what must still run in the transaction, after
+        the append (None: nothing; itself: it could not fold, e.g. a second claim)."""
+        raise NotImplementedError
+
+    async def __call__(self, conn: Conn) -> None:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class SaveCheckpoint:
-    """The state change that saves the run's own checkpoint (encoded JSON). A commit whose only
-    state changes are these needs no transaction of its own: the shared statement saves the
-    checkpoint with the events, fenced the same way (event_log.append_as_lease_holders)."""
+class SaveCheckpoint(Fold):
+    """The state change that saves the run's own checkpoint (encoded JSON); folded, the last
+    one of a batch wins, and a reset zeroes step_streamed after the batch's deltas are counted,
+    as the separate statements did."""
 
     run_id: str
     epoch: int
     encoded: str
     reset_streamed: bool
+
+    def fold(self, append: LeaseAppend) -> Apply | None:
+        append.checkpoint = self.encoded
+        append.reset_streamed = append.reset_streamed or self.reset_streamed
+        return None
 
     async def __call__(self, conn: Conn) -> None:
         await runs.save_checkpoint(
@@ -44,13 +65,17 @@ class SaveCheckpoint:
 
 
 @dataclass(frozen=True)
-class ThenSave:
-    """A state change that leaves the run's checkpoint alone, then the checkpoint: in a batch of
-    these (and SaveCheckpoint) the writer saves the checkpoint with its fenced append, one
-    statement fewer."""
+class ThenSave(Fold):
+    """A state change that leaves the run's checkpoint alone, then the checkpoint: the save
+    folds into the append (the order between the two does not matter), `first` runs in the
+    transaction."""
 
     first: Apply
     save: SaveCheckpoint
+
+    def fold(self, append: LeaseAppend) -> Apply | None:
+        self.save.fold(append)
+        return self.first
 
     async def __call__(self, conn: Conn) -> None:
         await self.first(conn)
@@ -58,10 +83,9 @@ class ThenSave:
 
 
 @dataclass(frozen=True)
-class ClaimRead:
-    """The claim of a read-only tool call for this epoch. Committed alone with its events (the
-    call's tool_started), it goes into the fenced append statement (event_log.ReadClaim), so
-    through the shared statement: no transaction, three round trips fewer per tool call."""
+class ClaimRead(Fold):
+    """The claim of a read-only tool call for this epoch, folded with its `tool_started`
+    (event_log.ReadClaim): three round trips fewer per tool call."""
 
     run_id: str
     call_id: str
@@ -70,14 +94,86 @@ class ClaimRead:
     key: str
     epoch: int
 
+    def fold(self, append: LeaseAppend) -> Apply | None:
+        if append.read_claim is not None or (append.run_id, append.epoch) != (
+            self.run_id,
+            self.epoch,
+        ):
+            return self
+        # json.dumps as the pool's jsonb codec encodes the same args (store/db.py)
+        append.read_claim = ReadClaim(self.call_id, self.tool, json.dumps(self.args), self.key)
+        return None
+
     async def __call__(self, conn: Conn) -> None:
         await interrupts.claim_call(
             conn, self.run_id, self.call_id, self.tool, self.args, self.key, self.epoch, "new"
         )
 
-    def folded(self) -> ReadClaim:
-        # json.dumps as the pool's jsonb codec encodes the same args (store/db.py)
-        return ReadClaim(self.call_id, self.tool, json.dumps(self.args), self.key)
+
+@dataclass(frozen=True)
+class FinishRead(Fold):
+    """A read-only call's result (event_log.CallFinish: the call's row, the facts it confirms
+    for the conversation) with the checkpoint that records it for the model: folded with its
+    `tool_finished`, no transaction (five round trips fewer per tool call)."""
+
+    run_id: str
+    epoch: int
+    conversation_id: str
+    finish: CallFinish
+    body: dict[str, Any]
+    save: SaveCheckpoint
+
+    def fold(self, append: LeaseAppend) -> Apply | None:
+        # A claim and a result in one statement would not see each other's row.
+        if append.call_finish is not None or append.read_claim is not None:
+            return self
+        append.call_finish = self.finish
+        return self.save.fold(append)
+
+    async def __call__(self, conn: Conn) -> None:
+        f = self.finish
+        await interrupts.finish_call(
+            conn, self.run_id, f.call_id, self.epoch, f.ok, f.summary, self.body
+        )
+        if f.facts_json is not None:
+            await conversations.merge_facts(conn, self.conversation_id, self.body["facts"])
+        await self.save(conn)
+
+
+@dataclass(frozen=True)
+class EndRun(Fold):
+    """The run leaves its worker (event_log.RunEnd), with its final checkpoint if saved: folded
+    with its terminal event, no transaction (four round trips fewer per run)."""
+
+    run_id: str
+    epoch: int
+    conversation_id: str
+    end: RunEnd
+    checkpoint: str | None
+
+    def fold(self, append: LeaseAppend) -> Apply | None:
+        if append.end is not None:
+            return self
+        append.end = self.end
+        if self.checkpoint is not None:
+            append.checkpoint, append.reset_streamed = self.checkpoint, True
+        return None
+
+    async def __call__(self, conn: Conn) -> None:
+        if self.end.answer_id is not None:
+            await conversations.add_message(
+                conn,
+                self.conversation_id,
+                "assistant",
+                self.end.answer,
+                run_id=self.run_id,
+                message_id=self.end.answer_id,
+            )
+        await runs.finish(conn, self.run_id, self.epoch, self.end.status, self.checkpoint)
+
+
+WHOLE_FOLDS = (SaveCheckpoint, ClaimRead, FinishRead, EndRun)
+"""Folds that need no transaction at all (unless a batch holds two that conflict)."""
 
 
 @dataclass
@@ -86,6 +182,8 @@ class _Write:
     apply: Apply | None
     streamed: int
     done: asyncio.Future[None] | None
+    staged: bool = False
+    """Waits for the next write to commit with it (`stage`)."""
 
 
 class RunWriter:
@@ -122,6 +220,15 @@ class RunWriter:
             await asyncio.shield(self._drain_task)
             self._raise_failure()
 
+    def stage(self, save: SaveCheckpoint) -> None:
+        """Queue the run's checkpoint to commit with the next write, not on its own: a model step
+        that asks for tool calls saves them, and the first call's claim (or card, or skip)
+        follows at once; one statement then carries both, atomically, in order. Until then it is
+        not durable: a worker that dies in between leaves the step to be taken again, as if it
+        died before the save. Every path after such a step writes (RunExecutor)."""
+        self._raise_failure()
+        self._queue.append(_Write([], save, 0, None, staged=True))
+
     async def commit(
         self, events: list[ev.RunEvent], apply: Apply | None = None, *, streamed: int = 0
     ) -> None:
@@ -142,7 +249,7 @@ class RunWriter:
             self._drain_task = asyncio.create_task(self._drain(), name=f"writer-{self.run_id}")
 
     async def _drain(self) -> None:
-        while self._queue:
+        while self._queue and not all(w.staged for w in self._queue):
             batch, self._queue = _events_only_first(self._queue)
             self._queued_events = sum(len(w.events) for w in self._queue)
             try:
@@ -218,60 +325,46 @@ class RunWriter:
             [e for w in batch for e in w.events],
             sum(w.streamed for w in batch),
         )
-        applies = [w.apply for w in batch if w.apply is not None]
-        claim = applies[0] if len(applies) == 1 else None
-        if isinstance(claim, ClaimRead) and (claim.run_id, claim.epoch) == (
-            self.run_id,
-            self.epoch,
-        ):
-            # the claim alone: it rides in the fenced append (and so in the shared statement)
-            append.read_claim = claim.folded()
-            applies = []
-        saves = [a.save if isinstance(a, ThenSave) else a for a in applies]
-        folded = all(isinstance(a, SaveCheckpoint) for a in saves)
-        if applies and folded:
-            # The last checkpoint wins; a reset in the batch zeroes step_streamed after the
-            # batch's deltas are counted, as the separate statements did.
-            last = saves[-1]
-            assert isinstance(last, SaveCheckpoint)
-            append.checkpoint = last.encoded
-            append.reset_streamed = any(
-                isinstance(a, SaveCheckpoint) and a.reset_streamed for a in saves
-            )
-        shared = folded and not any(isinstance(a, ThenSave) for a in applies)
-        shared = shared and not outbox.announces(append.events)
-        if shared:
-            # Events, and at most the run's own state (the text-delta hot path, and a step's
-            # end): shared with every other run's events in one statement and one pipelined
-            # publish.
-            cancel = await self.sink.append(append)
-        else:
-            async with self.pool.acquire() as conn, conn.transaction():
-                # The fenced append first (with the checkpoint when folded), then each state
-                # change in queue order; step_streamed adds up the deltas before any reset in
-                # the same batch.
-                held = await event_log.append_as_lease_holders(conn, [append])
-                if self.run_id not in held:
-                    raise event_log.Fenced(self.run_id)
-                cancel = held[self.run_id]
-                # Webhooks for what leaves Tether commit with it (events now stamped).
-                await outbox.enqueue(conn, self.run_id, append.events)
-                for apply in applies:
-                    if not folded:
-                        await apply(conn)
-                    elif isinstance(apply, ThenSave):
-                        await apply.first(conn)
+        # Fold the batch's state changes into the append, in order; from the first that
+        # leaves something to run in a transaction on, the rest runs there too, in order.
+        rest: list[Apply] = []
+        for w in batch:
+            if w.apply is None:
+                continue
+            left = w.apply.fold(append) if not rest and isinstance(w.apply, Fold) else w.apply
+            if left is not None:
+                rest.append(left)
+        if not rest:
+            # Events and the run's own state changes: shared with every other run's events in
+            # one statement and one pipelined publish.
+            return await self._shared(append), True
+        async with self.pool.acquire() as conn, conn.transaction():
+            # The fenced append first (with what folded, and the webhook deliveries of what
+            # leaves Tether), then each remaining state change in queue order.
+            held = await event_log.append_as_lease_holders(conn, [append])
+            if self.run_id not in held:
+                raise event_log.Fenced(self.run_id)
+            for apply in rest:
+                await apply(conn)
+        self._advance(append, held[self.run_id])
+        return append.encoded, False
+
+    async def _shared(self, append: LeaseAppend) -> list[bytes]:
+        self._advance(append, await self.sink.append(append))
+        return append.encoded
+
+    def _advance(self, append: LeaseAppend, cancel: bool) -> None:
         self.last_sequence = append.new_last
         self.cancel_requested = self.cancel_requested or cancel
-        return append.encoded, shared
 
 
 def _events_only_first(queue: list[_Write]) -> tuple[list[_Write], list[_Write]]:
     """The next batch to commit, and what stays queued. Writes without a state change that wait
-    ahead of one go first, on their own, through the shared statement: a run's text deltas are not
-    held back by (nor counted from the start of) the multi-statement transaction of the state
-    change that ends the step."""
+    ahead of one needing a transaction go first, on their own, through the shared statement: a
+    run's text deltas are not held back by (nor counted from the start of) the multi-statement
+    transaction of the state change that ends the step. Ahead of a whole fold they go with it,
+    in the same shared statement."""
     first_apply = next((i for i, w in enumerate(queue) if w.apply is not None), len(queue))
-    if 0 < first_apply < len(queue):
+    if 0 < first_apply < len(queue) and not isinstance(queue[first_apply].apply, WHOLE_FOLDS):
         return queue[:first_apply], queue[first_apply:]
     return queue, []

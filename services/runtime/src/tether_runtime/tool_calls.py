@@ -39,9 +39,10 @@ from tether_runtime import approvals, metrics, policy, questions
 from tether_runtime import events as ev
 from tether_runtime.checkpoint import PendingCall
 from tether_runtime.run_outcomes import Paused
-from tether_runtime.run_writer import ClaimRead, ThenSave
+from tether_runtime.run_writer import ClaimRead, FinishRead, ThenSave
 from tether_runtime.store import audit, conversations, event_log, interrupts, runs
 from tether_runtime.store.db import Conn
+from tether_runtime.store.event_log import CallFinish
 from tether_runtime.store.records import ToolCallRow
 
 if TYPE_CHECKING:
@@ -612,8 +613,18 @@ class ToolCalls:
         if store and body["outcome"] != "denied":  # a denial was counted as one
             metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if body["ok"] else "error").inc()
         self.x.record(call, body)
+        if body["ok"]:
+            self.x.confirmed(body["facts"])
         save = self.x.save()
         run_id, epoch, conv_id = self._run_id, self.x.epoch, self.x.run.conversation_id
+        finished = [ev.tool_finished(call.call_id, tool.name, body["ok"], body["summary"])]
+        if store and tool.effect == "read" and before is None:
+            # No audit record, no claim to write first: it folds into the shared statement.
+            facts = json.dumps(body["facts"]) if body["ok"] and body["facts"] else None
+            # json.dumps as the pool's jsonb codec encodes the same body (store/db.py)
+            result = CallFinish(call.call_id, body["ok"], body["summary"], json.dumps(body), facts)
+            await self.x.commit(finished, FinishRead(run_id, epoch, conv_id, result, body, save))
+            return
 
         async def apply(conn: Conn) -> None:
             if before is not None:
@@ -635,7 +646,4 @@ class ToolCalls:
             if body["ok"] and body["facts"]:
                 await conversations.merge_facts(conn, conv_id, body["facts"])
 
-        await self.x.commit(
-            [ev.tool_finished(call.call_id, tool.name, body["ok"], body["summary"])],
-            ThenSave(apply, save),
-        )
+        await self.x.commit(finished, ThenSave(apply, save))

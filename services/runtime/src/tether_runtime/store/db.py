@@ -47,16 +47,24 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 
 
 async def retrying(
-    pool: asyncpg.Pool, fn: Callable[[asyncpg.Connection], Awaitable[T]], attempts: int = 5
+    pool: asyncpg.Pool,
+    fn: Callable[[asyncpg.Connection], Awaitable[T]],
+    attempts: int = 5,
+    *,
+    transaction: bool = True,
 ) -> T:
     """`fn(conn)` in a transaction of its own, run again from the start when Postgres aborts it
     for a deadlock or a serialization failure, after a short jittered wait (so two requests that
     collided do not collide again in step). `fn` must have no effect outside the transaction
-    (publish after it returns). The last attempt's error propagates."""
+    (publish after it returns). The last attempt's error propagates. `transaction=False`: `fn`
+    is one statement, atomic on its own (no BEGIN and COMMIT round trips)."""
     for attempt in range(1, attempts + 1):
         try:
-            async with pool.acquire() as conn, conn.transaction():
-                return await fn(conn)
+            async with pool.acquire() as conn:
+                if not transaction:
+                    return await fn(conn)
+                async with conn.transaction():
+                    return await fn(conn)
         except RETRYABLE:
             if attempt >= attempts:
                 raise

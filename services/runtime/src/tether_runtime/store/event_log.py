@@ -83,12 +83,41 @@ class ReadClaim:
     key: str
 
 
+@dataclass(frozen=True)
+class CallFinish:
+    """A call's result stored with its `tool_finished`, as interrupts.finish_call does (only for
+    the appending epoch's claim), with the confirmed facts it brings merged into the run's
+    conversation, as conversations.merge_facts does."""
+
+    call_id: str
+    ok: bool
+    summary: str
+    result_json: str
+    facts_json: str | None = None
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """The run leaves its worker with these events, as runs.finish does (status, lease given
+    back, attempts over), with the assistant's answer stored as conversations.add_message
+    does. Its checkpoint, if saved, is LeaseAppend.checkpoint (with reset_streamed)."""
+
+    status: str
+    answer_id: str | None = None
+    answer: str = ""
+
+
 @dataclass
 class LeaseAppend:
     """Events of one run, numbered by the worker that holds its lease (the run's only appender
     while it runs): it expects the log to end at `expected_last`. They are stamped and encoded
     as the statement that writes them is built (`append_as_lease_holders`): an event's time is
-    when it was written, not when it was queued behind another statement."""
+    when it was written, not when it was queued behind another statement.
+
+    Besides the events, the same statement may carry the run's own state changes that need no
+    transaction of their own (each applied only if the fence held): its checkpoint, a read-only
+    call's claim, a call's result, the run's end; and it always enqueues the webhook deliveries
+    of the events that leave Tether."""
 
     run_id: str
     epoch: int
@@ -101,6 +130,8 @@ class LeaseAppend:
     """With `checkpoint`: a new model step starts, step_streamed goes back to 0."""
     read_claim: ReadClaim | None = None
     """A read-only tool call to claim for this epoch with the events (its `tool_started`)."""
+    call_finish: CallFinish | None = None
+    end: RunEnd | None = None
     rows: list[tuple[str, int, str, bytes]] = field(default_factory=list)  # set by `stamp`
 
     def stamp(self, now: Timestamp) -> None:
@@ -116,15 +147,16 @@ class LeaseAppend:
         return [r[3] for r in self.rows]
 
 
-_APPEND_AS_LEASE_HOLDERS = """
+_APPEND_AS_LEASE_HOLDERS = f"""
 WITH v AS (
-    SELECT id, epoch, expected, new_last, streamed, cp::jsonb AS cp, reset
+    SELECT id, epoch, expected, new_last, streamed, cp::jsonb AS cp, reset, end_status
     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $10::text[],
-                $11::boolean[])
-        AS v(id, epoch, expected, new_last, streamed, cp, reset)
+                $11::boolean[], $17::text[])
+        AS v(id, epoch, expected, new_last, streamed, cp, reset, end_status)
 ), fence AS (
-    -- A checkpoint saved with the events (RunWriter: a commit whose only state change is the
-    -- run's own state) is applied as runs.save_checkpoint would, after the deltas are counted.
+    -- A checkpoint saved with the events (RunWriter: a commit whose only state changes are the
+    -- run's own) is applied as runs.save_checkpoint would, after the deltas are counted; an end
+    -- as runs.finish would.
     UPDATE run r SET last_sequence = v.new_last,
            step_streamed = CASE WHEN v.reset THEN 0 ELSE r.step_streamed + v.streamed END,
            checkpoint = coalesce(v.cp, r.checkpoint),
@@ -132,11 +164,15 @@ WITH v AS (
                                ELSE coalesce((v.cp ->> 'input_tokens')::bigint, 0) END,
            output_tokens = CASE WHEN v.cp IS NULL THEN r.output_tokens
                                 ELSE coalesce((v.cp ->> 'output_tokens')::bigint, 0) END,
+           status = coalesce(v.end_status, r.status),
+           lease_owner = CASE WHEN v.end_status IS NULL THEN r.lease_owner END,
+           lease_expires_at = CASE WHEN v.end_status IS NULL THEN r.lease_expires_at END,
+           attempts = CASE WHEN v.end_status IS NULL THEN r.attempts ELSE 0 END,
            updated_at = now()
     FROM v
     WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
       AND r.last_sequence = v.expected
-    RETURNING r.id, r.cancel_requested
+    RETURNING r.id, r.cancel_requested, r.conversation_id, r.user_id, r.agent
 ), ins AS (
     INSERT INTO run_event (run_id, sequence, type, data)
     SELECT e.run_id, e.s, e.t, e.d
@@ -155,6 +191,39 @@ WITH v AS (
     ON CONFLICT (run_id, call_id) DO UPDATE SET claimed_epoch = EXCLUDED.claimed_epoch,
         updated_at = now() WHERE tool_call.status = 'executing'
     RETURNING 1
+), finish AS (
+    -- Calls' results (LeaseAppend.call_finish), as interrupts.finish_call: this epoch's claim.
+    UPDATE tool_call t SET status = CASE WHEN f.ok THEN 'succeeded' ELSE 'failed' END,
+           result_summary = f.summary, result = f.result::jsonb, updated_at = now()
+    FROM unnest($18::text[], $19::text[], $20::boolean[], $21::text[], $22::text[])
+        AS f(run_id, call_id, ok, summary, result)
+    JOIN fence ON fence.id = f.run_id
+    JOIN v ON v.id = f.run_id
+    WHERE t.run_id = f.run_id AND t.call_id = f.call_id AND t.claimed_epoch = v.epoch
+    RETURNING 1
+), facts AS (
+    -- Confirmed facts, as conversations.merge_facts. Runs of one conversation in the same
+    -- statement are merged into one update of its row (a row is updated once per statement),
+    -- later keys winning, one version each.
+    UPDATE conversation c SET facts = c.facts || m.merged, version = c.version + m.n,
+           updated_at = now()
+    FROM (SELECT fence.conversation_id AS id, count(DISTINCT f.ord) AS n,
+                 jsonb_object_agg(kv.key, kv.value ORDER BY f.ord) AS merged
+          FROM unnest($23::text[], $24::text[]) WITH ORDINALITY AS f(run_id, facts, ord)
+          JOIN fence ON fence.id = f.run_id
+          CROSS JOIN LATERAL jsonb_each(f.facts::jsonb) AS kv
+          GROUP BY fence.conversation_id) m
+    WHERE c.id = m.id
+    RETURNING 1
+), answer AS (
+    -- The assistant's answer of a run that completes, as conversations.add_message.
+    INSERT INTO message (id, conversation_id, run_id, role, content)
+    SELECT m.id, fence.conversation_id, m.run_id, 'assistant', m.content
+    FROM unnest($25::text[], $26::text[], $27::text[]) AS m(run_id, id, content)
+    JOIN fence ON fence.id = m.run_id
+    ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content
+    RETURNING 1
+), hooks AS ({outbox.deliveries_sql(28, "fence")}    RETURNING 1
 )
 SELECT id, cancel_requested FROM fence
 """
@@ -162,12 +231,17 @@ SELECT id, cancel_requested FROM fence
 
 async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) -> dict[str, bool]:
     """Fence, check the position and insert for any number of runs in ONE statement (one round
-    trip, atomic on its own). Returns run id -> cancel_requested for the runs whose lease and
-    position held; a run missing from the result was fenced and none of its events stored."""
+    trip, atomic on its own), with each run's state changes and webhook deliveries. Returns run
+    id -> cancel_requested for the runs whose lease and position held; a run missing from the
+    result was fenced and nothing of it stored."""
     now = _now()
     for a in appends:
         a.stamp(now)
     claims = [(a.run_id, a.read_claim) for a in appends if a.read_claim is not None]
+    finishes = [(a.run_id, a.call_finish) for a in appends if a.call_finish is not None]
+    facts = [(run_id, f.facts_json) for run_id, f in finishes if f.facts_json is not None]
+    answers = [(a.run_id, a.end) for a in appends if a.end is not None and a.end.answer_id]
+    hooks = outbox.Deliveries.of([(a.run_id, a.events) for a in appends])
     rows = await conn.fetch(
         _APPEND_AS_LEASE_HOLDERS,
         [a.run_id for a in appends],
@@ -186,6 +260,18 @@ async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) ->
         [c.tool for _, c in claims],
         [c.args_json for _, c in claims],
         [c.key for _, c in claims],
+        [a.end.status if a.end is not None else None for a in appends],
+        [run_id for run_id, _ in finishes],
+        [f.call_id for _, f in finishes],
+        [f.ok for _, f in finishes],
+        [f.summary for _, f in finishes],
+        [f.result_json for _, f in finishes],
+        [run_id for run_id, _ in facts],
+        [f for _, f in facts],
+        [run_id for run_id, _ in answers],
+        [e.answer_id for _, e in answers],
+        [e.answer for _, e in answers],
+        *hooks.arrays(),
     )
     return {r["id"]: bool(r["cancel_requested"]) for r in rows}
 

@@ -40,36 +40,66 @@ def event_id(run_id: str, sequence: int) -> str:
     return f"evt_{run_id}_{sequence}"
 
 
-_ENQUEUE = """
+def deliveries_sql(first: int, runs: str) -> str:
+    """One delivery per subscribed endpoint for each announcing event: parameters `first` to
+    `first + 4` are a `Deliveries`' arrays, `runs` a relation of run rows (id, conversation_id,
+    user_id, agent) to join them with. `enqueue` joins the table; the fenced append
+    (event_log) its fence, so only runs whose fence held announce anything."""
+    a, b, c, d, e = (f"${first + i}::text[]" for i in range(5))
+    return f"""
 INSERT INTO webhook_delivery (id, event_id, event_type, endpoint_id, run_id, payload)
 SELECT v.event_id || '@' || ep.id, v.event_id, v.event_type, ep.id, r.id,
        jsonb_build_object(
            'id', v.event_id, 'type', v.event_type, 'createdAt', v.created_at,
            'data', jsonb_build_object('conversationId', r.conversation_id, 'userId', r.user_id,
                                       'agent', r.agent) || v.data::jsonb)
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[])
-         AS v(event_id, event_type, created_at, data)
+FROM unnest({a}, {b}, {c}, {d}, {e}) AS v(run_id, event_id, event_type, created_at, data)
 JOIN webhook_endpoint ep ON ep.enabled AND v.event_type = ANY(ep.events)
-JOIN run r ON r.id = $1
+JOIN {runs} r ON r.id = v.run_id
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 """
+
+
+_ENQUEUE = deliveries_sql(1, "run")
+
+
+@dataclass(frozen=True)
+class Deliveries:
+    """What `deliveries_sql` takes for some runs' events: one entry per announcing event."""
+
+    run_ids: list[str]
+    event_ids: list[str]
+    types: list[str]
+    times: list[str]
+    datas: list[str]
+
+    def arrays(self) -> tuple[list[str], ...]:
+        return (self.run_ids, self.event_ids, self.types, self.times, self.datas)
+
+    @classmethod
+    def of(cls, stamped: Sequence[tuple[str, Sequence[RunEvent]]]) -> Deliveries:
+        """From (run id, stamped events) pairs: sequence and time must be set."""
+        out = cls([], [], [], [], [])
+        for run_id, events in stamped:
+            for e in events:
+                kind = kind_of(e)
+                if kind not in WEBHOOK_TYPES:
+                    continue
+                data = event_json(e)
+                out.run_ids.append(run_id)
+                out.event_ids.append(event_id(run_id, e.sequence))
+                out.types.append(WEBHOOK_TYPES[kind])
+                out.times.append(data["time"])
+                out.datas.append(json.dumps(data))
+        return out
 
 
 async def enqueue(conn: Conn, run_id: str, events: Sequence[RunEvent]) -> None:
     """Inside the transaction that stores `events` (stamped: sequence and time set): one delivery
     per subscribed endpoint for each event that leaves Tether. No endpoint: nothing is written."""
-    chosen = [e for e in events if kind_of(e) in WEBHOOK_TYPES]
-    if not chosen:
-        return
-    data = [event_json(e) for e in chosen]
-    await conn.execute(
-        _ENQUEUE,
-        run_id,
-        [event_id(run_id, e.sequence) for e in chosen],
-        [WEBHOOK_TYPES[kind_of(e)] for e in chosen],
-        [d["time"] for d in data],
-        [json.dumps(d) for d in data],
-    )
+    d = Deliveries.of([(run_id, events)])
+    if d.event_ids:
+        await conn.execute(_ENQUEUE, *d.arrays())
 
 
 # -- claiming and finishing (the delivery loop) -----------------------------------------------
