@@ -4,6 +4,7 @@ Retry-After; another user is unaffected. A Redis outage lets requests through (f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Iterator
@@ -112,6 +113,47 @@ async def test_limiter_counts_in_redis_and_fails_open(redis_url, caplog):
         assert len(warnings) == 1, "one warning per outage burst, not one per request"
     finally:
         await dead.aclose()
+
+
+async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url):
+    """Checks that arrive together go to Redis in one pipeline, and the budget still holds to
+    the request: of 30 concurrent starts with a limit of 5, exactly 5 pass."""
+    user = f"unit-{uuid.uuid4().hex}"
+    limiter = RateLimiter({"start": 5})
+    client = redis_asyncio.Redis.from_url(redis_url)
+    pipelines: list[int] = []
+    real = client.pipeline
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        pipe = real(*args, **kw)
+        execute = pipe.execute
+
+        async def execute_counted(*a: Any, **k: Any) -> Any:
+            pipelines.append(len(pipe.command_stack))
+            return await execute(*a, **k)
+
+        pipe.execute = execute_counted
+        return pipe
+
+    client.pipeline = counted  # type: ignore[method-assign]
+    try:
+        await client.script_flush()  # the first pipeline meets NOSCRIPT and falls back to EVAL
+
+        async def one() -> bool:
+            try:
+                await limiter.check(client, "start", user)
+            except RateLimited:
+                return False
+            return True
+
+        passed = await asyncio.gather(*(one() for _ in range(30)))
+        assert sum(passed) == 5
+        assert pipelines == [30], pipelines  # one round trip for all 30
+        more = await asyncio.gather(*(one() for _ in range(3)))
+        assert sum(more) == 0 and pipelines == [30, 3]  # the script is known now: EVALSHA
+    finally:
+        await client.aclose()
+    assert limiter._warned_at == 0.0, "no check failed open"
 
 
 # Finding 5: every route that costs the runtime work has a per-user budget, shared by the pods.

@@ -1,6 +1,9 @@
 """Per-user limits on every route that costs the runtime work (starting, resuming and cancelling
 runs, creating conversations, opening event streams, minting stream tokens), kept in Redis so every gateway pod counts the
-same budget: GCRA in one Lua script (atomic, one round trip, one small key per user and action).
+same budget: GCRA in one Lua script (atomic, one small key per user and action). The checks that
+arrive while one round trip is in flight go together in the next one (one pipeline of EVALSHA):
+a burst of 200 starts on one pod waited 244 ms on average for its checks, one round trip each,
+and many timed out (failing open).
 
 If Redis does not answer, the request is let through and a warning is logged (fail open). The
 limit is a brake on abuse and runaway clients, not a safety property: authentication, ownership,
@@ -10,11 +13,14 @@ closed would turn a Redis outage into "nobody can approve the restart they are w
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 from tether_common.config import Settings
 from tether_common.errors import RateLimited
 
@@ -63,6 +69,7 @@ class RateLimiter:
     def __init__(self, limits: dict[Action, int]) -> None:
         self.limits = {action: Limit(n) for action, n in limits.items() if n > 0}
         self._warned_at = 0.0
+        self._batches: dict[int, _Batch] = {}  # by Redis client (id): one pipeline at a time each
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RateLimiter:
@@ -83,11 +90,11 @@ class RateLimiter:
         if limit is None or redis is None:
             return
         key = f"tether:ratelimit:{action}:{{{user_id}}}"
+        batch = self._batches.get(id(redis))
+        if batch is None or batch.redis is not redis:
+            batch = self._batches[id(redis)] = _Batch(redis)
         try:
-            wait_ms = await asyncio.wait_for(
-                redis.eval(_GCRA, 1, key, limit.interval_ms, limit.burst_ms),
-                REDIS_TIMEOUT_S,
-            )
+            wait_ms = await asyncio.wait_for(batch.check(key, limit), REDIS_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - any Redis failure: fail open (module docstring)
             self._warn(err)
             return
@@ -102,3 +109,60 @@ class RateLimiter:
         if now - self._warned_at >= _WARN_EVERY_S:  # one line per outage burst, not per request
             self._warned_at = now
             log.warning("rate limit not enforced: Redis unavailable (%s)", type(err).__name__)
+
+
+_GCRA_SHA = hashlib.sha1(_GCRA.encode()).hexdigest()
+
+
+class _Batch:
+    """The checks waiting for one Redis client: whatever queued while a round trip was in flight
+    goes in the next one, as one pipeline of EVALSHA (through a cluster, concurrent calls: each to
+    the master of its key's slot). A server that does not know the script yet (first use, a
+    restart, a failover) gets it by EVAL, which caches it there."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self._queue: list[tuple[str, Limit, asyncio.Future[int]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def check(self, key: str, limit: Limit) -> asyncio.Future[int]:
+        """Milliseconds to wait (0: allowed)."""
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((key, limit, done))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="rate-limit-checks")
+        return done
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                results = await self._evalsha(batch)
+                for (key, limit, done), result in zip(batch, results, strict=True):
+                    if isinstance(result, NoScriptError):
+                        result = await self.redis.eval(
+                            _GCRA, 1, key, limit.interval_ms, limit.burst_ms
+                        )
+                    if isinstance(result, BaseException):
+                        raise result
+                    if not done.done():
+                        done.set_result(int(result))
+            except Exception as err:  # noqa: BLE001 - every waiting check fails open
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(err)
+
+    async def _evalsha(self, batch: list[tuple[str, Limit, asyncio.Future[int]]]) -> list[Any]:
+        """Each check's answer, or the error it met (NoScriptError included)."""
+        if isinstance(self.redis, RedisCluster):
+            # redis-py refuses EVALSHA in a cluster pipeline: one call each, concurrently (the
+            # client sends each to its key's master).
+            calls = (
+                self.redis.evalsha(_GCRA_SHA, 1, key, limit.interval_ms, limit.burst_ms)
+                for key, limit, _ in batch
+            )
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key, limit, _ in batch:
+                pipe.evalsha(_GCRA_SHA, 1, key, limit.interval_ms, limit.burst_ms)
+            return list(await pipe.execute(raise_on_error=False))
