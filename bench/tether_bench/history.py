@@ -249,6 +249,18 @@ async def preload(dsn: str, params: dict[str, Any], log: Any = None) -> dict[str
         copied_s = time.monotonic() - t0
         for table in COLUMNS:
             await conns[0].execute(f'VACUUM ANALYZE "{table}"')
+        # On disk, with indexes (a partitioned table's partitions summed): what a day of
+        # history costs (docs/capacity.md).
+        sizes = {
+            table: int(
+                await conns[0].fetchval(
+                    "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
+                    "FROM pg_partition_tree($1::regclass)",
+                    table,
+                )
+            )
+            for table in COLUMNS
+        }
     finally:
         for c in conns:
             await c.close()
@@ -256,6 +268,8 @@ async def preload(dsn: str, params: dict[str, Any], log: Any = None) -> dict[str
         **{f"{t}_rows": n for t, n in counts.items()},
         "copy_s": round(copied_s, 1),
         "total_s": round(time.monotonic() - t0, 1),
+        "bytes_on_disk": sizes,
+        "bytes_per_event": round(sizes["run_event"] / max(1, counts["run_event"]), 1),
     }
 
 

@@ -149,11 +149,55 @@ def _deltas(events: list[Event]) -> int:
 
 
 def _cpu_s(pid: int) -> float:
+    """CPU seconds so far of the process and its live children (a pod's supervisor: its
+    processes)."""
     try:
-        t = psutil.Process(pid).cpu_times()
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
     except psutil.Error:
         return math.nan
-    return float(t.user + t.system)
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return float(total)
+
+
+def _cpu_by_name(name: str) -> dict[int, float]:
+    """CPU seconds so far of every process of this name, by pid."""
+    out: dict[int, float] = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        if p.info["name"] == name and p.info["cpu_times"] is not None:
+            out[p.pid] = float(p.info["cpu_times"].user + p.info["cpu_times"].system)
+    return out
+
+
+class StoresCpu:
+    """Where the rest of the machine's CPU goes during a scenario: every Postgres process
+    (backends and background workers) and every redis-server on the box, so other load on them
+    counts too, and this load generator itself. A process started meanwhile counts from zero."""
+
+    NAMES = ("postgres", "redis-server")
+
+    def __init__(self) -> None:
+        self._before = {n: _cpu_by_name(n) for n in self.NAMES}
+        self._own = _cpu_s(os.getpid())
+        self._spent: dict[str, float] = {}
+
+    def stop(self) -> None:
+        for n in self.NAMES:
+            after = _cpu_by_name(n)
+            self._spent[n] = sum(t - self._before[n].get(pid, 0.0) for pid, t in after.items())
+        self._spent["loadgen"] = _cpu_s(os.getpid()) - self._own
+
+    def per_run(self, runs: int) -> dict[str, float]:
+        key = {"postgres": "postgres", "redis-server": "redis", "loadgen": "loadgen"}
+        return {
+            f"{key[n]}_cpu_ms_per_run": round(s * 1000 / runs, 3) for n, s in self._spent.items()
+        }
 
 
 def _rss(pid: int) -> int:
@@ -524,6 +568,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
     pg_before = await _pg_counts(ctx.dsn)
     redis_before = await _redis_stats(r)
     cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
+    stores_cpu = StoresCpu()
     # The load generator's own collector must not pause it mid-burst: arrival times would
     # carry the client's pause (a full collection here took 130 ms). The burst's garbage is
     # collected after it.
@@ -541,6 +586,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
         gc.enable()
     wall_s = time.perf_counter() - t0
     cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
+    stores_cpu.stop()
     failures = [x for x in results if isinstance(x, BaseException)]
     if failures:
         raise RuntimeError(f"{len(failures)} of {runs} fan-out runs failed: {failures[0]!r}")
@@ -596,6 +642,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
             "first_event_after_start_p99_ms": p50_p99(first_ms)["p99"],
             "runtime_cpu_ms_per_run": round((cpu_after[0] - cpu_before[0]) * 1000 / runs, 3),
             "gateway_cpu_ms_per_run": round((cpu_after[1] - cpu_before[1]) * 1000 / runs, 3),
+            **stores_cpu.per_run(runs),
             "runtime_cpu_pct": round(100 * (cpu_after[0] - cpu_before[0]) / wall_s, 1),
             "gateway_cpu_pct": round(100 * (cpu_after[1] - cpu_before[1]) / wall_s, 1),
         },
@@ -863,7 +910,8 @@ async def _statements(urls: list[str]) -> dict[str, float]:
     return out
 
 
-_STATEMENTS = re.compile(r'^tether_db_statements_total\{kind="(\w+)"\} (\S+)$')
+# A pod's merged metrics carry a `process` label too: every process's line counts.
+_STATEMENTS = re.compile(r'^tether_db_statements_total\{(?:[^}]*,)?kind="(\w+)"[^}]*\} (\S+)$')
 
 
 async def short_runs(ctx: Ctx) -> dict[str, Any]:
@@ -908,10 +956,12 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
     metrics = list(p.get("runtime_metrics", []))
     st_before = await _statements(metrics)
     cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
+    stores_cpu = StoresCpu()
     t0 = time.perf_counter()
     await asyncio.gather(*(client(c) for c in mine))
     wall_s = time.perf_counter() - t0
     cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
+    stores_cpu.stop()
     st_after = await _statements(metrics)
     by_kind = {k: round((v - st_before.get(k, 0.0)) / runs, 3) for k, v in sorted(st_after.items())}
     return {
@@ -922,6 +972,7 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
         "first_event_ms": p50_p99(first_ms),
         "runtime_cpu_ms_per_run": round((cpu_after[0] - cpu_before[0]) * 1000 / runs, 3),
         "gateway_cpu_ms_per_run": round((cpu_after[1] - cpu_before[1]) * 1000 / runs, 3),
+        **stores_cpu.per_run(runs),
         "statements_per_run": round(sum(by_kind.values()), 3),
         "statements_per_run_by_kind": {k: v for k, v in by_kind.items() if v},
     }

@@ -163,7 +163,12 @@ HISTORY_FIGURES = (
     "resume.p99",
     "replay.ms",
 )
-PROFILED = {"single_run": {"samples": 40}, "fanout": {}, "fanout_split_runtime": {}}
+PROFILED = {
+    "single_run": {"samples": 40},
+    "fanout": {},
+    "fanout_split_runtime": {},
+    "short_runs": {},
+}
 
 
 def log(msg: str) -> None:
@@ -241,9 +246,16 @@ async def loadgen(config: dict[str, Any], limit_s: float) -> dict[str, Any]:
 
 class Bench:
     def __init__(
-        self, mode: str, admin_dsn: str, redis_url: str, reps: int | None, pgbouncer_pool: int = 0
+        self,
+        mode: str,
+        admin_dsn: str,
+        redis_url: str,
+        reps: int | None,
+        pgbouncer_pool: int = 0,
+        runtime_processes: int = 1,
     ) -> None:
         self.mode = mode
+        self.runtime_processes = runtime_processes
         self.spec = MODES[mode]
         self.reps = reps or int(self.spec["repetitions"])
         self.admin_dsn = admin_dsn
@@ -294,7 +306,10 @@ class Bench:
         env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
         env.update(self.system_env)
         env.update(extra_env or {})
-        runtime = await stack.start_runtime({**env, "TETHER_RUNTIME_ROLE": "api"} if split else env)
+        runtime = await stack.start_runtime(
+            {**env, "TETHER_RUNTIME_ROLE": "api"} if split else env,
+            processes=1 if split else self.runtime_processes,
+        )
         self.procs.append(runtime)
         if split:
             worker_env = {**env, "TETHER_RUNTIME_ROLE": "worker"}
@@ -371,8 +386,11 @@ class Bench:
             await self.stop_processes()
         return results
 
-    async def profile(self, out_dir: Path, native: bool) -> dict[str, Any]:
-        """py-spy record on the runtime and the gateway while single_run and fanout run."""
+    async def profile(
+        self, out_dir: Path, native: bool, only: set[str] | None = None
+    ) -> dict[str, Any]:
+        """py-spy record on every runtime process and the gateway while the PROFILED scenarios
+        run (those of them in `only`, when it names any)."""
         py_spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
         if not py_spy:
             raise SystemExit("--profile needs py-spy on PATH (uv run --with py-spy ...) or PY_SPY")
@@ -381,7 +399,8 @@ class Bench:
         split = False
         runtime, gateway = await self.start_processes()
         try:
-            for name, extra in PROFILED.items():
+            chosen = {n: e for n, e in PROFILED.items() if not only or n in only} or PROFILED
+            for name, extra in chosen.items():
                 params = {**self.spec["scenarios"][name], **extra}
                 if bool(params.get("runtime_split")) != split:
                     split = not split
@@ -462,7 +481,7 @@ class Bench:
                 log(f"history: preloaded {hist['preload']}")
                 hist["reps"] = [await self.repetition(r, set(HEADLINE)) for r in range(self.reps)]
             if profile_dir is not None:
-                profile = await self.profile(profile_dir, native)
+                profile = await self.profile(profile_dir, native, only)
         finally:
             await self.stop_processes()
             await self.stop_provider()
@@ -567,6 +586,9 @@ class Bench:
                 "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
                 "postgres": pg,
                 "pgbouncer_pool": self.pgbouncer_pool or None,  # None: direct to Postgres
+                # N > 1: `tether runtime --processes N` (one port, SO_REUSEPORT); its CPU figures
+                # are the supervisor's and every child's
+                "runtime_processes": self.runtime_processes,
                 "redis": redis_version,
                 "scripted_delay_s": 0,
                 "sse_heartbeat_s": self.spec["heartbeat_s"],
@@ -727,6 +749,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the runtime through a PgBouncer in transaction mode with POOL server connections "
         "(default 10; needs the pgbouncer binary: apt-get install -y pgbouncer)",
     )
+    ap.add_argument(
+        "--runtime-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the runtime as `tether runtime --processes N` (N processes behind one port)",
+    )
     ap.set_defaults(mode="full")
     return ap.parse_args(argv)
 
@@ -735,7 +764,7 @@ async def amain(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     raise_fd_limit()
     admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     only = set(args.only.split(",")) if args.only else None
-    bench = Bench(args.mode, admin, redis_url, args.reps, args.pgbouncer)
+    bench = Bench(args.mode, admin, redis_url, args.reps, args.pgbouncer, args.runtime_processes)
     return await bench.run(only, args.profile, args.native, args.out)
 
 

@@ -144,13 +144,20 @@ async def _wait_ready(proc: Proc, check: object, limit_s: float) -> None:
     raise TimeoutError(f"{proc.name} not ready in {limit_s}s:\n{proc.log_tail()}")
 
 
-async def start_runtime(env: dict[str, str], limit_s: float = 30, *, name: str = "runtime") -> Proc:
+async def start_runtime(
+    env: dict[str, str], limit_s: float = 30, *, name: str = "runtime", processes: int = 1
+) -> Proc:
+    """One runtime process, or with `processes` > 1 a pod of that many behind one port (`tether
+    runtime --processes N`: a supervisor, its children, their metrics merged on one port)."""
     addr = f"127.0.0.1:{free_port()}"
     # its metrics on a port of their own: the bench reads tether_db_statements_total there
     metrics = f"127.0.0.1:{free_port()}"
+    argv = ["-m", "tether_runtime"]
+    if processes > 1:
+        argv = ["-m", "tether_cli.main", "runtime", "--processes", str(processes)]
     proc = await _spawn(
         name,
-        ["-m", "tether_runtime"],
+        argv,
         {**env, "TETHER_GRPC_ADDR": addr, "TETHER_METRICS_ADDR": metrics},
         addr,
     )
