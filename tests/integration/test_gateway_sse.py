@@ -175,9 +175,12 @@ async def _slow_drops(http: aiohttp.ClientSession, base: str) -> float:
 async def test_never_reading_client_is_dropped_reader_unaffected(
     base_env: dict[str, str], http: aiohttp.ClientSession
 ) -> None:
-    # A runtime with no model delay, so a long answer (~100 KB of deltas) arrives in a burst.
+    # A long answer (~100 KB of deltas) streamed over a few seconds, so both clients attach
+    # while it is under way. (With no model delay it could end before the slow client's request
+    # arrived: its replay then came as one batch, written whole, and nothing was left to drop
+    # it for, seen once under load.)
     rt = await asyncio.to_thread(
-        start_runtime, {**base_env, "TETHER_SCRIPTED_DELAY_S": "0"}, name="runtime-burst"
+        start_runtime, {**base_env, "TETHER_SCRIPTED_DELAY_S": "0.001"}, name="runtime-burst"
     )
     env = {**base_env, **SSE_ENV, "TETHER_SSE_BUFFER_BYTES": "4096"}
     gw = await asyncio.to_thread(start_gateway, env, rt.addr, name="gateway-slow")
