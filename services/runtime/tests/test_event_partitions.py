@@ -89,7 +89,7 @@ async def _convert_and_check(conn: Any, dsn: str) -> None:
     old, last = await run_minted_at(conn, None, conv, deltas=4)
     assert await conn.fetchval("SELECT relkind FROM pg_class WHERE relname = 'run_event'") == b"r"
 
-    assert await migrate(dsn) == ["0019_run_event_partitions.sql"]
+    assert (await migrate(dsn))[0] == "0019_run_event_partitions.sql"  # then the later ones
 
     assert await _events(conn, old) == list(range(1, last + 1))
     assert await partition_of(conn, old) == "run_event_legacy"

@@ -215,7 +215,7 @@ async def test_a_writer_commits_a_result_and_the_end_in_the_shared_statement(
     )
     spent = {k: v - before.get(k, 0) for k, v in COUNTS.items() if v != before.get(k, 0)}
     # Through the EventSink, one statement each: no BEGIN, no UPDATE of its own, no COMMIT.
-    assert shared == [1, 1, 1] and spent == {"with": 2}
+    assert shared == [1, 1, 1] and spent == {"select": 2}
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT status FROM tool_call WHERE run_id = $1", run_id) == (
             "succeeded"

@@ -94,7 +94,9 @@ async def test_a_writer_commits_the_claim_in_the_shared_statement(
     finally:
         await bus.close()
     assert shared == [1]  # through the EventSink, not a transaction of the writer's own
-    assert spent == {"with": 1}  # one statement: no BEGIN, no separate INSERT, no COMMIT
+    assert spent == {
+        "select": 1
+    }  # one statement (run_append): no BEGIN, no separate INSERT, no COMMIT
     async with pool.acquire() as conn:
         row = await _call(conn, run_id)
     assert (row["status"], row["claimed_epoch"]) == ("executing", epoch)

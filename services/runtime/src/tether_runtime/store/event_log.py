@@ -147,86 +147,15 @@ class LeaseAppend:
         return [r[3] for r in self.rows]
 
 
-_APPEND_AS_LEASE_HOLDERS = f"""
-WITH v AS (
-    SELECT id, epoch, expected, new_last, streamed, cp::jsonb AS cp, reset, end_status
-    FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $10::text[],
-                $11::boolean[], $17::text[])
-        AS v(id, epoch, expected, new_last, streamed, cp, reset, end_status)
-), fence AS (
-    -- A checkpoint saved with the events (RunWriter: a commit whose only state changes are the
-    -- run's own) is applied as runs.save_checkpoint would, after the deltas are counted; an end
-    -- as runs.finish would.
-    UPDATE run r SET last_sequence = v.new_last,
-           step_streamed = CASE WHEN v.reset THEN 0 ELSE r.step_streamed + v.streamed END,
-           checkpoint = coalesce(v.cp, r.checkpoint),
-           input_tokens = CASE WHEN v.cp IS NULL THEN r.input_tokens
-                               ELSE coalesce((v.cp ->> 'input_tokens')::bigint, 0) END,
-           output_tokens = CASE WHEN v.cp IS NULL THEN r.output_tokens
-                                ELSE coalesce((v.cp ->> 'output_tokens')::bigint, 0) END,
-           status = coalesce(v.end_status, r.status),
-           lease_owner = CASE WHEN v.end_status IS NULL THEN r.lease_owner END,
-           lease_expires_at = CASE WHEN v.end_status IS NULL THEN r.lease_expires_at END,
-           attempts = CASE WHEN v.end_status IS NULL THEN r.attempts ELSE 0 END,
-           updated_at = now()
-    FROM v
-    WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
-      AND r.last_sequence = v.expected
-    RETURNING r.id, r.cancel_requested, r.conversation_id, r.user_id, r.agent
-), ins AS (
-    INSERT INTO run_event (run_id, sequence, type, data)
-    SELECT e.run_id, e.s, e.t, e.d
-    FROM unnest($6::text[], $7::bigint[], $8::text[], $9::bytea[]) AS e(run_id, s, t, d)
-    JOIN fence ON fence.id = e.run_id
-    RETURNING 1
-), claim AS (
-    -- Read-only tool calls claimed with their tool_started (LeaseAppend.read_claim): the same
-    -- insert as interrupts.claim_call(..., "new"), for the runs whose fence held.
-    INSERT INTO tool_call (run_id, call_id, tool, args, status, idempotency_key, claimed_epoch)
-    SELECT c.run_id, c.call_id, c.tool, c.args::jsonb, 'executing', c.key, v.epoch
-    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
-        AS c(run_id, call_id, tool, args, key)
-    JOIN fence ON fence.id = c.run_id
-    JOIN v ON v.id = c.run_id
-    ON CONFLICT (run_id, call_id) DO UPDATE SET claimed_epoch = EXCLUDED.claimed_epoch,
-        updated_at = now() WHERE tool_call.status = 'executing'
-    RETURNING 1
-), finish AS (
-    -- Calls' results (LeaseAppend.call_finish), as interrupts.finish_call: this epoch's claim.
-    UPDATE tool_call t SET status = CASE WHEN f.ok THEN 'succeeded' ELSE 'failed' END,
-           result_summary = f.summary, result = f.result::jsonb, updated_at = now()
-    FROM unnest($18::text[], $19::text[], $20::boolean[], $21::text[], $22::text[])
-        AS f(run_id, call_id, ok, summary, result)
-    JOIN fence ON fence.id = f.run_id
-    JOIN v ON v.id = f.run_id
-    WHERE t.run_id = f.run_id AND t.call_id = f.call_id AND t.claimed_epoch = v.epoch
-    RETURNING 1
-), facts AS (
-    -- Confirmed facts, as conversations.merge_facts. Runs of one conversation in the same
-    -- statement are merged into one update of its row (a row is updated once per statement),
-    -- later keys winning, one version each.
-    UPDATE conversation c SET facts = c.facts || m.merged, version = c.version + m.n,
-           updated_at = now()
-    FROM (SELECT fence.conversation_id AS id, count(DISTINCT f.ord) AS n,
-                 jsonb_object_agg(kv.key, kv.value ORDER BY f.ord) AS merged
-          FROM unnest($23::text[], $24::text[]) WITH ORDINALITY AS f(run_id, facts, ord)
-          JOIN fence ON fence.id = f.run_id
-          CROSS JOIN LATERAL jsonb_each(f.facts::jsonb) AS kv
-          GROUP BY fence.conversation_id) m
-    WHERE c.id = m.id
-    RETURNING 1
-), answer AS (
-    -- The assistant's answer of a run that completes, as conversations.add_message.
-    INSERT INTO message (id, conversation_id, run_id, role, content)
-    SELECT m.id, fence.conversation_id, m.run_id, 'assistant', m.content
-    FROM unnest($25::text[], $26::text[], $27::text[]) AS m(run_id, id, content)
-    JOIN fence ON fence.id = m.run_id
-    ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content
-    RETURNING 1
-), hooks AS ({outbox.deliveries_sql(28, "fence")}    RETURNING 1
+# The fenced append is one CTE of ten parts (fence, events, read claim, call finish, facts, answer,
+# webhook outbox), kept as the function run_append (migration 0020_run_append.sql, where each part
+# is explained): its plan is cached per server session even where asyncpg's statement cache is
+# off (behind PgBouncer in transaction mode), instead of being planned on every call.
+_APPEND_AS_LEASE_HOLDERS = (
+    "SELECT o_id AS id, o_cancel AS cancel_requested FROM run_append("
+    + ", ".join(f"${i}" for i in range(1, 33))
+    + ")"
 )
-SELECT id, cancel_requested FROM fence
-"""
 
 
 async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) -> dict[str, bool]:

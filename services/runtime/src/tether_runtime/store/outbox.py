@@ -43,8 +43,9 @@ def event_id(run_id: str, sequence: int) -> str:
 def deliveries_sql(first: int, runs: str) -> str:
     """One delivery per subscribed endpoint for each announcing event: parameters `first` to
     `first + 4` are a `Deliveries`' arrays, `runs` a relation of run rows (id, conversation_id,
-    user_id, agent) to join them with. `enqueue` joins the table; the fenced append
-    (event_log) its fence, so only runs whose fence held announce anything."""
+    user_id, agent) to join them with. `enqueue` joins the table; the fenced append (the
+    function run_append, migration 0020, holds this statement at 28 with its fence) joins the
+    runs whose fence held, so only they announce anything."""
     a, b, c, d, e = (f"${first + i}::text[]" for i in range(5))
     return f"""
 INSERT INTO webhook_delivery (id, event_id, event_type, endpoint_id, run_id, payload)
