@@ -520,6 +520,48 @@ async def _stored_events(dsn: str, run_ids: list[str]) -> int:
         await conn.close()
 
 
+async def _wal_lsn(dsn: str) -> str:
+    """The server's current WAL position: the difference of two is the WAL written between them
+    by every database on the server (the bench's own dominates on a quiet machine)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return str(await conn.fetchval("SELECT pg_current_wal_lsn()::text"))
+    finally:
+        await conn.close()
+
+
+async def _wal_since(dsn: str, lsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn
+            )
+        )
+    finally:
+        await conn.close()
+
+
+def _row_deltas(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], per: int
+) -> dict[str, Any]:
+    """Rows inserted and updated between two snapshots, per `per` (runs or events), in all and
+    by table (the tables that changed)."""
+    by_table = {
+        t: (n[0] - before.get(t, (0, 0))[0], n[1] - before.get(t, (0, 0))[1])
+        for t, n in sorted(after.items())
+    }
+    return {
+        "inserted": round(sum(i for i, _ in by_table.values()) / per, 3),
+        "updated": round(sum(u for _, u in by_table.values()) / per, 3),
+        "by_table": {
+            t: {"inserted": round(i / per, 3), "updated": round(u / per, 3)}
+            for t, (i, u) in by_table.items()
+            if i or u
+        },
+    }
+
+
 async def _redis_stats(r: Any) -> tuple[int, int]:
     """(publish calls, commands) so far: PUBLISH on a plain Redis, SPUBLISH summed over a
     cluster's masters (where the runtime's channels live)."""
@@ -566,6 +608,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
 
     counter = asyncio.create_task(count_messages())
     pg_before = await _pg_counts(ctx.dsn)
+    wal_before = await _wal_lsn(ctx.dsn)
     redis_before = await _redis_stats(r)
     cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     stores_cpu = StoresCpu()
@@ -587,6 +630,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
     wall_s = time.perf_counter() - t0
     cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     stores_cpu.stop()
+    wal_bytes = await _wal_since(ctx.dsn, wal_before)
     failures = [x for x in results if isinstance(x, BaseException)]
     if failures:
         raise RuntimeError(f"{len(failures)} of {runs} fan-out runs failed: {failures[0]!r}")
@@ -657,6 +701,7 @@ async def fanout(ctx: Ctx) -> dict[str, Any]:
             if count_rows
             else {}
         ),
+        "wal_bytes_per_event": round(wal_bytes / n_events, 1),
         "redis_messages_per_event": {
             "pubsub_received": None if sharded else round(messages / n_events, 3),
             "publish_calls": round((redis_after[0] - redis_before[0]) / n_events, 3),
@@ -938,8 +983,13 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
         run_ms.append((reader.events[-1].mono - t0) * 1000)
         first_ms.append((reader.events[0].mono - t0) * 1000)
 
+    # Rows per run need Postgres' table statistics to settle (up to ~10 s after the burst)
+    count_rows = bool(p.get("count_rows", True))
+    base = await _pg_counts(ctx.dsn) if count_rows else {}
     mine = [convs.get_nowait() for _ in range(clients)]
     await asyncio.gather(*(one(c, [], []) for c in mine))  # warm-up
+    if count_rows:  # the warm-up's rows must show before the "before" snapshot
+        base = await _pg_wait(ctx.dsn, "run", base.get("run", (0, 0))[0] + clients)
     left = [runs]
     run_ms: list[float] = []
     first_ms: list[float] = []
@@ -955,6 +1005,7 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
 
     metrics = list(p.get("runtime_metrics", []))
     st_before = await _statements(metrics)
+    wal_before = await _wal_lsn(ctx.dsn)
     cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     stores_cpu = StoresCpu()
     t0 = time.perf_counter()
@@ -962,7 +1013,17 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
     wall_s = time.perf_counter() - t0
     cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     stores_cpu.stop()
+    wal_bytes = await _wal_since(ctx.dsn, wal_before)
     st_after = await _statements(metrics)
+    rows = (
+        {
+            "db_rows_per_run": _row_deltas(
+                base, await _pg_wait(ctx.dsn, "run", base.get("run", (0, 0))[0] + runs), runs
+            )
+        }
+        if count_rows
+        else {}
+    )
     by_kind = {k: round((v - st_before.get(k, 0.0)) / runs, 3) for k, v in sorted(st_after.items())}
     return {
         "runs": runs,
@@ -975,6 +1036,8 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
         **stores_cpu.per_run(runs),
         "statements_per_run": round(sum(by_kind.values()), 3),
         "statements_per_run_by_kind": {k: v for k, v in by_kind.items() if v},
+        "wal_bytes_per_run": round(wal_bytes / runs, 1),
+        **rows,
     }
 
 

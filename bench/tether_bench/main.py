@@ -60,7 +60,7 @@ MODES: dict[str, dict[str, Any]] = {
             "grpc_stream": {"deltas": 1000, "samples": 1, "replay_events": 2000},
             "replay": {"events": 2000, "samples": 1},
             "fanout": {"runs": 20, "deltas": 50},
-            "short_runs": {"clients": 16, "runs": 64},  # the shape only: CI runs quick
+            "short_runs": {"clients": 16, "runs": 64, "count_rows": False},  # CI runs quick
             "idle_sse": {"connections": 200, "hold_s": 2.5, "open_concurrency": 50},
             "fanout_split_runtime": {
                 "scenario": "fanout",
@@ -578,6 +578,7 @@ class Bench:
             "langgraph": med("langgraph"),
             "db_rows_per_event": med("fanout", "db_rows_per_event"),
             "redis_messages_per_event": med("fanout", "redis_messages_per_event"),
+            "wal_bytes_per_event": med("fanout", "wal_bytes_per_event"),
             "elapsed_s": round(elapsed, 1),
             "errors": errors,
             "environment": {
@@ -625,6 +626,9 @@ class Bench:
                 "db_rows_per_event": "pg_stat_user_tables n_tup_ins / n_tup_upd deltas over the "
                 "fan-out scenario (all tables; includes the run, message and checkpoint rows "
                 "each run writes) divided by events delivered",
+                "wal_bytes_per_event": "pg_wal_lsn_diff over the fan-out scenario (the whole "
+                "server's WAL, every database) divided by events delivered; short_runs has "
+                "wal_bytes_per_run and db_rows_per_run (by table) the same way",
                 "redis_messages_per_event": "pubsub_received: a PSUBSCRIBE tether:run:* counter "
                 "(only the scenario's runs); publish_calls/commands: INFO deltas (server-wide)",
                 "idle_sse_connection_kib": "(gateway RSS at end of hold - RSS before opening) / "
