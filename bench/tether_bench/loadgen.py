@@ -177,10 +177,11 @@ def _cpu_by_name(name: str) -> dict[int, float]:
 
 class StoresCpu:
     """Where the rest of the machine's CPU goes during a scenario: every Postgres process
-    (backends and background workers) and every redis-server on the box, so other load on them
-    counts too, and this load generator itself. A process started meanwhile counts from zero."""
+    (backends and background workers), every redis-server and pgbouncer on the box, so other
+    load on them counts too, and this load generator itself. A process started meanwhile counts
+    from zero."""
 
-    NAMES = ("postgres", "redis-server")
+    NAMES = ("postgres", "redis-server", "pgbouncer")
 
     def __init__(self) -> None:
         self._before = {n: _cpu_by_name(n) for n in self.NAMES}
@@ -196,7 +197,9 @@ class StoresCpu:
     def per_run(self, runs: int) -> dict[str, float]:
         key = {"postgres": "postgres", "redis-server": "redis", "loadgen": "loadgen"}
         return {
-            f"{key[n]}_cpu_ms_per_run": round(s * 1000 / runs, 3) for n, s in self._spent.items()
+            f"{key.get(n, n)}_cpu_ms_per_run": round(s * 1000 / runs, 3)
+            for n, s in self._spent.items()
+            if n != "pgbouncer" or s > 0  # only when the run goes through one (--pgbouncer)
         }
 
 
