@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import event_sink
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
@@ -22,6 +21,7 @@ from tether_runtime.store import conversations, event_log, run_admission, runs, 
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, RunEnd
 from tether_runtime.store.statement_count import COUNTS
+from tether_testkit.shared_appends import count_shared_appends
 
 SECRET = "a-test-secret-of-enough-length"
 
@@ -168,14 +168,7 @@ async def _writer(
 ) -> tuple[RunWriter, list[int], str, int, str]:
     async with pool.acquire() as conn:
         run_id, epoch, conv_id = await _running(conn)
-    shared: list[int] = []
-    real = event_log.append_as_lease_holders
-
-    async def counted(conn: Any, appends: Any) -> dict[str, bool]:
-        shared.append(len(appends))
-        return await real(conn, appends)
-
-    monkeypatch.setattr(event_sink.event_log, "append_as_lease_holders", counted)
+    shared = count_shared_appends(monkeypatch)
     return (
         RunWriter(pool, bus, EventSink(pool, bus), run_id, epoch, 1),
         shared,

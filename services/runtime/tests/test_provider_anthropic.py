@@ -4,7 +4,6 @@ streaming event protocol on a real socket (and refusing what the real API refuse
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from tether_runtime.models import AnthropicProvider, build_provider
 from tether_sdk import Anthropic, ModelError, ModelRequest, ToolCall, ToolSchema, Usage
 from tether_testkit.fake_anthropic import FakeAnthropic
 from tether_testkit.fake_llm import FakeCall, Reply
+from tether_testkit.sdk_clients import closes_at_test_end
 
 KEY = "sk-ant-test-do-not-log-0123456789abcdef"
 
@@ -32,19 +32,8 @@ def ask(text: str = "what broke?", **kw: Any) -> ModelRequest:
     )
 
 
-OPEN: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-async def close_providers() -> AsyncIterator[None]:
-    """Each provider's HTTP client is closed at its test's end, not left to the SDK's finalizer:
-    that schedules the close on whatever loop is running when the garbage collector finds the
-    client, and the close then removes the event loop's reader by a file number that may by then
-    belong to another socket (a later test's listening socket, which then accepted nothing: the
-    gateway's SSE tests hung in the same process)."""
-    yield
-    while OPEN:
-        await OPEN.pop().aclose()
+OPEN: list[Any] = []  # providers to close at the test's end (tether_testkit.sdk_clients)
+close_providers = closes_at_test_end(OPEN)
 
 
 def provider(llm: FakeAnthropic, **config: Any) -> AnthropicProvider:

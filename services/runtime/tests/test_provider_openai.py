@@ -4,7 +4,6 @@ chat-completions streaming protocol on a real socket."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from tether_sdk import ModelError, ModelRequest, OpenAICompatible, ToolCall, Too
 from tether_testkit.fake_llm import FakeCall, Reply
 from tether_testkit.fake_openai import FakeOpenAI
 from tether_testkit.processes import free_port
+from tether_testkit.sdk_clients import closes_at_test_end
 
 KEY = "sk-test-do-not-log-0123456789abcdef"
 
@@ -33,19 +33,8 @@ def ask(text: str = "what broke?", **kw: Any) -> ModelRequest:
     )
 
 
-OPEN: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-async def close_providers() -> AsyncIterator[None]:
-    """Each provider's HTTP client is closed at its test's end, not left to the SDK's finalizer:
-    that schedules the close on whatever loop is running when the garbage collector finds the
-    client, and the close then removes the event loop's reader by a file number that may by then
-    belong to another socket (a later test's listening socket, which then accepted nothing: the
-    gateway's SSE tests hung in the same process)."""
-    yield
-    while OPEN:
-        await OPEN.pop().aclose()
+OPEN: list[Any] = []  # providers to close at the test's end (tether_testkit.sdk_clients)
+close_providers = closes_at_test_end(OPEN)
 
 
 def provider(llm: FakeOpenAI, key: str = KEY, **config: Any) -> OpenAIProvider:

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import event_sink
 from tether_runtime import events as ev
 from tether_runtime.bus import EventBus
 from tether_runtime.event_sink import EventSink
@@ -18,6 +17,7 @@ from tether_runtime.run_writer import ClaimRead, RunWriter
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.statement_count import COUNTS
+from tether_testkit.shared_appends import count_shared_appends
 
 
 @pytest.fixture
@@ -75,14 +75,7 @@ async def test_a_writer_commits_the_claim_in_the_shared_statement(
 ) -> None:
     async with pool.acquire() as conn:
         run_id, epoch = await _running(conn)
-    shared: list[int] = []
-    real = event_log.append_as_lease_holders
-
-    async def counted(conn: Any, appends: Any) -> dict[str, bool]:
-        shared.append(len(appends))
-        return await real(conn, appends)
-
-    monkeypatch.setattr(event_sink.event_log, "append_as_lease_holders", counted)
+    shared = count_shared_appends(monkeypatch)
     bus = EventBus(private_env["REDIS_URL"])
     await bus.start()
     try:
