@@ -161,6 +161,15 @@ def left_worker(proc: Proc, run_id: str) -> list[str]:
     return out
 
 
+async def let_go(proc: Proc, run_id: str, timeout: float = 5.0) -> list[str]:
+    """`left_worker` once the worker has logged letting the run go: the line is written after
+    the run's last commit, so a client that saw `done` may read the log a moment before it."""
+    deadline = time.monotonic() + timeout
+    while not (statuses := left_worker(proc, run_id)) and time.monotonic() < deadline:
+        await _sleep(0.05)
+    return statuses
+
+
 def log_mentions(proc: Proc, run_id: str, msg: str) -> bool:
     for line in proc.log().splitlines():
         try:
@@ -230,7 +239,7 @@ async def test_kill9_mid_stream_another_runtime_finishes_without_repeating_text(
     assert final["status"] == "completed"
     assert final["lease_epoch"] == 2, "exactly one takeover"
     assert final["last_sequence"] == len(evs)
-    assert left_worker(b, run_id) == ["completed"]
+    assert await let_go(b, run_id) == ["completed"]
     msg = await cdb.fetchval(
         "SELECT content FROM message WHERE run_id = $1 AND role = 'assistant'", run_id
     )
@@ -329,7 +338,7 @@ async def test_kill9_mid_restart_call_executes_once(
     assert f"restarted {inst}" in text_of(evs)
     final = await run_row(cdb, run_id)
     assert final["status"] == "completed"
-    assert left_worker(b, run_id) == ["completed"]
+    assert await let_go(b, run_id) == ["completed"]
     print(
         f"\n[kill -9 in restart, {kill_point}] killed {t_kill - t_started:.2f}s after "
         f"tool_started; inv_operation rows at kill {ops_at_kill}, after 1; restart_count 1; "
@@ -539,7 +548,7 @@ async def test_sigstopped_zombie_wakes_after_takeover_and_changes_nothing(
     assert final["last_sequence"] == done_row["last_sequence"] == len(after)
     assert final["updated_at"] == done_row["updated_at"], "the zombie touched the run row"
     assert left_worker(a, run_id) == []
-    assert left_worker(b, run_id) == ["completed"]
+    assert await let_go(b, run_id) == ["completed"]
     print(
         f"\n[SIGSTOP zombie] A stopped after {at_stop['last_sequence']} events; B took over and "
         f"finished in {t_done - t_stop:.2f}s; A resumed and stood down within "
@@ -587,8 +596,8 @@ async def test_resume_on_a_different_runtime_than_the_one_that_paused(
     assert f"restarted {inst}" in text_of(evs)
     assert await cdb.fetchval("SELECT count(*) FROM inv_operation WHERE target = $1", inst) == 1
     assert await cdb.fetchval("SELECT restart_count FROM inv_instance WHERE id = $1", inst) == 1
-    assert left_worker(a, run_id) == ["interrupted"]
-    assert left_worker(b, run_id) == ["completed"]
+    assert await let_go(a, run_id) == ["interrupted"]
+    assert await let_go(b, run_id) == ["completed"]
     print(
         f"\n[resume elsewhere] A paused the run at seq {first[-1].sequence} and stopped "
         f"gracefully in {t_term:.2f}s; B resumed it and finished in {t_done:.2f}s; "
@@ -671,7 +680,7 @@ async def test_zombie_stopped_inside_a_transaction_does_not_block_takeover(
     assert_clean_log(after)
     assert text_of(after) == "".join(f"t{i} " for i in range(n))
     assert final["updated_at"] == done_row["updated_at"]
-    assert left_worker(b, run_id) == ["completed"]
+    assert await let_go(b, run_id) == ["completed"]
     print(
         f"\n[zombie frozen mid-transaction] zombie session held the run lock ({tries} setup) "
         f"(at seq {at_stop['last_sequence']}); B took over and finished in "
