@@ -511,38 +511,29 @@ async def _pg_wait(
     return await _pg_counts(dsn)
 
 
-async def _stored_events(dsn: str, run_ids: list[str]) -> int:
+async def _fetchval(dsn: str, sql: str, *args: Any) -> Any:
+    """One value from a connection of its own (the harness's reads, outside the system's pools)."""
     conn = await asyncpg.connect(dsn)
     try:
-        return int(
-            await conn.fetchval(
-                "SELECT count(*) FROM run_event WHERE run_id = ANY($1::text[])", run_ids
-            )
-        )
+        return await conn.fetchval(sql, *args)
     finally:
         await conn.close()
+
+
+async def _stored_events(dsn: str, run_ids: list[str]) -> int:
+    sql = "SELECT count(*) FROM run_event WHERE run_id = ANY($1::text[])"
+    return int(await _fetchval(dsn, sql, run_ids))
 
 
 async def _wal_lsn(dsn: str) -> str:
     """The server's current WAL position: the difference of two is the WAL written between them
     by every database on the server (the bench's own dominates on a quiet machine)."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        return str(await conn.fetchval("SELECT pg_current_wal_lsn()::text"))
-    finally:
-        await conn.close()
+    return str(await _fetchval(dsn, "SELECT pg_current_wal_lsn()::text"))
 
 
 async def _wal_since(dsn: str, lsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(
-            await conn.fetchval(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", lsn
-            )
-        )
-    finally:
-        await conn.close()
+    sql = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
+    return int(await _fetchval(dsn, sql, lsn))
 
 
 def _row_deltas(

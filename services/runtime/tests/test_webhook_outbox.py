@@ -6,6 +6,7 @@ real HTTP server."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -212,3 +213,17 @@ async def test_loop_retries_then_dead_letters_an_endpoint_that_always_fails(
     assert (row["attempts"], row["last_error"], row["last_status_code"]) == (3, "HTTP 500", 500)
     assert [h["Tether-Delivery-Attempt"] for h in seen] == ["1", "2", "3"]
     assert len({h["Tether-Event-Id"] for h in seen}) == 1
+
+
+def _sql_words(sql: str) -> str:
+    """SQL without its comments and with every run of whitespace as one space."""
+    return " ".join(re.sub(r"--[^\n]*", "", sql).split())
+
+
+async def test_the_fenced_append_enqueues_with_the_same_statement(pool: asyncpg.Pool) -> None:
+    """The workers' fenced append (the function run_append, migration 0020) holds its own copy of
+    the outbox's insert, over the runs whose fence held: it must stay the statement that
+    `deliveries_sql` builds, or a change to one would announce differently from the other."""
+    async with pool.acquire() as conn:
+        body = await conn.fetchval("SELECT pg_get_functiondef('run_append'::regproc)")
+    assert _sql_words(outbox.deliveries_sql(28, "fence")) in _sql_words(body)
