@@ -64,17 +64,21 @@ fmt: .venv/.synced
 	$(PY) ruff check --fix .
 	$(PY) ruff format .
 
-# Everything the tests need that is not Python or Node: Chromium for the browser tests (installed
-# when root or passwordless sudo can; otherwise it stops before any test with the command to run).
+# Everything the tests need that is not Python or Node: Chromium, curl, jq, pgbouncer, redis-server
+# and redis-cli (Debian packages, installed when root or passwordless sudo can; otherwise it stops
+# before any test with the one command to run).
 test-deps:
-	@$(CURDIR)/.ci/ensure_chromium
+	@$(CURDIR)/.ci/ensure_test_deps
 
 # Two pytest workers (pytest-xdist), a test file each at a time: the suite mostly waits on the
 # processes it starts, so two at once take about half the time on 2 cores (29 -> 14 min here).
 # Each worker is its own session: its own fresh database and shared runtime.
 TEST_WORKERS ?= 2
+# The tests find uv on PATH (test_python_client builds the client's wheel with it): the one this
+# Makefile uses, also the private copy in .tools/uv that a fresh machine gets.
+TEST_PATH := $(dir $(UV)):$(PATH)
 test: test-deps gen node_modules/.installed
-	$(PY) pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
+	PATH="$(TEST_PATH)" $(PY) pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 run: gen
 	$(PY) tether dev

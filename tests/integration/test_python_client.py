@@ -45,7 +45,7 @@ def client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv holding the tether-client wheel and its dependencies, nothing else."""
     tmp = tmp_path_factory.mktemp("pyclient")
     uv = shutil.which("uv")
-    assert uv, "uv is not on PATH"
+    assert uv, "uv is not on PATH (make test puts the uv it uses there, .tools/uv included)"
     run = lambda *args: subprocess.run(  # noqa: E731
         [uv, *args], cwd=REPO, check=True, capture_output=True, text=True, timeout=300
     )

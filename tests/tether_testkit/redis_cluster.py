@@ -42,7 +42,7 @@ def redis_server_binary() -> str:
     raise RuntimeError(
         "no redis-server of version 7 or later found (TETHER_TEST_REDIS_SERVER, PATH, "
         "/usr/bin): the Redis Cluster tests need one for sharded pub/sub "
-        "(apt-get install -y redis-server; .ci/run installs it)"
+        "(apt-get install -y redis-server; make test installs it)"
     )
 
 
