@@ -29,7 +29,9 @@ def binary() -> str:
         (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
     )
     if found is None:
-        raise RuntimeError(f"pgbouncer is not installed: run `{INSTALL}` (make test does: .ci/ensure_test_deps)")
+        raise RuntimeError(
+            f"pgbouncer is not installed: run `{INSTALL}` (make test does: .ci/ensure_test_deps)"
+        )
     return found
 
 
