@@ -23,6 +23,33 @@ from tether_runtime.store.records import InterruptRow
 POD = os.environ.get("HOSTNAME") or socket.gethostname()
 SYSTEM = "system"
 
+# Every action an audit record can carry: the reference (docs/DESIGN.md "Audit", openapi.json's
+# AuditRecord.action) is checked against this list by tests/docs/test_reference_lists.py, and
+# writing any other action is a bug that fails at the write.
+ACTIONS = (
+    "interrupt.approved",
+    "interrupt.rejected",
+    "interrupt.responded",
+    "interrupt.retry",
+    "interrupt.mark_done",
+    "interrupt.abandon",
+    "interrupt.denied",
+    "interrupt.approval_recorded",
+    "interrupt.expired",
+    "interrupt.cancelled",
+    "tool.claimed",
+    "tool.executed",
+    "tool.skipped",
+    "tool.outcome_unknown",
+)
+_ACTIONS = frozenset(ACTIONS)
+
+
+def _known(action: str) -> str:
+    if action not in _ACTIONS:
+        raise ValueError(f"unknown audit action {action!r}: add it to store.audit.ACTIONS")
+    return action
+
 
 def current_trace_id() -> str:
     ctx = trace.get_current_span().get_span_context()
@@ -106,7 +133,7 @@ async def record_decision(
         "FROM (SELECT 1) one LEFT JOIN tool_call tc ON tc.run_id = $4 AND tc.call_id = $6",
         new_id("aud"),
         actor,
-        f"interrupt.{decision if outcome == 'resolved' else outcome}",
+        _known(f"interrupt.{decision if outcome == 'resolved' else outcome}"),
         intr.run_id,
         intr.id,
         intr.call_id,
@@ -156,7 +183,7 @@ async def record_tool(
     await conn.execute(
         _TOOL_RECORD,
         new_id("aud"),
-        action,
+        _known(action),
         run_id,
         call_id,
         permission,
