@@ -55,6 +55,7 @@ buf-baseline: node_modules/.installed
 lint: gen buf-lint buf-breaking
 	$(PY) ruff check .
 	$(PY) ruff format --check .
+	$(PY) lint-imports --no-cache
 	$(MAKE) --no-print-directory typecheck
 
 typecheck: gen
