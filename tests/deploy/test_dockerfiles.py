@@ -152,7 +152,7 @@ def test_dockerignore_keeps_state_and_secrets_out() -> None:
         "node_modules",
         ".env",
         ".env.local",
-        "libs/client/src/tether",
+        "libs/proto/src/tether",
         ".tether",
     ):
         assert _ignored(path, patterns), path
