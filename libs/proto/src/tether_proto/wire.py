@@ -13,26 +13,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
-from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 from tether.runtime.v1 import approvals_pb2, events_pb2, options_pb2, resources_pb2
 
 UNSPECIFIED = "unspecified"
 
 
-@dataclass(frozen=True)
-class WireEnum:
-    """One proto enum as the wire names it. `names` and `values` leave the zero value out (no
-    caller sends "unspecified"); `name` maps every value, zero included."""
+E = TypeVar("E", bound=int)
 
-    proto: str  # the enum's full name, e.g. "tether.runtime.v1.RunStatus"
+
+@dataclass(frozen=True)
+class WireEnum(Generic[E]):
+    """One proto enum as the wire names it. `names` and `values` leave the zero value out (no
+    caller sends "unspecified"); `name` maps every value, zero included. E is the generated
+    enum's type (resources_pb2.RunStatus), so a value from here fits the messages' fields."""
+
+    descriptor: EnumDescriptor
     names: tuple[str, ...]  # in the protos' order
-    values: Mapping[str, int]  # name -> number
+    values: Mapping[str, E]  # name -> number
     name: Mapping[int, str]  # number -> name
     terminal: frozenset[str]  # the names marked (terminal) = true
-    terminal_values: frozenset[int]
+    terminal_values: frozenset[E]
 
     def name_of(self, value: int) -> str:
         """The value's name; "unspecified" for 0 and for a value this build does not know."""
@@ -46,53 +50,54 @@ def option(options: Message, extension: FieldDescriptor) -> Any:
     return extensions[extension]
 
 
-def wire_enum(enum: EnumDescriptor) -> WireEnum:
-    zero = enum.values_by_number[0].name
+def wire_enum(enum: type[E]) -> WireEnum[E]:
+    """`enum` is a generated enum (resources_pb2.RunStatus): its descriptor names the values."""
+    descriptor: EnumDescriptor = enum.DESCRIPTOR  # type: ignore[attr-defined]
+    zero = descriptor.values_by_number[0].name
     prefix = zero.removesuffix("UNSPECIFIED")
     if prefix == zero:
-        raise ValueError(f"{enum.full_name}: its zero value {zero} does not end in UNSPECIFIED")
+        raise ValueError(f"{descriptor.full_name}: its zero value {zero} is not *_UNSPECIFIED")
     name: dict[int, str] = {}
-    terminal: set[int] = set()
-    for value in enum.values:
+    values: dict[str, E] = {}
+    terminal: set[str] = set()
+    for value in descriptor.values:
         if not value.name.startswith(prefix):
-            raise ValueError(f"{enum.full_name}: {value.name} does not start with {prefix}")
-        name[value.number] = value.name.removeprefix(prefix).lower()
+            raise ValueError(f"{descriptor.full_name}: {value.name} does not start with {prefix}")
+        wire_name = value.name.removeprefix(prefix).lower()
+        name[value.number] = wire_name
+        if value.number != 0:
+            values[wire_name] = cast(E, value.number)
         if option(value.GetOptions(), options_pb2.terminal):
-            terminal.add(value.number)
-    values = {n: v for v, n in name.items() if v != 0}
+            terminal.add(wire_name)
     return WireEnum(
-        proto=enum.full_name,
+        descriptor=descriptor,
         names=tuple(values),
         values=MappingProxyType(values),
         name=MappingProxyType(name),
-        terminal=frozenset(name[v] for v in terminal),
-        terminal_values=frozenset(terminal),
+        terminal=frozenset(terminal),
+        terminal_values=frozenset(values[n] for n in terminal),
     )
 
 
-def _enum(file: FileDescriptor, name: str) -> WireEnum:
-    return wire_enum(file.enum_types_by_name[name])
-
-
-RUN_STATUS = _enum(resources_pb2.DESCRIPTOR, "RunStatus")
-INTERRUPT_KIND = _enum(resources_pb2.DESCRIPTOR, "InterruptKind")
-INTERRUPT_STATUS = _enum(resources_pb2.DESCRIPTOR, "InterruptStatus")
-MESSAGE_ROLE = _enum(resources_pb2.DESCRIPTOR, "MessageRole")
-DECISION = _enum(events_pb2.DESCRIPTOR, "Decision")
-TOOL_STATUS = _enum(events_pb2.DESCRIPTOR, "ToolStatus")
-TOOL_CALL_STATUS = _enum(approvals_pb2.DESCRIPTOR, "ToolCallStatus")
+RUN_STATUS = wire_enum(resources_pb2.RunStatus)
+INTERRUPT_KIND = wire_enum(resources_pb2.InterruptKind)
+INTERRUPT_STATUS = wire_enum(resources_pb2.InterruptStatus)
+MESSAGE_ROLE = wire_enum(resources_pb2.MessageRole)
+DECISION = wire_enum(events_pb2.Decision)
+TOOL_STATUS = wire_enum(events_pb2.ToolStatus)
+TOOL_CALL_STATUS = wire_enum(approvals_pb2.ToolCallStatus)
 
 # Run statuses a run never leaves, by name and by number.
 TERMINAL_RUN_STATUSES = RUN_STATUS.terminal
 TERMINAL_RUN_STATUS_VALUES = RUN_STATUS.terminal_values
 
 
-def _answers() -> Mapping[str, int]:
-    out: dict[str, int] = {}
-    for value in events_pb2.DESCRIPTOR.enum_types_by_name["Decision"].values:
+def _answers() -> Mapping[str, events_pb2.Decision]:
+    out: dict[str, events_pb2.Decision] = {}
+    for value in DECISION.descriptor.values:
         word = str(option(value.GetOptions(), options_pb2.answer))
         if word:
-            out[word] = value.number
+            out[word] = DECISION.values[DECISION.name[value.number]]
     return MappingProxyType(out)
 
 
