@@ -21,12 +21,12 @@ Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
+    from tether_runtime import admin
     from tether_runtime.agents import AgentLoadError
-    from tether_runtime.provision import migrate_all
 
     setup_logging("tether-migrate", settings.log_level)
     try:
-        applied = asyncio.run(migrate_all(settings.database_url, settings))
+        applied = asyncio.run(admin.migrate(settings.database_url, settings))
     except AgentLoadError as err:
         # The agents' migrations come from the agents: a bad one is a message, not a traceback.
         print(f"tether migrate: {err}", file=sys.stderr)
@@ -41,12 +41,12 @@ MIGRATE_CHECK_EVERY_S = 2.0
 def migrate_check(settings: Settings, *, wait_s: float = 0.0) -> int:
     """`tether migrate --check [--wait S]`: 0 when the schema is current for this version, 1
     when a migration is missing (or the database stayed unreachable), 2 on a bad agent."""
+    from tether_runtime import admin
     from tether_runtime.agents import AgentLoadError
-    from tether_runtime.provision import pending_all
 
     setup_logging("tether-migrate", settings.log_level)
     try:
-        missing = asyncio.run(_until_current(settings, wait_s, pending_all))
+        missing = asyncio.run(_until_current(settings, wait_s, admin.pending_migrations))
     except AgentLoadError as err:
         print(f"tether migrate: {err}", file=sys.stderr)
         return 2
@@ -82,16 +82,15 @@ async def _until_current(
 def seed_demo(settings: Settings, *, reset: bool = False) -> int:
     """`tether seed-demo [--reset]`: each configured agent's demo data and the demo grants
     (the mailer's too, when the mailer example is loaded)."""
+    from tether_runtime import admin
     from tether_runtime.agents import AgentLoadError
-    from tether_runtime.provision import configured_agents
-    from tether_runtime.provision import seed_demo as seed
 
     from tether_cli import demo_mailer
 
     setup_logging("tether-seed", settings.log_level)
     try:
-        names = [a.name for a in configured_agents(settings)]
-        asyncio.run(seed(settings.database_url, settings, reset=reset))
+        names = [a.name for a in admin.configured_agents(settings)]
+        asyncio.run(admin.seed_demo(settings.database_url, settings, reset=reset))
         if "mailer" in names:
             asyncio.run(demo_mailer.grant(settings.database_url))
     except AgentLoadError as err:
@@ -233,46 +232,39 @@ def grants(
     scope: str | None = None,
 ) -> int:
     """`tether grants add|revoke|list`: 0 done, 1 nothing to revoke, 2 bad input."""
-    from tether_runtime.store import grants as store
+    from tether_runtime import admin
 
     if op != "list":
         try:
-            store.check(user or "", action or "", scope or "")
-        except store.InvalidGrant as err:
+            admin.check_grant(user or "", action or "", scope or "")
+        except admin.InvalidGrant as err:
             print(f"tether grants {op}: {err}", file=sys.stderr)
             return 2
     return asyncio.run(_grants(settings.database_url, op, user, action or "", scope or ""))
 
 
 async def _grants(dsn: str, op: str, user: str | None, action: str, scope: str) -> int:
-    from tether_runtime.store import grants as store
-    from tether_runtime.store.db import connect
+    from tether_runtime import admin
 
-    conn = await connect(dsn)  # no statement cache: safe through a pooler
-    try:
-        if op == "list":
-            rows = await store.list(conn, user)
-            print(
-                _table(["USER", "ACTION", "SCOPE"], [[g.user_id, g.action, g.scope] for g in rows])
-            )
-            return 0
-        assert user is not None
-        if op == "add":
-            new = await store.add(conn, user, action, scope)
-            print(f"{'granted' if new else 'already granted'}: {user} may {action} on {scope}")
-            return 0
-        if await store.revoke(conn, user, action, scope):
-            print(f"revoked: {user} may no longer {action} on {scope}")
-            return 0
-        # A typo here would leave the real grant in place: say so, and fail.
-        print(
-            f"tether grants revoke: {user} has no grant {action} on {scope} (nothing revoked; "
-            "`tether grants list` shows what exists)",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        await conn.close()
+    if op == "list":
+        rows = await admin.list_grants(dsn, user)
+        print(_table(["USER", "ACTION", "SCOPE"], [[g.user_id, g.action, g.scope] for g in rows]))
+        return 0
+    assert user is not None
+    if op == "add":
+        new = await admin.grant(dsn, user, action, scope)
+        print(f"{'granted' if new else 'already granted'}: {user} may {action} on {scope}")
+        return 0
+    if await admin.revoke_grant(dsn, user, action, scope):
+        print(f"revoked: {user} may no longer {action} on {scope}")
+        return 0
+    # A typo here would leave the real grant in place: say so, and fail.
+    print(
+        f"tether grants revoke: {user} has no grant {action} on {scope} (nothing revoked; "
+        "`tether grants list` shows what exists)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
