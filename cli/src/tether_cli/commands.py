@@ -7,13 +7,16 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvloop
 from tether_common.auth import Scope, issue_token
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 from tether_common.logging import setup_logging
+
+if TYPE_CHECKING:
+    from tether_sdk import Approval
 
 log = logging.getLogger("tether_cli")
 
@@ -112,6 +115,27 @@ _AT_MOST_ONCE = {
 }
 
 
+def _approval(policy: Approval | None, action: str) -> dict[str, Any]:
+    """Who may approve a write tool's call (tether_sdk.Approval; without one, the run's owner
+    approves once with the tool's own grant)."""
+    if policy is None:
+        return {"approvers": "owner", "grant": action, "approvals": 1, "self_approval": True}
+    return {
+        "approvers": "grant",
+        "grant": policy.grant,
+        "approvals": policy.approvals,
+        "self_approval": policy.self_approval,
+    }
+
+
+def _approval_text(approval: dict[str, Any]) -> str:
+    if approval["approvers"] == "owner":
+        return f"the run's owner, once (holding {approval['grant']} on the call's scope)"
+    who = "2 distinct holders" if approval["approvals"] == 2 else "any holder"
+    requester = "the requester too" if approval["self_approval"] else "never the requester"
+    return f"{who} of {approval['grant']} on the call's scope; {requester}"
+
+
 def agents(settings: Settings, *, as_json: bool = False) -> int:
     """What this configuration loads (TETHER_AGENTS and the `tether.agents` entry points), as
     the runtime would: an agent it would refuse is exit 2 with the same message."""
@@ -138,7 +162,11 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
                     or f"{name}:*" in settings.tool_allow_grant,
                     **({"action": t.action, "scope": t.scope_template} if t.action else {}),
                     **(
-                        {"risk": t.risk, "at_most_once": t.at_most_once}
+                        {
+                            "risk": t.risk,
+                            "at_most_once": t.at_most_once,
+                            "approval": _approval(t.approval_policy, t.action),
+                        }
                         if t.effect == "write"
                         else {}
                     ),
@@ -170,6 +198,7 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
             if t["effect"] == "write":
                 print(f"{pad}grant: {t['action']} on {t['scope']}, risk {t['risk']}")
                 print(f"{pad}at-most-once: {_AT_MOST_ONCE[t['at_most_once']]}")
+                print(f"{pad}approval: {_approval_text(t['approval'])}")
             elif "action" in t:
                 print(f"{pad}grant: {t['action']} on {t['scope']}")
             for warning in t["warnings"]:
