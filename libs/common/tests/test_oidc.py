@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tether_common.auth import TokenVerifier
 from tether_common.errors import Unauthenticated, Unavailable
+from tether_common.input_parsers import token_header
 from tether_common.oidc import IssuerKeys, OidcIssuer, signing_keys
 from tether_testkit.oidc_issuer import TestIssuer
 from tether_testkit.processes import free_port
@@ -115,7 +116,7 @@ async def test_alg_confusion_none_and_symmetric_keys_are_refused(idp: TestIssuer
                     await verifier.verify(token)
             # The OIDC check itself never takes a symmetric or absent algorithm.
             with pytest.raises(Unauthenticated):
-                await v.oidc.claims(token, jwt.get_unverified_header(token))
+                await v.oidc.claims(token, token_header(token))
     finally:
         await v.aclose()
     # A symmetric or encryption key in a JWKS is never a signing key.

@@ -10,7 +10,9 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from tether_common import input_parsers
 from tether_common.errors import InvalidArgument
+from tether_common.input_parsers import storable
 
 
 class PayloadTooLarge(web.HTTPRequestEntityTooLarge):
@@ -28,18 +30,6 @@ class Field:
 
 
 Schema = dict[str, Field]
-
-
-def storable(value: str) -> bool:
-    """Postgres text holds no NUL, and protobuf strings must be valid UTF-8 (no lone surrogates,
-    which JSON's `\\udXXX` escapes can produce): either would surface as a 500 further down."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @web.middleware
@@ -181,11 +171,5 @@ async def body(request: web.Request, schema: Schema, max_bytes: int) -> dict[str
 
 
 def page_size(request: web.Request, default: int = 50, maximum: int = 200) -> int:
-    raw = request.query.get("pageSize")
-    if raw is None:
-        return default
-    # isascii: str.isdigit() also accepts "²" or "٣", which int() refuses (a 500 before); the
-    # length: int() refuses more than 4300 digits.
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not 1 <= int(raw) <= maximum:
-        raise InvalidArgument(f"pageSize must be a number from 1 to {maximum}")
-    return int(raw)
+    """The query's `pageSize` (input_parsers.page_size)."""
+    return input_parsers.page_size(request.query.get("pageSize"), default=default, maximum=maximum)
