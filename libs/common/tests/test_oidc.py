@@ -272,3 +272,31 @@ async def test_the_test_issuer_grants_client_credentials(idp: TestIssuer) -> Non
         assert (p.user_id, p.kind, p.on_behalf) == ("gateway", "service", True)
     finally:
         await v.aclose()
+
+
+async def test_a_key_without_alg_verifies_only_the_algorithms_of_its_type(idp: TestIssuer) -> None:
+    """Issue #35 finding 1: a JWKS may leave `alg` out (Entra ID does). A token naming such a key
+    with an algorithm of another key type (ES256 on an RSA key, RS256 on an EC key, EdDSA on
+    either) is UNAUTHENTICATED; PyJWT was handed the key anyway and raised TypeError."""
+    import base64
+    import json
+
+    from tether_common.oidc import ASYMMETRIC_ALGORITHMS
+
+    rsa_kid = idp.publish("RS256", publish_alg=False)
+    ec_kid = idp.publish("ES256", publish_alg=False)
+    v = verifier_for(idp)
+
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    body = b64(json.dumps(idp.claims("alice")).encode())
+    try:
+        for kid in (rsa_kid, ec_kid):
+            assert (await v.verify(idp.token("alice", kid=kid))).user_id == "alice"
+            for alg in sorted(ASYMMETRIC_ALGORITHMS):
+                head = b64(json.dumps({"alg": alg, "kid": kid}).encode())
+                with pytest.raises(Unauthenticated):
+                    await v.verify(f"{head}.{body}.c2ln")
+    finally:
+        await v.aclose()
