@@ -1,5 +1,6 @@
 """Bounded parsers for what a client sends, shared by the gateway and the runtime: resume points,
-page sizes, page tokens, times, idempotency keys and a bearer token's header and time claims.
+page sizes, page tokens, times, idempotency keys, JSON documents and a bearer token's header and
+time claims.
 
 Each returns a value or raises the client error of its kind, `InvalidArgument` (400 /
 INVALID_ARGUMENT), or `Unauthenticated` (401 / UNAUTHENTICATED) for a bearer token, and never
@@ -51,6 +52,58 @@ def storable(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+MAX_JSON_DEPTH = 64
+
+
+def json_document(raw: str | bytes, name: str) -> object:
+    """A JSON text (a request body, an answer's fill): nested at most MAX_JSON_DEPTH levels, no
+    NaN or Infinity (which JSON does not have), no number past float's range or int()'s digit
+    limit; `name` says what it is in the error."""
+
+    def no_constant(constant: str) -> object:
+        # Python's parser takes NaN and Infinity; json.dumps with allow_nan=False, re-encoding a
+        # form's fill, and Postgres' jsonb refuse them (a 500 before).
+        raise InvalidArgument(f"{name} is not valid JSON ({constant})")
+
+    def finite_float(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):  # 1e999 parses as inf
+            raise InvalidArgument(f"{name} holds a number out of range")
+        return value
+
+    try:
+        parsed = json.loads(raw, parse_constant=no_constant, parse_float=finite_float)
+    except ValueError as err:  # UnicodeDecodeError, and an int of more than 4300 digits, too
+        raise InvalidArgument(f"{name} is not valid JSON") from err
+    except RecursionError as err:  # e.g. 60,000 `[`: deeper than the parser's own stack
+        raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels") from err
+    if json_depth(parsed) > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"{name} is nested deeper than {MAX_JSON_DEPTH} levels")
+    return parsed
+
+
+def json_depth(value: object) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0), without recursion: a
+    recursive walk of a deep document is itself the RecursionError this limit exists to stop.
+    Stops counting once past MAX_JSON_DEPTH."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth) for child in children)
+    return deepest
 
 
 def _decimal(raw: str, max_digits: int) -> int | None:
