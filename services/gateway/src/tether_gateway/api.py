@@ -10,9 +10,11 @@ import grpc
 from aiohttp import web
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_common import input_parsers
 from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
+from tether_common.input_parsers import MAX_IDEMPOTENCY_KEY
 from tether_proto import wire
 
 from tether_gateway import csrf
@@ -20,7 +22,7 @@ from tether_gateway.audit_api import query_time
 from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
-from tether_gateway.sse import is_finished, parse_resume_point, stream_response
+from tether_gateway.sse import is_finished, stream_response
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import Field, body, compact_object, page_size, read_json, validate
 from tether_gateway.views import agent_json, conversation_json, message_json
@@ -32,7 +34,7 @@ CREATE_CONVERSATION = {"title": Field(max_len=200)}
 AGENT_NAME = r"[a-z0-9_-]{1,64}"
 START_RUN = {
     "text": Field(required=True, max_len=8000),
-    "idempotencyKey": Field(max_len=128),
+    "idempotencyKey": Field(max_len=MAX_IDEMPOTENCY_KEY),
     # Optional: the runtime's default agent when left out; an unknown one is AGENT_NOT_FOUND.
     "agent": Field(max_len=64, pattern=AGENT_NAME),
 }
@@ -48,7 +50,7 @@ RESUME_RUN = {
     # `option` (a select_option's chosen value) or `fill` (a provide_input's JSON object).
     "input": Field(max_len=MAX_ANSWER_CHARS),
     "option": Field(max_len=500),
-    "idempotencyKey": Field(required=True, max_len=128),
+    "idempotencyKey": Field(required=True, max_len=MAX_IDEMPOTENCY_KEY),
 }
 CANCEL_RUN = {"reason": Field(max_len=500)}
 DEV_TOKEN = {"user": Field(required=True, max_len=64)}
@@ -361,7 +363,9 @@ async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | N
     await gw.limiter.check(gw.redis, "events", p.user_id)
     if p.scope == "stream" and p.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
-    after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
+    after = input_parsers.resume_point(
+        request.headers.get("Last-Event-ID"), request.query.get("after")
+    )
     # A stream token's reader is checked as its user, by the gateway's service identity.
     resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.credential)
     run = resp.run

@@ -25,6 +25,7 @@ from tether_common.errors import (
     NotFound,
     PermissionDenied,
 )
+from tether_common.input_parsers import idempotency_key
 from tether_proto.wire import ToolCallStatus
 
 from tether_runtime import approvals, metrics, questions
@@ -36,8 +37,6 @@ from tether_runtime.store.records import InterruptRow, RunRow
 from tether_runtime.views import RunView
 
 log = logging.getLogger(__name__)
-
-MAX_KEY = 200
 
 
 @dataclass(frozen=True)
@@ -180,8 +179,7 @@ async def resume_run(
     if decision in APPROVALS and not principal.may_approve():
         # Before the idempotency lookup: a service's approval is not stored, replayed or counted.
         raise PermissionDenied("a service cannot approve")
-    if not key or len(key) > MAX_KEY:
-        raise InvalidArgument(f"idempotency_key is required (1-{MAX_KEY} characters)")
+    idempotency_key(key, required=True)
     scope = f"resume:{principal.user_id}"
     rhash = request_hash(run_id, interrupt_id, decision, input_text)
     async with pool.acquire() as conn:

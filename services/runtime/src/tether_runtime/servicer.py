@@ -25,6 +25,7 @@ from tether_common.errors import (
     Unavailable,
 )
 from tether_common.ids import new_id
+from tether_common.input_parsers import timestamp
 from tether_common.tracing import context_from, inject_carrier
 from tether_proto import wire
 
@@ -282,8 +283,8 @@ class RuntimeServicer:
                 else "",
                 agent=request.agent,
                 user_id=request.user_id,
-                since=audit_api.time_of(request.start_time, request.HasField("start_time")),
-                until=audit_api.time_of(request.end_time, request.HasField("end_time")),
+                since=timestamp(request.start_time, request.HasField("start_time"), "start_time"),
+                until=timestamp(request.end_time, request.HasField("end_time"), "end_time"),
                 page_size=request.page_size,
                 page_token=request.page_token,
             )
@@ -300,8 +301,8 @@ class RuntimeServicer:
             rows, token = await audit_api.list_records(
                 self.e.pool,
                 p,
-                audit_api.time_of(request.start_time, request.HasField("start_time")),
-                audit_api.time_of(request.end_time, request.HasField("end_time")),
+                timestamp(request.start_time, request.HasField("start_time"), "start_time"),
+                timestamp(request.end_time, request.HasField("end_time"), "end_time"),
                 request.actor,
                 request.page_size,
                 request.page_token,
