@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Protocol
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
@@ -38,6 +39,12 @@ DEFAULT_PAGE = 50
 MAX_PAGE = 200
 
 
+class Bound(Protocol):
+    """What a page token is bound to: a list's filters (RunFilter, the approvals inbox's)."""
+
+    def fingerprint(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class RunFilter:
     user_id: str  # resolved: the caller's id, another user's, or EVERY_USER
@@ -61,13 +68,13 @@ class RunFilter:
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def encode_token(last_run_id: str, filters: RunFilter) -> str:
-    raw = json.dumps({"id": last_run_id, "f": filters.fingerprint()}).encode()
+def encode_token(last_id: str, filters: Bound) -> str:
+    raw = json.dumps({"id": last_id, "f": filters.fingerprint()}).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_token(token: str, filters: RunFilter) -> str | None:
-    """The run id a page continues after; None for the first page."""
+def decode_token(token: str, filters: Bound) -> str | None:
+    """The id (a run's, a card's) a page continues after; None for the first page."""
     if not token:
         return None
     try:
