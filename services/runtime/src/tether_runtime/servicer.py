@@ -317,9 +317,12 @@ class RuntimeServicer:
         self, request: pb.ListPendingApprovalsRequest, context: Any
     ) -> pb.ListPendingApprovalsResponse:
         async def run(p: Principal) -> pb.ListPendingApprovalsResponse:
-            found = await approvals_api.list_pending(self.e.pool, p)
+            found, token = await approvals_api.list_pending(
+                self.e.pool, p, request.page_size, request.page_token
+            )
             return pb.ListPendingApprovalsResponse(
-                pending_approvals=[approvals_api.pending_pb(a) for a in found]
+                pending_approvals=[approvals_api.pending_pb(a) for a in found],
+                next_page_token=token,
             )
 
         return await self._call(context, "ListPendingApprovals", run)
