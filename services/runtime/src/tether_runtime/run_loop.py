@@ -66,6 +66,14 @@ class RunExecutor:
         self._conv: ConversationRow | None = None
 
     @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    @property
+    def interrupt_ttl_s(self) -> float:
+        return self.e.settings.interrupt_ttl_s
+
+    @property
     def checkpoint(self) -> Checkpoint:
         assert self.cp is not None
         return self.cp
