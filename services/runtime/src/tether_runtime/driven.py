@@ -16,21 +16,19 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from tether_sdk import ToolResult
 
 from tether_runtime import cards, metrics, policy, questions
 from tether_runtime import events as ev
+from tether_runtime.run_context import DrivenHost
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
 from tether_runtime.run_writer import ThenSave
 from tether_runtime.store import event_log, interrupts
 from tether_runtime.store.db import STORE_ERRORS, Conn
 from tether_runtime.tool_results import failure, result_body
 from tether_runtime.write_call import Write, WriteCall
-
-if TYPE_CHECKING:
-    from tether_runtime.run_loop import RunExecutor
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ class Answer:
 class DrivenRun:
     """The host a driven agent runs its loop on (one per execution of the run)."""
 
-    def __init__(self, x: RunExecutor) -> None:
+    def __init__(self, x: DrivenHost) -> None:
         self.x = x
         self._pending_text = ""
         self._last_flush = time.monotonic()
@@ -78,7 +76,7 @@ class DrivenRun:
 
     @property
     def run_id(self) -> str:
-        return self.x.run.id
+        return self.x.run_id
 
     @property
     def conversation_id(self) -> str:
@@ -106,12 +104,12 @@ class DrivenRun:
 
     @property
     def database_url(self) -> str:
-        return self.x.e.settings.database_url
+        return self.x.database_url
 
     @property
     def pool(self) -> Any:
         """The engine's pool, for the agent's checkpointer (its writes fenced by `epoch`)."""
-        return self.x.e.pool
+        return self.x.pool
 
     def time_left(self) -> float:
         return self.x.time_left()
@@ -161,7 +159,7 @@ class DrivenRun:
         if not delta:
             return
         self._pending_text += delta
-        if time.monotonic() - self._last_flush >= self.x.e.settings.coalesce_s:
+        if time.monotonic() - self._last_flush >= self.x.coalesce_s:
             await self.flush()
 
     async def flush(self) -> None:
@@ -170,12 +168,8 @@ class DrivenRun:
         if not piece:
             return
         self.x.checkpoint.text += piece
-        await self.x.writer.emit(
-            [ev.text_delta(self.x.checkpoint.message_id, piece)], streamed=len(piece)
-        )
-        if self.x.writer.cancel_requested:
-            self.x.cancel_requested = True
-            await self.x.end_cancelled()
+        await self.x.emit([ev.text_delta(self.x.checkpoint.message_id, piece)], streamed=len(piece))
+        await self.x.stop_if_cancelled()
 
     async def node_done(self) -> None:
         """A node finished (its update streamed): the text streamed so far will not be streamed
@@ -209,14 +203,14 @@ class DrivenRun:
     async def tool_progress(self, call_id: str, tool: str, fraction: float, text: str) -> None:
         await self.flush()
         progress = ev.tool_progress(call_id, tool, fraction, cards.cut("progress", text))
-        await self.x.writer.emit([progress])
+        await self.x.emit([progress])
 
     # -- interrupts --------------------------------------------------------------------------
 
     async def answer(self, key: str) -> Answer | None:
         """The answer to the interrupt raised under `key`; None if it was never raised (the
         agent raises it then). Still waiting: the run pauses."""
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, key)
             intr = await interrupts.for_call(conn, self.run_id, key)
         if row is None or intr is None:
@@ -289,7 +283,7 @@ class DrivenRun:
             call_id, tool, args, action, scope, perform, idempotent_by_key, timeout_s
         )
         call = machine.w
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, call.call_id)
         if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
             await self._announce_finish(call, row.result)  # e.g. a person marked it done
@@ -305,7 +299,7 @@ class DrivenRun:
             await self.x.commit([], machine.claim(key, "approved"))
             return await self._finish(machine, await machine.perform(key, None))
         if row is not None and row.status == "rejected":  # abandoned, or nobody answered
-            async with self.x.e.pool.acquire() as conn:
+            async with self.x.pool.acquire() as conn:
                 intr = await interrupts.for_call(conn, self.run_id, call.call_id)
             decision = (intr.decision if intr is not None else None) or "abandoned"
             body = failure(f"outcome unknown, not tried again ({decision})", "abandoned")
@@ -314,13 +308,11 @@ class DrivenRun:
         if row is not None:  # a call id the agent used for something else
             raise RunFailure("INVALID_TOOL_CALL", f"tool call id {call.call_id!r} was used twice")
         agent = self.agent_name
-        if not await self.x.e.gate.allows(
-            self.x.e.pool, agent, [call.tool], call.tool, self.user_id
-        ):
+        if not await self.x.gate.allows(self.x.pool, agent, [call.tool], call.tool, self.user_id):
             return await self._refuse(
                 call, failure(f"{call.tool}: blocked by the tool policy", "blocked")
             )
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             allowed = await policy.granted(conn, self.user_id, call.action, call.scope)
         if not allowed:
             why = f"{self.user_id} may not {call.action} on {call.scope}"

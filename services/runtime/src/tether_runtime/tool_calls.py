@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
@@ -38,6 +38,7 @@ from tether_sdk._agent import RESERVED_TOOL_NAMES
 from tether_runtime import approvals, cards, metrics, policy, questions
 from tether_runtime import events as ev
 from tether_runtime.checkpoint import PendingCall
+from tether_runtime.run_context import ToolRun
 from tether_runtime.run_outcomes import Paused
 from tether_runtime.run_writer import Apply, ClaimRead, FinishRead, ThenSave
 from tether_runtime.store import audit, conversations, interrupts
@@ -46,9 +47,6 @@ from tether_runtime.store.event_log import CallFinish
 from tether_runtime.store.records import ToolCallRow
 from tether_runtime.tool_results import failure, result_body
 from tether_runtime.write_call import Uncertain, Write, WriteCall
-
-if TYPE_CHECKING:
-    from tether_runtime.run_loop import RunExecutor
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.tool_calls")
@@ -60,12 +58,12 @@ _NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandone
 
 
 class ToolCalls:
-    def __init__(self, ex: RunExecutor) -> None:
+    def __init__(self, ex: ToolRun) -> None:
         self.x = ex
 
     @property
     def _run_id(self) -> str:
-        return self.x.run.id
+        return self.x.run_id
 
     async def process(self, call: PendingCall) -> None:
         if call.tool in QUESTIONS:
@@ -79,7 +77,7 @@ class ToolCalls:
             await self._skip(call, failure(f"{why}; send them again as one JSON object", "invalid"))
             return
         declared = [t.name for t in agent.tools]
-        gate, pool, user = self.x.e.gate, self.x.e.pool, self.x.run.user_id
+        gate, pool, user = self.x.gate, self.x.pool, self.x.run.user_id
         if not await gate.allows(pool, agent.name, declared, call.tool, user):
             await self._skip(call, failure(f"{call.tool}: blocked by the tool policy", "blocked"))
             return
@@ -105,7 +103,7 @@ class ToolCalls:
     async def _ask(self, call: PendingCall) -> None:
         """A step's SelectOption or ProvideInput: a pending call of its own, answered by a
         person through the same resume order and conditional claim as a confirmation."""
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self._run_id, call.call_id)
         if row is None:
             problem = questions.problem(call.tool, call.args)
@@ -133,11 +131,11 @@ class ToolCalls:
 
     async def _row(self, call: PendingCall) -> ToolCallRow | None:
         """The call's stored row; none for a call this executor's own step just made pending
-        (RunExecutor.fresh_calls), whose first look needs no round trip."""
+        (run_loop.RunExecutor.fresh_calls), whose first look needs no round trip."""
         if call.call_id in self.x.fresh_calls:
             self.x.fresh_calls.discard(call.call_id)
             return None
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             return await interrupts.get_call(conn, self._run_id, call.call_id)
 
     async def _skip(self, call: PendingCall, body: dict[str, Any]) -> None:
@@ -194,7 +192,7 @@ class ToolCalls:
         if not tool.action:
             return None
         user, scope = self.x.run.user_id, tool.scope(args)
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             if await policy.granted(conn, user, tool.action, scope):
                 return None
         metrics.TOOL_CALLS.labels(tool=tool.name, status="denied").inc()
@@ -242,7 +240,7 @@ class ToolCalls:
         self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str
     ) -> None:
         user = self.x.run.user_id
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             allowed = await policy.granted(conn, user, tool.action, scope)
         if not allowed:
             await self._skip(call, failure(f"{user} may not {tool.action} on {scope}", "denied"))
@@ -286,7 +284,7 @@ class ToolCalls:
         # while the run waited (invariant 5).
         approver = row.approved_by or self.x.run.user_id
         key = row.idempotency_key
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             still = await approvals.still_allowed(
                 conn, self.x.run.user_id, approver, tool.action, scope, self._run_id, call.call_id
             )
@@ -397,7 +395,7 @@ class ToolCalls:
     async def _decision(self, call: PendingCall) -> str:
         if not call.interrupt_id:
             return "rejected"
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             intr = await interrupts.get_interrupt(conn, call.interrupt_id)
         return (intr.decision if intr is not None else None) or "rejected"
 
@@ -413,10 +411,10 @@ class ToolCalls:
     def _context(
         self, call: PendingCall, tool: Tool, key: str, approver: str | None, attempt: int
     ) -> ToolContext:
-        writer = self.x.writer
+        emit = self.x.emit
 
         async def progress(fraction: float, text: str) -> None:
-            await writer.emit([ev.tool_progress(call.call_id, tool.name, fraction, redact(text))])
+            await emit([ev.tool_progress(call.call_id, tool.name, fraction, redact(text))])
 
         agent = self.x.loaded
         return ToolContext(
