@@ -28,6 +28,7 @@ WORKDIR /src
 
 # 1) Third-party dependencies only, from the lock file (cached until uv.lock or a pyproject changes).
 COPY pyproject.toml uv.lock ./
+COPY libs/proto/pyproject.toml libs/proto/pyproject.toml
 COPY libs/client/pyproject.toml libs/client/pyproject.toml
 COPY libs/common/pyproject.toml libs/common/pyproject.toml
 COPY libs/cli/pyproject.toml libs/cli/pyproject.toml
@@ -47,8 +48,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace --package tether-cli --package tether-opspilot \
       ${SKIP_PACKAGES}
 
-# 2) Sources, then the workspace packages as real (non-editable) installs. tether-client's wheel
-#    build (libs/client/hatch_build.py) generates the protobuf/gRPC code from proto/ with the
+# 2) Sources, then the workspace packages as real (non-editable) installs. tether-proto's wheel
+#    build (libs/proto/hatch_build.py) generates the protobuf/gRPC code from proto/ with the
 #    grpcio-tools its [build-system] pins, so there is no separate generator step.
 COPY proto proto
 COPY libs libs

@@ -21,7 +21,7 @@ Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
-    from tether_runtime.agents import AgentLoadError
+    from tether_runtime.loaded_agent import AgentLoadError
     from tether_runtime.provision import migrate_all
 
     setup_logging("tether-migrate", settings.log_level)
@@ -41,7 +41,7 @@ MIGRATE_CHECK_EVERY_S = 2.0
 def migrate_check(settings: Settings, *, wait_s: float = 0.0) -> int:
     """`tether migrate --check [--wait S]`: 0 when the schema is current for this version, 1
     when a migration is missing (or the database stayed unreachable), 2 on a bad agent."""
-    from tether_runtime.agents import AgentLoadError
+    from tether_runtime.loaded_agent import AgentLoadError
     from tether_runtime.provision import pending_all
 
     setup_logging("tether-migrate", settings.log_level)
@@ -82,7 +82,7 @@ async def _until_current(
 def seed_demo(settings: Settings, *, reset: bool = False) -> int:
     """`tether seed-demo [--reset]`: each configured agent's demo data and the demo grants
     (the mailer's too, when the mailer example is loaded)."""
-    from tether_runtime.agents import AgentLoadError
+    from tether_runtime.loaded_agent import AgentLoadError
     from tether_runtime.provision import configured_agents
     from tether_runtime.provision import seed_demo as seed
 
@@ -116,7 +116,8 @@ _AT_MOST_ONCE = {
 def agents(settings: Settings, *, as_json: bool = False) -> int:
     """What this configuration loads (TETHER_AGENTS and the `tether.agents` entry points), as
     the runtime would: an agent it would refuse is exit 2 with the same message."""
-    from tether_runtime.agents import AgentLoadError, AgentRegistry
+    from tether_runtime.agents import AgentRegistry
+    from tether_runtime.loaded_agent import AgentLoadError
 
     try:
         registry = AgentRegistry.load(settings)
@@ -192,7 +193,7 @@ def serve(service: Service, settings: Settings) -> int:
         return 2
     except Exception as err:
         if service == "runtime":
-            from tether_runtime.agents import AgentLoadError
+            from tether_runtime.loaded_agent import AgentLoadError
 
             if isinstance(err, AgentLoadError):
                 print(f"tether runtime: {err}", file=sys.stderr)

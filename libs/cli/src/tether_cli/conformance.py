@@ -426,7 +426,7 @@ class Options:
 
 
 def run(opts: Options) -> int:
-    from tether_runtime.agents import AgentLoadError
+    from tether_runtime.loaded_agent import AgentLoadError
 
     if opts.env.get("TETHER_ENV") == "production":
         print(

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
+from tether_proto.wire import ToolCallStatus
 from tether_sdk import ToolResult
 
 from tether_runtime import cards, metrics, policy, questions
@@ -285,20 +286,28 @@ class DrivenRun:
         call = machine.w
         async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, call.call_id)
-        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+        if (
+            row is not None
+            and row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+            and row.result is not None
+        ):
             await self._announce_finish(call, row.result)  # e.g. a person marked it done
             return row.result
         key = row.idempotency_key if row is not None else f"{self.run_id}:{call.call_id}"
-        if row is not None and row.status == "executing":
+        if row is not None and row.status == ToolCallStatus.EXECUTING:
             await self.flush()
             return await self._finish(machine, await machine.recover(key, None))
-        if row is not None and row.status == "unknown":
+        if row is not None and row.status == ToolCallStatus.UNKNOWN:
             raise Paused()  # a person decides whether it happened
-        if row is not None and row.status == "approved":  # the person chose: try it again
+        if (
+            row is not None and row.status == ToolCallStatus.APPROVED
+        ):  # the person chose: try it again
             await self.flush()
-            await self.x.commit([], machine.claim(key, "approved"))
+            await self.x.commit([], machine.claim(key, ToolCallStatus.APPROVED))
             return await self._finish(machine, await machine.perform(key, None))
-        if row is not None and row.status == "rejected":  # abandoned, or nobody answered
+        if (
+            row is not None and row.status == ToolCallStatus.REJECTED
+        ):  # abandoned, or nobody answered
             async with self.x.pool.acquire() as conn:
                 intr = await interrupts.for_call(conn, self.run_id, call.call_id)
             decision = (intr.decision if intr is not None else None) or "abandoned"
@@ -394,7 +403,7 @@ class DrivenRun:
         async def apply(conn: Conn) -> None:
             key = f"{run_id}:{call.call_id}"
             await interrupts.propose_call(
-                conn, run_id, call.call_id, call.tool, call.args, key, "failed"
+                conn, run_id, call.call_id, call.tool, call.args, key, ToolCallStatus.FAILED
             )
             await interrupts.settle_call(conn, run_id, call.call_id, body["summary"], body)
 

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from tether_runtime import events as ev
 from tether_runtime.agent.gate import ToolGate
-from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
+from tether_runtime.loaded_agent import LoadedAgent
 from tether_runtime.run_writer import Apply, SaveCheckpoint
 from tether_runtime.store.db import Pool
 from tether_runtime.store.records import RunRow

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
+from tether_proto import wire
 
 from tether_runtime import policy
 from tether_runtime.store import conversations, event_partitions, interrupts, runs
@@ -24,15 +25,7 @@ from tether_runtime.views import RunView
 ADMIN_ACTION = "runs.read"
 ADMIN_SCOPE = "*"
 EVERY_USER = "-"
-RUN_STATUSES = (
-    "waiting",
-    "queued",
-    "running",
-    "interrupted",
-    "completed",
-    "failed",
-    "cancelled",
-)
+RUN_STATUSES = wire.RUN_STATUS.names
 MAX_FILTER = 200
 DEFAULT_PAGE = 50
 MAX_PAGE = 200

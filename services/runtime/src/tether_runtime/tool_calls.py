@@ -23,6 +23,7 @@ from typing import Any
 from opentelemetry import trace
 from tether_common.ids import new_id
 from tether_common.redaction import redact
+from tether_proto.wire import ToolCallStatus
 from tether_sdk import (
     Approval,
     InvalidArguments,
@@ -120,9 +121,9 @@ class ToolCalls:
 
             await self._pause(call, call.tool, payload, propose)
         assert row is not None
-        if row.status == "proposed":
+        if row.status == ToolCallStatus.PROPOSED:
             raise Paused()
-        if row.status == "succeeded" and row.result is not None:
+        if row.status == ToolCallStatus.SUCCEEDED and row.result is not None:
             await self._skip(call, row.result)
             return
         decision = await self._decision(call)
@@ -146,7 +147,11 @@ class ToolCalls:
 
     async def _read(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
         row = await self._row(call)
-        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+        if (
+            row is not None
+            and row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+            and row.result is not None
+        ):
             await self._skip(call, row.result)
             return
         key = f"{self._run_id}:{call.call_id}"
@@ -206,9 +211,9 @@ class ToolCalls:
         if row is None:
             await self._propose(call, tool, args, scope)  # pauses, unless no grant allows it
             return
-        if row.status in ("proposed", "unknown"):
+        if row.status in (ToolCallStatus.PROPOSED, ToolCallStatus.UNKNOWN):
             raise Paused()  # still waiting for a person (not claimable; be safe)
-        if row.status == "rejected":
+        if row.status == ToolCallStatus.REJECTED:
             decision = await self._decision(call)
             outcome = _NOT_RUN.get(decision, "rejected")
             body = failure(f"not executed: {decision}", outcome)
@@ -220,14 +225,14 @@ class ToolCalls:
                 return
             await self._skip(call, body)
             return
-        if row.status in ("succeeded", "failed"):
+        if row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED):
             assert row.result is not None
             if row.result.get("outcome") == "marked_done":
                 await self._finish(call, tool, row.result, store=False)
                 return
             await self._skip(call, row.result)
             return
-        if row.status == "approved":
+        if row.status == ToolCallStatus.APPROVED:
             await self._approved(call, tool, args, scope, row)
             return
         # `executing`: a worker died inside the call. Never repeat blindly; the client already
@@ -321,7 +326,7 @@ class ToolCalls:
         machine = self._machine(call, tool, args, scope)
         await self.x.commit(
             [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))],
-            machine.claim(key, "approved"),
+            machine.claim(key, ToolCallStatus.APPROVED),
         )
         body = await machine.perform(key, approver)
         await self._finish(call, tool, body, machine=machine)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from tether_common.ids import new_id
+from tether_proto.wire import ToolCallStatus
 from tether_sdk import Reconciled, ToolError, TransientError
 
 from tether_runtime import cards, metrics
@@ -79,7 +80,7 @@ class WriteCall:
         self.ctx = ctx
         self.w = write
 
-    def claim(self, key: str, from_status: str) -> Apply:
+    def claim(self, key: str, from_status: ToolCallStatus | Literal["new"]) -> Apply:
         """The conditional claim of the call for this epoch (invariant 4), from `from_status`
         (new, approved, or executing by a dead epoch): another worker that claimed it first
         makes this one a zombie."""
@@ -92,7 +93,7 @@ class WriteCall:
             ):
                 raise event_log.Fenced(run_id)
             if w.audited:
-                outcome = "reclaimed" if from_status == "executing" else "claimed"
+                outcome = "reclaimed" if from_status == ToolCallStatus.EXECUTING else "claimed"
                 await audit.record_tool(
                     conn, run_id, w.call_id, "tool.claimed", outcome, permission=w.action
                 )
@@ -162,7 +163,7 @@ class WriteCall:
         reclaim it for this epoch, then never repeat it blindly."""
         w = self.w
         metrics.TOOL_RECOVERIES.labels(tool=w.tool).inc()
-        await self.ctx.commit([], self.claim(key, "executing"))
+        await self.ctx.commit([], self.claim(key, ToolCallStatus.EXECUTING))
         if w.idempotent_by_key:
             return await self.perform(key, approver)
         why = f"the worker running {w.tool} stopped during the call"
