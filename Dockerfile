@@ -31,7 +31,7 @@ COPY pyproject.toml uv.lock ./
 COPY libs/proto/pyproject.toml libs/proto/pyproject.toml
 COPY libs/client/pyproject.toml libs/client/pyproject.toml
 COPY libs/common/pyproject.toml libs/common/pyproject.toml
-COPY libs/cli/pyproject.toml libs/cli/pyproject.toml
+COPY cli/pyproject.toml cli/pyproject.toml
 COPY services/runtime/pyproject.toml services/runtime/pyproject.toml
 COPY services/gateway/pyproject.toml services/gateway/pyproject.toml
 COPY libs/sdk/pyproject.toml libs/sdk/pyproject.toml
@@ -53,6 +53,8 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 #    grpcio-tools its [build-system] pins, so there is no separate generator step.
 COPY proto proto
 COPY libs libs
+# The `tether` command, an application of its own (it reaches the runtime through tether_runtime.admin).
+COPY cli cli
 COPY services services
 # OpsPilot, the demo agent (found through its entry point); your own agents install the same way.
 COPY agents agents

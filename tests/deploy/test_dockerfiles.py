@@ -89,6 +89,9 @@ def test_builder_installs_from_lock_and_generates_protos(service: str) -> None:
     assert "proto proto" in copies
     assert "libs/proto/pyproject.toml libs/proto/pyproject.toml" in copies
     assert "libs/client/pyproject.toml libs/client/pyproject.toml" in copies
+    # The CLI is an application at the top level (cli/), not a library under libs/.
+    assert "cli/pyproject.toml cli/pyproject.toml" in copies
+    assert "cli cli" in copies
     assert 'python -c "import tether.runtime.v1.runtime_service_pb2_grpc"' in builder
     assert re.search(r"uv==\d+\.\d+\.\d+", builder) or re.search(
         r"UV_VERSION=\d+\.\d+\.\d+", builder
