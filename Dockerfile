@@ -53,7 +53,7 @@ RUN --mount=type=cache,target=/root/.cache/uv \
 #    grpcio-tools its [build-system] pins, so there is no separate generator step.
 COPY proto proto
 COPY libs libs
-# The `tether` command, an application of its own (it reaches the runtime through tether_runtime.admin).
+# The `tether` command, an application of its own (it reaches the runtime through tether_runtime.api.admin).
 COPY cli cli
 COPY services services
 # OpsPilot, the demo agent (found through its entry point); your own agents install the same way.

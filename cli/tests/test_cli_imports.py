@@ -1,5 +1,5 @@
 """The CLI is an application of the runtime, not a part of it: it reaches the database through
-`tether_runtime.admin`, never `tether_runtime.store` (whose SQL and checks stay the runtime's).
+`tether_runtime.api.admin`, never `tether_runtime.store` (whose SQL and checks stay the runtime's).
 Every Python file under cli/ is parsed and each import (and import_module call) is checked."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tether_cli import webhooks_cmd
-from tether_runtime import admin
+from tether_runtime.api import admin
 
 CLI = Path(__file__).resolve().parents[1]
 SRC = CLI / "src"
@@ -17,9 +17,9 @@ SRC = CLI / "src"
 # What the CLI's own code may import of the runtime: the admin API, loading agents (to list
 # them and report a bad one as the runtime would), and the server that `tether runtime` runs.
 ALLOWED = {
-    "tether_runtime.admin",
-    "tether_runtime.agents",
-    "tether_runtime.loaded_agent",
+    "tether_runtime.api.admin",
+    "tether_runtime.engine.agents",
+    "tether_runtime.engine.loaded_agent",
     "tether_runtime.server",
 }
 
@@ -63,7 +63,7 @@ def test_nothing_under_cli_imports_the_store() -> None:
     found = list(runtime_imports(CLI))
     assert found, "the walk found no runtime import at all: is it looking in the right place?"
     offenders = [f"{where} imports {m}" for where, m in found if _under(m, "tether_runtime.store")]
-    assert not offenders, "use tether_runtime.admin instead:\n" + "\n".join(offenders)
+    assert not offenders, "use tether_runtime.api.admin instead:\n" + "\n".join(offenders)
 
 
 def test_the_cli_reaches_the_runtime_only_through_its_public_modules() -> None:

@@ -58,7 +58,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _export(dsn: str, since: datetime | None, until: datetime | None, actor: str) -> int:
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     count = 0
     async for rows in admin.audit_records(dsn, since=since, until=until, actor=actor, page=PAGE):

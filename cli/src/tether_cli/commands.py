@@ -24,8 +24,8 @@ Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
-    from tether_runtime import admin
-    from tether_runtime.loaded_agent import AgentLoadError
+    from tether_runtime.api import admin
+    from tether_runtime.engine.loaded_agent import AgentLoadError
 
     setup_logging("tether-migrate", settings.log_level)
     try:
@@ -44,8 +44,8 @@ MIGRATE_CHECK_EVERY_S = 2.0
 def migrate_check(settings: Settings, *, wait_s: float = 0.0) -> int:
     """`tether migrate --check [--wait S]`: 0 when the schema is current for this version, 1
     when a migration is missing (or the database stayed unreachable), 2 on a bad agent."""
-    from tether_runtime import admin
-    from tether_runtime.loaded_agent import AgentLoadError
+    from tether_runtime.api import admin
+    from tether_runtime.engine.loaded_agent import AgentLoadError
 
     setup_logging("tether-migrate", settings.log_level)
     try:
@@ -85,8 +85,8 @@ async def _until_current(
 def seed_demo(settings: Settings, *, reset: bool = False) -> int:
     """`tether seed-demo [--reset]`: each configured agent's demo data and the demo grants
     (the mailer's too, when the mailer example is loaded)."""
-    from tether_runtime import admin
-    from tether_runtime.loaded_agent import AgentLoadError
+    from tether_runtime.api import admin
+    from tether_runtime.engine.loaded_agent import AgentLoadError
 
     from tether_cli import demo_mailer
 
@@ -139,8 +139,8 @@ def _approval_text(approval: dict[str, Any]) -> str:
 def agents(settings: Settings, *, as_json: bool = False) -> int:
     """What this configuration loads (TETHER_AGENTS and the `tether.agents` entry points), as
     the runtime would: an agent it would refuse is exit 2 with the same message."""
-    from tether_runtime.agents import AgentRegistry
-    from tether_runtime.loaded_agent import AgentLoadError
+    from tether_runtime.engine.agents import AgentRegistry
+    from tether_runtime.engine.loaded_agent import AgentLoadError
 
     try:
         registry = AgentRegistry.load(settings)
@@ -221,7 +221,7 @@ def serve(service: Service, settings: Settings) -> int:
         return 2
     except Exception as err:
         if service == "runtime":
-            from tether_runtime.loaded_agent import AgentLoadError
+            from tether_runtime.engine.loaded_agent import AgentLoadError
 
             if isinstance(err, AgentLoadError):
                 print(f"tether runtime: {err}", file=sys.stderr)
@@ -262,7 +262,7 @@ def grants(
     scope: str | None = None,
 ) -> int:
     """`tether grants add|revoke|list`: 0 done, 1 nothing to revoke, 2 bad input."""
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     if op != "list":
         try:
@@ -274,7 +274,7 @@ def grants(
 
 
 async def _grants(dsn: str, op: str, user: str | None, action: str, scope: str) -> int:
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     if op == "list":
         rows = await admin.list_grants(dsn, user)

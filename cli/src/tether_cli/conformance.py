@@ -164,7 +164,7 @@ async def _copy(admin: str, template: str, name: str) -> str:
 async def _template(admin: str, name: str, agent: Agent, env: Mapping[str, str]) -> str:
     """`tether migrate` (Tether's and every configured agent's migrations), the agent's seed,
     and a conformance user granted every write tool's action on '*'."""
-    from tether_runtime import admin as runtime_admin
+    from tether_runtime.api import admin as runtime_admin
 
     await _admin(admin, f'CREATE DATABASE "{name}"')
     dsn = _with_database(admin, name)
@@ -326,7 +326,7 @@ def table(rows: list[Row], missing: list[str], allow_missing: bool) -> str:
 def _agent(spec: str, env: dict[str, str]) -> Agent:
     """AGENT as the runtime loads it: a configured agent's name, or module:attribute (added to
     TETHER_AGENTS for the runtimes conformance starts)."""
-    from tether_runtime.agents import discover
+    from tether_runtime.engine.agents import discover
 
     if ":" in spec:
         env["TETHER_AGENTS"] = ",".join(filter(None, [env.get("TETHER_AGENTS", ""), spec]))
@@ -421,7 +421,7 @@ class Options:
 
 
 def run(opts: Options) -> int:
-    from tether_runtime.loaded_agent import AgentLoadError
+    from tether_runtime.engine.loaded_agent import AgentLoadError
 
     if opts.env.get("TETHER_ENV") == "production":
         print(

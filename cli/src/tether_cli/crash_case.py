@@ -1,5 +1,5 @@
 """One row of `tether conformance`: a write tool, one of its example argument sets and one kill
-point. A runtime rigged by TETHER_CONFORMANCE_PLAN (tether_runtime/conformance.py) drives a run to
+point. A runtime rigged by TETHER_CONFORMANCE_PLAN (tether_runtime/engine/conformance.py) drives a run to
 the tool; the case approves the card, waits until the call holds at the kill point, SIGKILLs the
 runtime, starts a fresh one that takes the run over, answers an `outcome_unknown` if one is
 raised, and records what happened: the journal of calls, the run's events, the call's status."""

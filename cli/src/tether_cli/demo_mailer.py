@@ -49,6 +49,6 @@ def configure(environ: MutableMapping[str, str]) -> MailerDemo | None:
 
 
 async def grant(dsn: str) -> None:
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     await admin.add_grants(dsn, GRANTS)

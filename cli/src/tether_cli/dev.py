@@ -50,7 +50,7 @@ class Stores:
 
 
 async def _prepare(dsn: str, mailer: MailerDemo | None) -> None:
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     applied = await admin.migrate(dsn)
     log.info("migrations applied", extra={"applied": applied})

@@ -37,7 +37,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _erase(dsn: str, user: str, pooler: str = "none") -> int:
     from tether_common.errors import TetherError
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     try:
         erased = await admin.erase_user(dsn, user, pooler=pooler)

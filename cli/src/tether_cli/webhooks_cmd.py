@@ -53,7 +53,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """0 done; 1 nothing to remove; 2 bad input."""
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     if args.op == "add":
         try:
@@ -77,7 +77,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _add(dsn: str, url: str, events: list[str], secret: str) -> int:
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     endpoint_id = await admin.add_endpoint(dsn, url, events, secret)
     print(f"added {endpoint_id}: {url} receives {', '.join(sorted(set(events)))}")
@@ -85,7 +85,7 @@ async def _add(dsn: str, url: str, events: list[str], secret: str) -> int:
 
 
 async def _read(dsn: str, args: argparse.Namespace) -> int:
-    from tether_runtime import admin
+    from tether_runtime.api import admin
 
     from tether_cli.commands import _table
 

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import events as ev
-from tether_runtime.checkpoint import PendingCall
-from tether_runtime.driven import DrivenRun
-from tether_runtime.run_outcomes import Paused
-from tether_runtime.run_writer import Apply, SaveCheckpoint
+from tether_runtime.domain import events as ev
+from tether_runtime.engine.checkpoint import PendingCall
+from tether_runtime.engine.driven import DrivenRun
+from tether_runtime.engine.run_outcomes import Paused
+from tether_runtime.engine.tool_calls import ToolCalls
+from tether_runtime.engine.write_call import WriteCall
 from tether_runtime.store import conversations, event_log, interrupts, runs
 from tether_runtime.store.db import create_pool
-from tether_runtime.tool_calls import ToolCalls
-from tether_runtime.write_call import WriteCall
+from tether_runtime.streams.run_writer import Apply, SaveCheckpoint
 from tether_sdk import Limits, ToolContext, tool
 
 USER = "alice"

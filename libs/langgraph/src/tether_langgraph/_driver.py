@@ -1,4 +1,4 @@
-"""One execution of a graph run on its host (tether_runtime.driven.DrivenRun): start, resume or
+"""One execution of a graph run on its host (tether_runtime.engine.driven.DrivenRun): start, resume or
 continue the graph from Tether's checkpoint, convert its streams into Tether's events, and turn
 its `interrupt()` into a Tether interrupt.
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tether_runtime.domain.records import InterruptRow
 from tether_runtime.store import grants
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import InterruptRow
 
 
 @dataclass(frozen=True)

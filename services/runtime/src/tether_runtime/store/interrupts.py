@@ -13,9 +13,9 @@ from typing import Any, Literal
 from tether_proto.wire import ToolCallStatus
 from tether_sdk import Approval as ApprovalPolicy
 
+from tether_runtime.domain.records import InterruptRow, RunRow, ToolCallRow
 from tether_runtime.store import runs
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import InterruptRow, RunRow, ToolCallRow
 
 
 async def create_interrupt(

@@ -15,8 +15,8 @@ from typing import Any
 
 from tether_proto import wire
 
+from tether_runtime.domain.records import RunRow
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import RunRow
 from tether_runtime.store.runs import WAKE_CHANNEL
 
 # Every status but the terminal ones (migration 0018 spells them out in SQL).
