@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 from aiohttp import web
 from tether.runtime.v1 import resources_pb2
-from tether_common.errors import InvalidArgument
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
 from tether_gateway.run_feed import TERMINAL_STATUSES, RunFeed
@@ -35,7 +34,6 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 HEARTBEAT = b": keep-alive\n\n"
-_MAX_SEQUENCE = 2**63 - 1
 # The kernel's send buffer counts against a connection's budget too: without a cap, Linux grows
 # it to megabytes for a client that never reads (tcp_wmem), and that memory is the gateway's.
 _SNDBUF_MIN, _SNDBUF_MAX = 4096, 256 * 1024
@@ -47,17 +45,6 @@ Source = Callable[["EventStream"], Coroutine[Any, Any, None]]
 
 class SlowClient(Exception):
     """The client stopped reading and its queued bytes passed the per-connection limit."""
-
-
-def parse_resume_point(last_event_id: str | None, after: str | None) -> int:
-    """The sequence to resume after: `Last-Event-ID` first, then `?after=`, else 0."""
-    raw = last_event_id if last_event_id and last_event_id.strip() else after
-    if raw is None or not raw.strip():
-        return 0
-    raw = raw.strip()
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > _MAX_SEQUENCE:
-        raise InvalidArgument("Last-Event-ID / after must be a non-negative integer")
-    return int(raw)
 
 
 def is_finished(run: resources_pb2.Run, after: int) -> bool:
