@@ -65,6 +65,49 @@ GRPC_FINDINGS = [
 ]
 
 
+@dataclass(frozen=True)
+class Sent:
+    """An HTTP request as the fuzz sent it."""
+
+    method: str
+    path: str  # the OpenAPI template, e.g. /v1/runs/{id}/events
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class HttpFinding:
+    title: str
+    matches: Callable[[Sent], bool]
+
+
+def _huge_resume_point(sent: Sent) -> bool:
+    raw = sent.headers.get("Last-Event-ID", "").strip() or sent.query.get("after", "").strip()
+    return raw.isascii() and raw.isdigit() and len(raw) > 4300  # int()'s digit limit
+
+
+def _time_filter(sent: Sent) -> bool:
+    return sent.path in ("/v1/runs", "/v1/audit") and bool({"since", "until"} & set(sent.query))
+
+
+def _deep_query_token(sent: Sent) -> bool:
+    return deep_token(sent.query.get("pageToken", ""))
+
+
+HTTP_FINDINGS = [
+    HttpFinding("#35 finding 1: a Last-Event-ID / ?after= of huge digits -> 500", _huge_resume_point),
+    HttpFinding("#35 finding 2: since/until out of range on /v1/runs, /v1/audit -> 500", _time_filter),
+    HttpFinding("#35 finding 3: a pageToken of deeply nested JSON -> 500", _deep_query_token),
+]
+
+
+def known_http_finding(sent: Sent) -> str | None:
+    for finding in HTTP_FINDINGS:
+        if finding.matches(sent):
+            return finding.title
+    return None
+
+
 def known_grpc_finding(request: Message) -> str | None:
     for finding in GRPC_FINDINGS:
         if finding.matches(request):
