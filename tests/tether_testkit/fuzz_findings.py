@@ -43,6 +43,12 @@ def nesting(raw: bytes) -> int:
     return deepest
 
 
+def b64_deep(depth: int) -> str:
+    """A page token shaped as issued (base64url JSON), `depth` arrays deep."""
+    raw = b"[" * depth + b"]" * depth
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
 def deep_token(token: str) -> bool:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))

@@ -72,6 +72,7 @@ def headers(valid_bearer: str) -> st.SearchStrategy[dict[str, str]]:
     last_event_id = st.one_of(
         digit_strings().filter(str.isascii), st.integers().map(str), PRINTABLE
     )
+    # A value a client can send: no leading or trailing whitespace (requests refuses it).
     return st.fixed_dictionaries(
         {"Authorization": authorization},
         optional={
@@ -84,7 +85,7 @@ def headers(valid_bearer: str) -> st.SearchStrategy[dict[str, str]]:
             "Sec-Fetch-Site": latin,
             "X-CSRF-Token": latin,
         },
-    )
+    ).map(lambda h: {k: v.strip(" \t") for k, v in h.items()})
 
 
 def extreme_json() -> st.SearchStrategy[Any]:
