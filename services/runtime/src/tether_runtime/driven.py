@@ -17,10 +17,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from tether_common.ids import new_id
 from tether_common.redaction import redact, redact_value
+from tether_proto.wire import ToolCallStatus
 
 from tether_runtime import events as ev
 from tether_runtime import metrics, policy, questions
@@ -317,18 +318,26 @@ class DrivenRun:
         call = WriteCall(call_id, tool, args, action, scope, perform, idempotent_by_key, timeout_s)
         async with self.x.e.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, call.call_id)
-        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+        if (
+            row is not None
+            and row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+            and row.result is not None
+        ):
             await self._announce_finish(call, row.result)  # e.g. a person marked it done
             return row.result
         key = row.idempotency_key if row is not None else f"{self.run_id}:{call.call_id}"
-        if row is not None and row.status == "executing":
+        if row is not None and row.status == ToolCallStatus.EXECUTING:
             return await self._recover(call, key)
-        if row is not None and row.status == "unknown":
+        if row is not None and row.status == ToolCallStatus.UNKNOWN:
             raise Paused()  # a person decides whether it happened
-        if row is not None and row.status == "approved":  # the person chose: try it again
-            await self.x.commit([], self._claim(call, key, "approved"))
+        if (
+            row is not None and row.status == ToolCallStatus.APPROVED
+        ):  # the person chose: try it again
+            await self.x.commit([], self._claim(call, key, ToolCallStatus.APPROVED))
             return await self._perform(call, key)
-        if row is not None and row.status == "rejected":  # abandoned, or nobody answered
+        if (
+            row is not None and row.status == ToolCallStatus.REJECTED
+        ):  # abandoned, or nobody answered
             async with self.x.e.pool.acquire() as conn:
                 intr = await interrupts.for_call(conn, self.run_id, call.call_id)
             decision = (intr.decision if intr is not None else None) or "abandoned"
@@ -359,7 +368,7 @@ class DrivenRun:
 
     async def _recover(self, call: WriteCall, key: str) -> dict[str, Any]:
         metrics.TOOL_RECOVERIES.labels(tool=call.tool).inc()
-        await self.x.commit([], self._claim(call, key, "executing"))
+        await self.x.commit([], self._claim(call, key, ToolCallStatus.EXECUTING))
         if call.idempotent_by_key:
             return await self._perform(call, key)
         await self._outcome_unknown(call, f"the worker running {call.tool} stopped during the call")
@@ -417,7 +426,9 @@ class DrivenRun:
             return
         await self.tool_finished(call.call_id, call.tool, bool(body["ok"]), str(body["summary"]))
 
-    def _claim(self, call: WriteCall, key: str, from_status: str) -> Any:
+    def _claim(
+        self, call: WriteCall, key: str, from_status: ToolCallStatus | Literal["new"]
+    ) -> Any:
         run_id, epoch, save = self.run_id, self.epoch, self.x.save()
 
         async def claim(conn: Conn) -> None:
@@ -469,7 +480,7 @@ class DrivenRun:
         async def apply(conn: Conn) -> None:
             key = f"{run_id}:{call.call_id}"
             await interrupts.propose_call(
-                conn, run_id, call.call_id, call.tool, call.args, key, "failed"
+                conn, run_id, call.call_id, call.tool, call.args, key, ToolCallStatus.FAILED
             )
             await interrupts.settle_call(conn, run_id, call.call_id, body["summary"], body)
 

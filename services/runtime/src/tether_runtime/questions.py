@@ -4,11 +4,11 @@ and the check of a person's answer against it. An answer that does not fit is re
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import jsonschema
 from tether_common.errors import InvalidArgument
+from tether_common.input_parsers import json_document
 from tether_common.redaction import redact
 from tether_sdk import ProvideInput, SelectOption, ToolSchema
 
@@ -86,8 +86,8 @@ def answer(kind: str, card: dict[str, Any], user: str, text: str) -> dict[str, A
         summary = f"{user} chose {label}"
     else:
         try:
-            fill = json.loads(text) if text else None
-        except json.JSONDecodeError:
+            fill = json_document(text, "the answer") if text else None
+        except InvalidArgument:  # not JSON, too deep, NaN, 5,000 digits: not an object either
             fill = None
         if not isinstance(fill, dict):
             raise InvalidArgument("the answer must be a JSON object", reason="INVALID_ANSWER")

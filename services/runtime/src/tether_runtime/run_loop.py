@@ -20,9 +20,9 @@ from tether_sdk import ModelRequest
 from tether_runtime import driven, metrics, questions
 from tether_runtime import events as ev
 from tether_runtime.agent import context
-from tether_runtime.agents import LoadedAgent
 from tether_runtime.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine import Engine
+from tether_runtime.loaded_agent import LoadedAgent
 from tether_runtime.model_step import ModelStep, StepResult
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
 from tether_runtime.run_writer import EndRun, RunWriter, SaveCheckpoint

@@ -18,11 +18,12 @@ import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import trace
 from tether_common.ids import new_id
 from tether_common.redaction import redact, redact_value
+from tether_proto.wire import ToolCallStatus
 from tether_sdk import (
     Approval,
     InvalidArguments,
@@ -153,9 +154,9 @@ class ToolCalls:
 
             await self._raise_interrupt(call, "", "", call.tool, payload, propose)
         assert row is not None
-        if row.status == "proposed":
+        if row.status == ToolCallStatus.PROPOSED:
             raise Paused()
-        if row.status == "succeeded" and row.result is not None:
+        if row.status == ToolCallStatus.SUCCEEDED and row.result is not None:
             await self._skip(call, row.result)
             return
         decision = await self._decision(call)
@@ -179,7 +180,11 @@ class ToolCalls:
 
     async def _read(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
         row = await self._row(call)
-        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+        if (
+            row is not None
+            and row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+            and row.result is not None
+        ):
             await self._skip(call, row.result)
             return
         key = f"{self._run_id}:{call.call_id}"
@@ -239,9 +244,9 @@ class ToolCalls:
         if row is None:
             await self._propose(call, tool, args, scope)  # pauses, unless no grant allows it
             return
-        if row.status in ("proposed", "unknown"):
+        if row.status in (ToolCallStatus.PROPOSED, ToolCallStatus.UNKNOWN):
             raise Paused()  # still waiting for a person (not claimable; be safe)
-        if row.status == "rejected":
+        if row.status == ToolCallStatus.REJECTED:
             decision = await self._decision(call)
             outcome = _NOT_RUN.get(decision, "rejected")
             body = failure(f"not executed: {decision}", outcome)
@@ -253,19 +258,21 @@ class ToolCalls:
                 return
             await self._skip(call, body)
             return
-        if row.status in ("succeeded", "failed"):
+        if row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED):
             assert row.result is not None
             if row.result.get("outcome") == "marked_done":
                 await self._finish(call, tool, row.result, store=False)
                 return
             await self._skip(call, row.result)
             return
-        if row.status == "approved":
+        if row.status == ToolCallStatus.APPROVED:
             await self._approved(call, tool, args, scope, row)
             return
         # `executing`: a worker died inside the call. Never repeat blindly; the client already
         # saw its `tool_started`.
-        await self.x.commit([], self._claim(call, tool, args, row.idempotency_key, "executing"))
+        await self.x.commit(
+            [], self._claim(call, tool, args, row.idempotency_key, ToolCallStatus.EXECUTING)
+        )
         await self._recover(call, tool, args, scope, row)
 
     async def _propose(
@@ -352,7 +359,7 @@ class ToolCalls:
             return
         await self.x.commit(
             [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))],
-            self._claim(call, tool, args, key, "approved"),
+            self._claim(call, tool, args, key, ToolCallStatus.APPROVED),
         )
         await self._execute_write(call, tool, args, scope, key, approver)
 
@@ -513,7 +520,12 @@ class ToolCalls:
         return (intr.decision if intr is not None else None) or "rejected"
 
     def _claim(
-        self, call: PendingCall, tool: Tool, args: dict[str, Any], key: str, from_status: str
+        self,
+        call: PendingCall,
+        tool: Tool,
+        args: dict[str, Any],
+        key: str,
+        from_status: ToolCallStatus | Literal["new"],
     ) -> Apply:
         """The conditional claim of a write call for this epoch (invariant 4): another worker
         that claimed it first makes this one a zombie."""
@@ -524,7 +536,7 @@ class ToolCalls:
                 conn, run_id, call.call_id, tool.name, args, key, epoch, from_status
             ):
                 raise event_log.Fenced(run_id)
-            outcome = "reclaimed" if from_status == "executing" else "claimed"
+            outcome = "reclaimed" if from_status == ToolCallStatus.EXECUTING else "claimed"
             await audit.record_tool(
                 conn, run_id, call.call_id, "tool.claimed", outcome, permission=tool.action
             )
