@@ -101,8 +101,12 @@ def _deep_query_token(sent: Sent) -> bool:
 
 
 HTTP_FINDINGS = [
-    HttpFinding("#35 finding 1: a Last-Event-ID / ?after= of huge digits -> 500", _huge_resume_point),
-    HttpFinding("#35 finding 2: since/until out of range on /v1/runs, /v1/audit -> 500", _time_filter),
+    HttpFinding(
+        "#35 finding 1: a Last-Event-ID / ?after= of huge digits -> 500", _huge_resume_point
+    ),
+    HttpFinding(
+        "#35 finding 2: since/until out of range on /v1/runs, /v1/audit -> 500", _time_filter
+    ),
     HttpFinding("#35 finding 3: a pageToken of deeply nested JSON -> 500", _deep_query_token),
 ]
 

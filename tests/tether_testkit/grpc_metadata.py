@@ -63,7 +63,9 @@ def valid(user: str) -> Metadata:
 
 
 def odd_authorization(user: str) -> st.SearchStrategy[str | None]:
-    service = st.just(f"Bearer {issue_token(TEST_SECRET, 'svc-fuzz', scope='service', on_behalf=True)}")
+    service = st.just(
+        f"Bearer {issue_token(TEST_SECRET, 'svc-fuzz', scope='service', on_behalf=True)}"
+    )
     stream = st.just(f"Bearer {issue_token(TEST_SECRET, user, scope='stream', run_id='run_x')}")
     bad = st.one_of(
         st.none(),

@@ -66,7 +66,9 @@ def texts() -> st.SearchStrategy[str]:
     return st.one_of(
         st.text(st.characters(codec="utf-8"), max_size=60),
         digit_strings(),
-        st.sampled_from(["", " ", "-", "*", "null", "\x00", "a\x00b", "\u202e", "\ufeff", "é" * 3000]),
+        st.sampled_from(
+            ["", " ", "-", "*", "null", "\x00", "a\x00b", "\u202e", "\ufeff", "é" * 3000]
+        ),
         st.integers(0, 300_000).map(lambda n: "x" * n),
     )
 
@@ -125,8 +127,13 @@ class MessageStrategies:
 
     def field(self, f: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
         if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type.GetOptions().map_entry:
-            key_f, value_f = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
-            return st.dictionaries(self.scalar(key_f, depth), self.scalar(value_f, depth), max_size=3)
+            key_f, value_f = (
+                f.message_type.fields_by_name["key"],
+                f.message_type.fields_by_name["value"],
+            )
+            return st.dictionaries(
+                self.scalar(key_f, depth), self.scalar(value_f, depth), max_size=3
+            )
         one = self.scalar(f, depth)
         if f.is_repeated:
             return st.lists(one, max_size=3)

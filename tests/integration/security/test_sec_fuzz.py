@@ -207,7 +207,11 @@ def test_api_fuzz_headers_and_extremes(api_schema: Any, rows: Rows, method: str,
         derandomize=True,
         database=None,
         suppress_health_check=list(HealthCheck),
-    )(given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())(check))
+    )(
+        given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())(
+            check
+        )
+    )
     run()
     print(dict(answers))
     assert sum(answers.values()) >= HEADER_EXAMPLES
@@ -306,5 +310,7 @@ def test_any_forwarded_for_is_carried(fuzz_gateway: Proc) -> None:
         headers = {**auth, "X-Forwarded-For": value}
         r = requests.get(f"{fuzz_gateway.addr}/v1/agents", headers=headers, timeout=10)
         assert r.status_code == 200, (value, r.status_code, r.text)
-        r = requests.post(f"{fuzz_gateway.addr}/v1/conversations", json={}, headers=headers, timeout=10)
+        r = requests.post(
+            f"{fuzz_gateway.addr}/v1/conversations", json={}, headers=headers, timeout=10
+        )
         assert r.status_code == 201, (value, r.status_code, r.text)
