@@ -31,7 +31,6 @@ def findings_gateway(runtime: Proc, base_env: dict[str, str]) -> Iterator[Proc]:
     proc.terminate()
 
 
-@known("#35 finding 1")
 def test_huge_resume_point_is_400(findings_gateway: Proc) -> None:
     auth = bearer(new_user("f1"))
     url = f"{findings_gateway.addr}/v1/runs/run_x/events"
@@ -41,7 +40,6 @@ def test_huge_resume_point_is_400(findings_gateway: Proc) -> None:
     assert r.status_code == 400, r.status_code
 
 
-@known("#35 finding 2")
 @pytest.mark.parametrize("path", ["/v1/runs", "/v1/audit"])
 def test_far_time_filters_are_4xx(findings_gateway: Proc, path: str) -> None:
     auth = bearer(new_user("f2"))
@@ -53,7 +51,6 @@ def test_far_time_filters_are_4xx(findings_gateway: Proc, path: str) -> None:
             assert r.status_code < 500, (name, value, r.status_code)
 
 
-@known("#35 finding 2")
 @pytest.mark.parametrize("rpc", ["ListRuns", "ListAuditRecords"])
 def test_far_timestamps_are_invalid_argument(runtime: Proc, rpc: str) -> None:
     md = tuple((k.lower(), v) for k, v in bearer(new_user("f2g")).items())
@@ -81,7 +78,6 @@ def test_deep_page_token_is_400(findings_gateway: Proc) -> None:
         assert r.status_code == 400, (path, r.status_code)
 
 
-@known("#35 finding 3")
 def test_deep_page_token_is_invalid_argument(runtime: Proc) -> None:
     md = tuple((k.lower(), v) for k, v in bearer(new_user("f3g")).items())
     with grpc.insecure_channel(runtime.addr) as channel:
@@ -95,10 +91,7 @@ def test_findings_match_their_reproducers() -> None:
     """The fuzzers' tolerance covers exactly what the reproducers send."""
     deep = Sent("get", "/v1/runs", {"pageToken": b64_deep(2000)}, {})
     assert any(f.matches(deep) for f in HTTP_FINDINGS)
-    huge = Sent("get", "/v1/runs/{id}/events", {}, {"Last-Event-ID": "9" * 5000})
-    assert any(f.matches(huge) for f in HTTP_FINDINGS)
-    far = pb.ListRunsRequest(start_time=Timestamp(seconds=2**40))
-    assert any(f.matches(far) for f in GRPC_FINDINGS)
-    plain = Sent("get", "/v1/runs/{id}/events", {"after": "12"}, {})
-    assert not any(f.matches(plain) for f in HTTP_FINDINGS)
-    assert not any(f.matches(pb.ListRunsRequest(page_token="abc")) for f in GRPC_FINDINGS)
+    assert not any(
+        f.matches(Sent("get", "/v1/runs", {"pageToken": "abc"}, {})) for f in HTTP_FINDINGS
+    )
+    assert not GRPC_FINDINGS, "every gRPC finding is fixed: the list stays for the next one"
