@@ -3,16 +3,14 @@ time and actor, AIP-158 pages whose token carries the position and is bound to t
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 
-from google.protobuf.timestamp_pb2 import Timestamp
 from tether.runtime.v1 import audit_pb2
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, PermissionDenied
+from tether_common.input_parsers import encode_page_token, page_limit, page_token, rfc3339
 
 from tether_runtime import policy
 from tether_runtime.store import audit
@@ -42,23 +40,15 @@ def _filters_hash(since: datetime | None, until: datetime | None, actor: str) ->
 
 
 def encode_token(last: AuditRecord, filters: str) -> str:
-    raw = json.dumps({"t": last.at.isoformat(), "id": last.id, "f": filters}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return encode_page_token({"t": last.at.isoformat(), "id": last.id}, filters)
 
 
 def decode_token(token: str, filters: str) -> tuple[datetime, str] | None:
-    if not token:
+    """The (time, id) a page continues after; None for the first page."""
+    position = page_token(token, filters, ("t", "id"))
+    if position is None:
         return None
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = json.loads(raw)
-        position = (datetime.fromisoformat(data["t"]), str(data["id"]))
-        bound = data["f"]
-    except (binascii.Error, ValueError, KeyError, TypeError) as err:
-        raise InvalidArgument("page_token is not one this API issued") from err
-    if bound != filters:
-        raise InvalidArgument("page_token was issued for other filters (AIP-158)")
-    return position
+    return rfc3339(position["t"], "page_token"), position["id"]
 
 
 async def list_records(
@@ -71,13 +61,11 @@ async def list_records(
     page_token: str,
 ) -> tuple[list[AuditRecord], str]:
     await require_admin(pool, principal)
-    if page_size < 0:
-        raise InvalidArgument("page_size must not be negative")
+    size = page_limit(page_size, default=DEFAULT_PAGE, maximum=MAX_PAGE)
     if len(actor) > 200:
         raise InvalidArgument("actor is longer than 200 characters")
     if since is not None and until is not None and until < since:
         raise InvalidArgument("end_time is before start_time")
-    size = min(page_size or DEFAULT_PAGE, MAX_PAGE)
     filters = _filters_hash(since, until, actor)
     after = decode_token(page_token, filters)
     async with pool.acquire() as conn:
@@ -111,7 +99,3 @@ def record_pb(r: AuditRecord) -> audit_pb2.AuditRecord:
     )
     out.create_time.FromDatetime(r.at)
     return out
-
-
-def time_of(ts: Timestamp, present: bool) -> datetime | None:
-    return ts.ToDatetime(tzinfo=UTC) if present else None

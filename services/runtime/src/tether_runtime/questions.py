@@ -4,13 +4,14 @@ and the check of a person's answer against it. An answer that does not fit is re
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import jsonschema
 from tether_common.errors import InvalidArgument
-from tether_common.redaction import redact
+from tether_common.input_parsers import json_document
 from tether_sdk import ProvideInput, SelectOption, ToolSchema
+
+from tether_runtime import cards
 
 MAX_OPTIONS = 50
 
@@ -54,20 +55,11 @@ def problem(kind: str, args: dict[str, Any]) -> str | None:
 
 
 def payload(kind: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The card: masked like every payload."""
-    out: dict[str, Any] = {
-        "title": redact(str(args.get("title") or ""))[:200],
-        "details": redact(str(args.get("prompt") or ""))[:2000],
-        "tool": kind,
-        "risk": "",
-        "target": "",
-        "parameter_summary": "",
-        "reason": "",
-        "preview": "",
-    }
+    """The card (cards.py: masked and cut like every card), with the options or the form."""
+    out = cards.card(title=args.get("title"), details=args.get("prompt"), tool=kind)
     if kind == "select_option":
         out["options"] = [
-            {k: redact(str(o.get(k) or ""))[:500] for k in ("value", "label", "description")}
+            {k: cards.cut("option", o.get(k)) for k in ("value", "label", "description")}
             for o in args["options"]
         ]
     else:
@@ -86,8 +78,8 @@ def answer(kind: str, card: dict[str, Any], user: str, text: str) -> dict[str, A
         summary = f"{user} chose {label}"
     else:
         try:
-            fill = json.loads(text) if text else None
-        except json.JSONDecodeError:
+            fill = json_document(text, "the answer") if text else None
+        except InvalidArgument:  # not JSON, too deep, NaN, 5,000 digits: not an object either
             fill = None
         if not isinstance(fill, dict):
             raise InvalidArgument("the answer must be a JSON object", reason="INVALID_ANSWER")

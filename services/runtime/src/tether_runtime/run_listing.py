@@ -6,15 +6,16 @@ grant `runs.read` on `*`, read from the store at every call."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Protocol
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
+from tether_common.input_parsers import encode_page_token, page_limit, page_token
+from tether_proto import wire
 
 from tether_runtime import policy
 from tether_runtime.store import conversations, event_partitions, interrupts, runs
@@ -24,18 +25,16 @@ from tether_runtime.views import RunView
 ADMIN_ACTION = "runs.read"
 ADMIN_SCOPE = "*"
 EVERY_USER = "-"
-RUN_STATUSES = (
-    "waiting",
-    "queued",
-    "running",
-    "interrupted",
-    "completed",
-    "failed",
-    "cancelled",
-)
+RUN_STATUSES = wire.RUN_STATUS.names
 MAX_FILTER = 200
 DEFAULT_PAGE = 50
 MAX_PAGE = 200
+
+
+class Bound(Protocol):
+    """What a page token is bound to: a list's filters (RunFilter, the approvals inbox's)."""
+
+    def fingerprint(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -61,23 +60,14 @@ class RunFilter:
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def encode_token(last_run_id: str, filters: RunFilter) -> str:
-    raw = json.dumps({"id": last_run_id, "f": filters.fingerprint()}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_token(last_id: str, filters: Bound) -> str:
+    return encode_page_token({"id": last_id}, filters.fingerprint())
 
 
-def decode_token(token: str, filters: RunFilter) -> str | None:
-    """The run id a page continues after; None for the first page."""
-    if not token:
-        return None
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        position, bound = str(data["id"]), data["f"]
-    except (binascii.Error, ValueError, KeyError, TypeError) as err:
-        raise InvalidArgument("page_token is not one this API issued") from err
-    if bound != filters.fingerprint():
-        raise InvalidArgument("page_token was issued for other filters (AIP-158)")
-    return position
+def decode_token(token: str, filters: Bound) -> str | None:
+    """The id (a run's, a card's) a page continues after; None for the first page."""
+    position = page_token(token, filters.fingerprint(), ("id",))
+    return None if position is None else position["id"]
 
 
 def _check(filters: RunFilter) -> None:
@@ -111,8 +101,7 @@ async def list_runs(
     last page)."""
     if not principal.may_act():
         raise PermissionDenied("this token may only read a stream")
-    if page_size < 0:
-        raise InvalidArgument("page_size must not be negative")
+    size = page_limit(page_size, default=DEFAULT_PAGE, maximum=MAX_PAGE)
     filters = RunFilter(
         user_id=user_id or principal.user_id,
         conversation_id=conversation_id,
@@ -122,7 +111,6 @@ async def list_runs(
         until=until,
     )
     _check(filters)
-    size = min(page_size or DEFAULT_PAGE, MAX_PAGE)
     before = decode_token(page_token, filters)
     async with pool.acquire() as conn:
         if filters.user_id != principal.user_id and not await policy.granted(

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field, replace
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id, new_id_after
+from tether_common.input_parsers import idempotency_key
 
 from tether_runtime import concurrent_runs, metrics
 from tether_runtime import events as ev
 from tether_runtime.agent import context
 from tether_runtime.agents import AgentRegistry
 from tether_runtime.checkpoint import started as started_checkpoint
-from tether_runtime.resume import MAX_KEY, load_owned_run, request_hash, stored_answer
+from tether_runtime.resume import load_owned_run, request_hash, stored_answer
 from tether_runtime.store import (
     conversations,
     event_log,
@@ -124,8 +125,7 @@ async def start_run(
         raise InvalidArgument("text is required")
     if len(text) > MAX_TEXT:
         raise InvalidArgument(f"text is longer than {MAX_TEXT} characters")
-    if len(key) > MAX_KEY:
-        raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
+    idempotency_key(key, required=False)
     agent = agents.resolve(agent)  # AGENT_NOT_FOUND, never a fallback
     scope = f"start:{principal.user_id}"
     rhash = request_hash(conv_id, text, agent)
