@@ -3,13 +3,34 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from tether_common.errors import UnsafeSettings
 from tether_common.known_secrets import is_committed
 
-if TYPE_CHECKING:
-    from tether_common.config import Settings
+
+class Settings(Protocol):
+    """The settings the guard reads (tether_common.config.Settings has them all)."""
+
+    @property
+    def env(self) -> str: ...
+    @property
+    def embedded_stores(self) -> bool: ...
+    @property
+    def redis_url(self) -> str: ...
+    @property
+    def database_url(self) -> str: ...
+    @property
+    def jwt_secret(self) -> str: ...
+    @property
+    def oidc_issuer(self) -> str: ...
+    @property
+    def oidc_audience(self) -> str: ...
+    @property
+    def oidc_jwks_url(self) -> str: ...
+    @property
+    def dev_login(self) -> bool: ...
+
 
 # What a process is, for the production guard: each is refused only what it would use.
 Component = Literal["runtime", "gateway"]
