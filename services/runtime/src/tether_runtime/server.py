@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from tether_common import production_guard
 from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
@@ -58,7 +59,7 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
 
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    settings.check()
+    production_guard.check(settings)
     tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
     setup_tracing("tether-runtime")
