@@ -1,16 +1,19 @@
 """Where tests find Postgres and Redis: the environment first, then testcontainers where a Docker
-engine answers, then the embedded servers (DESIGN section 8). Every session gets a fresh database."""
+engine answers, then the embedded servers (DESIGN section 8). Every session gets a fresh database,
+copied from a template database (templates.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+
+from tether_testkit import templates
 
 
 def _docker_answers() -> bool:
@@ -25,7 +28,17 @@ def _docker_answers() -> bool:
 
 @contextlib.contextmanager
 def postgres_admin_dsn() -> Iterator[str]:
-    """A DSN with the right to create databases."""
+    """A DSN with the right to create databases; the template databases this process made on
+    its server are dropped when it is given up."""
+    with _postgres_server() as dsn:
+        try:
+            yield dsn
+        finally:
+            asyncio.run(templates.drop_all(dsn))
+
+
+@contextlib.contextmanager
+def _postgres_server() -> Iterator[str]:
     env = os.environ.get("TETHER_TEST_DATABASE_URL")
     if env:
         yield env
@@ -75,19 +88,11 @@ def with_database(dsn: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
-async def create_fresh_database(admin_dsn: str) -> str:
-    """Create an empty database for this session, migrate it, seed the demo; return its DSN."""
-    from tether_runtime.provision import prepare
-
-    name = "tether_t_" + secrets.token_hex(6)
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    dsn = with_database(admin_dsn, name)
-    await prepare(dsn)
-    return dsn
+async def create_fresh_database(admin_dsn: str, *then: Mapping[str, str]) -> str:
+    """A new database, migrated and seeded as `provision.prepare(dsn)` leaves one with this
+    process's environment, then `prepare(dsn, config)` with each of `then` in turn: a copy of
+    this process's template for them (templates.py). Its DSN."""
+    return with_database(admin_dsn, await templates.fresh(admin_dsn, (None, *then)))
 
 
 async def drop_database(admin_dsn: str, dsn: str) -> None:

@@ -25,13 +25,9 @@ async def llm() -> AsyncIterator[FakeOpenAI]:
 
 @pytest.fixture
 async def lgops_dsn(admin_dsn: str) -> AsyncIterator[str]:
-    from tether_runtime.provision import migrate_all, seed_demo
     from tether_runtime.store import grants
 
-    dsn = await stores.create_fresh_database(admin_dsn)
-    env = {**os.environ, **LGOPS_ENV}
-    await migrate_all(dsn, env)
-    await seed_demo(dsn, env)
+    dsn = await stores.create_fresh_database(admin_dsn, {**os.environ, **LGOPS_ENV})
     conn = await asyncpg.connect(dsn)
     try:
         await grants.add(conn, "alice", "service.restart", "*")

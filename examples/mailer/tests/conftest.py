@@ -18,13 +18,9 @@ MAILER_ENV = {"TETHER_AGENTS": "tether_mailer:agent"}
 
 @pytest.fixture
 async def mailer_dsn(admin_dsn: str) -> AsyncIterator[str]:
-    from tether_runtime.provision import migrate_all, seed_demo
     from tether_runtime.store import grants
 
-    dsn = await stores.create_fresh_database(admin_dsn)
-    env = {**os.environ, **MAILER_ENV}
-    await migrate_all(dsn, env)
-    await seed_demo(dsn, env)
+    dsn = await stores.create_fresh_database(admin_dsn, {**os.environ, **MAILER_ENV})
     conn = await asyncpg.connect(dsn)
     try:
         await grants.add(conn, "alice", "email.send", "segment/*")
