@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from tether.runtime.v1 import runtime_service_pb2 as pb
-from tether_runtime import approvals, run_listing
+from tether_runtime.api import run_listing
+from tether_runtime.policy import approvals
 from tether_runtime.store import grants
 from tether_runtime.store.db import Pool, create_pool
 from tether_testkit.client import Client, token
