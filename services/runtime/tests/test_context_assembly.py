@@ -14,7 +14,7 @@ from tether_runtime.agent import context
 from tether_runtime.agent.context import SUMMARY_LABEL, budget_for, initial_messages
 from tether_runtime.agent.summaries import Summaries
 from tether_runtime.agent.tokens import ESTIMATE
-from tether_runtime.agents import LoadedAgent
+from tether_runtime.loaded_agent import LoadedAgent
 from tether_runtime.store import conversations
 from tether_runtime.store.db import create_pool
 from tether_sdk import Agent, Limits, ModelError, ModelRequest, Usage

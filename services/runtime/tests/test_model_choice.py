@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
-from tether_runtime.agents import AgentLoadError, AgentRegistry
+from tether_runtime.agents import AgentRegistry
+from tether_runtime.loaded_agent import AgentLoadError
 from tether_runtime.model_choice import ModelConfigError, make_model
 from tether_sdk import Agent, Anthropic, OpenAICompatible, ScriptedModel
 

@@ -15,6 +15,7 @@ from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
 from tether_common.input_parsers import MAX_IDEMPOTENCY_KEY
+from tether_proto import wire
 
 from tether_gateway import csrf
 from tether_gateway.audit_api import query_time
@@ -41,8 +42,9 @@ RESUME_RUN = {
     "interruptId": Field(required=True, max_len=64),
     "decision": Field(
         required=True,
-        # retry / mark_done / abandon answer an outcome_unknown interrupt.
-        choices=("approve", "reject", "respond", "retry", "mark_done", "abandon"),
+        # approve, reject, respond, and retry / mark_done / abandon for an outcome_unknown
+        # interrupt: the protos' answer words (tether_proto.wire.ANSWERS).
+        choices=tuple(wire.ANSWERS),
     ),
     # With `respond`, the answer's content is one of: `input` (text as it goes to the runtime),
     # `option` (a select_option's chosen value) or `fill` (a provide_input's JSON object).
@@ -52,15 +54,6 @@ RESUME_RUN = {
 }
 CANCEL_RUN = {"reason": Field(max_len=500)}
 DEV_TOKEN = {"user": Field(required=True, max_len=64)}
-
-_DECISIONS = {
-    "approve": events_pb2.DECISION_APPROVED,
-    "reject": events_pb2.DECISION_REJECTED,
-    "respond": events_pb2.DECISION_RESPONDED,
-    "retry": events_pb2.DECISION_RETRY,
-    "mark_done": events_pb2.DECISION_MARK_DONE,
-    "abandon": events_pb2.DECISION_ABANDON,
-}
 
 
 def _json(data: dict[str, Any], status: int = 200) -> web.Response:
@@ -224,15 +217,7 @@ async def get_run(request: web.Request) -> web.Response:
     return _json({"run": run_json(resp.run)})
 
 
-_RUN_STATUS_FILTER = {
-    "queued": resources_pb2.RUN_STATUS_QUEUED,
-    "running": resources_pb2.RUN_STATUS_RUNNING,
-    "interrupted": resources_pb2.RUN_STATUS_INTERRUPTED,
-    "completed": resources_pb2.RUN_STATUS_COMPLETED,
-    "failed": resources_pb2.RUN_STATUS_FAILED,
-    "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
-    "waiting": resources_pb2.RUN_STATUS_WAITING,
-}
+_RUN_STATUS_FILTER = wire.RUN_STATUS.values
 
 
 def _filter_text(request: web.Request, name: str) -> str:
@@ -278,7 +263,7 @@ async def resume_run(request: web.Request) -> web.Response:
     req = rs.ResumeRunRequest(
         run_id=request.match_info["id"],
         interrupt_id=data["interruptId"],
-        decision=_DECISIONS[data["decision"]],
+        decision=wire.ANSWERS[data["decision"]],
         input=_answer_text(data, fill),
         idempotency_key=data["idempotencyKey"],
     )

@@ -7,48 +7,18 @@ from __future__ import annotations
 import importlib
 import logging
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
 
 from tether_common.config import Settings
 from tether_common.errors import AgentNotFound
-from tether_sdk import Agent, AgentDefinitionError, Host, Model, ScriptedModel
+from tether_sdk import Agent, AgentDefinitionError, Host
 
+from tether_runtime.loaded_agent import AgentLoadError, LoadedAgent
 from tether_runtime.model_choice import ModelConfigError, make_model
 from tether_runtime.views import AgentToolView, AgentView
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "tether.agents"
-
-
-class AgentLoadError(Exception):
-    """Configuration names an agent that cannot be loaded; the message says which and why."""
-
-
-@dataclass
-class LoadedAgent:
-    agent: Agent
-    source: str
-    """Where it came from: "TETHER_AGENTS=mod:attr" or "entry point name = mod:attr"."""
-    model: Model
-    state: Any = None
-    cache: dict[str, Any] = field(default_factory=dict)
-    """What the engine derives from the agent once per process (its context budget)."""
-
-    @property
-    def name(self) -> str:
-        return self.agent.name
-
-    @property
-    def provider(self) -> tuple[str, str]:
-        """(provider, model name) of the model driving the agent, for metrics, logs and token
-        counting; never a key. Providers name themselves; a ScriptedModel is "scripted"."""
-        model = self.model
-        provider = getattr(model, "provider", None)
-        if provider is None:
-            provider = "scripted" if isinstance(model, ScriptedModel) else "custom"
-        return str(provider), str(getattr(model, "model", "") or type(model).__name__)
 
 
 def _import(spec: str) -> object:

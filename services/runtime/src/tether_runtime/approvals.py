@@ -25,12 +25,10 @@ from typing import Any
 from tether_common.errors import AlreadyResolved, PermissionDenied
 
 from tether_runtime import policy
-from tether_runtime.store import grants, interrupts
+from tether_runtime.store import approval_inbox, interrupts
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import InterruptRow, RunRow
 from tether_runtime.views import InterruptView
-
-INBOX_LIMIT = 200
 
 
 def governed(intr: InterruptRow) -> bool:
@@ -170,54 +168,28 @@ class PendingApproval:
         }
 
 
-_PENDING = """
-SELECT i.*, r.user_id AS requester, r.agent AS agent,
-       COALESCE((SELECT array_agg(a.approver ORDER BY a.approved_at)
-                 FROM interrupt_approval a WHERE a.interrupt_id = i.id), '{}') AS approved_by
-FROM interrupt i JOIN run r ON r.id = i.run_id
-WHERE i.status = 'pending' AND i.kind = 'confirm_action' AND i.expires_at > now()
-  AND ((i.approval_grant IS NULL AND r.user_id = $1) OR i.approval_grant = ANY($2::text[]))
-ORDER BY i.created_at, i.id
-LIMIT $3
-"""
-
-
-async def list_pending(conn: Conn, user_id: str, limit: int = INBOX_LIMIT) -> list[PendingApproval]:
-    """The cards `user_id` may decide now, oldest first: their own cards under today's rule,
-    and every governed card whose approval grant they hold on its scope (their own only when
-    self-approval is allowed), minus those they already approved."""
-    held = await grants.list(conn, user_id)
-    actions = sorted({g.action for g in held})
-    rows = await conn.fetch(_PENDING, user_id, actions, limit)
-    found: list[PendingApproval] = []
-    for r in rows:
-        intr = InterruptRow.of(r)
-        approved_by = tuple(r["approved_by"])
-        if governed(intr):
-            if user_id in approved_by:
-                continue
-            if r["requester"] == user_id:
-                if not intr.self_approval:
-                    continue
-            elif not any(
-                g.action == intr.approval_grant and grants.matches(g.scope, intr.scope)
-                for g in held
-            ):
-                continue
-        found.append(
-            PendingApproval(
-                InterruptView.of(intr),
-                r["requester"],
-                r["agent"],
-                intr.approval_grant or intr.action,
-                intr.approvals_required,
-                approved_by,
-                intr.self_approval,
-            )
-        )
-    steps = await _steps(conn, [p.interrupt.run_id for p in found])
+async def list_pending(
+    conn: Conn, user_id: str, limit: int, after_id: str = ""
+) -> list[PendingApproval]:
+    """A page of the cards `user_id` may decide now, oldest first, after the card `after_id`:
+    their own cards under today's rule, and every governed card whose approval grant they hold
+    on its scope (their own only when self-approval is allowed), minus those they already
+    approved. Who may decide is filtered in the store's query (store/approval_inbox.py), so a
+    page is never emptied by cards the caller may not decide."""
+    cards = await approval_inbox.pending(conn, user_id, limit, after_id)
+    steps = await _steps(conn, [c.interrupt.run_id for c in cards])
     return [
-        PendingApproval(**{**p.__dict__, "steps": steps.get(p.interrupt.run_id, ())}) for p in found
+        PendingApproval(
+            InterruptView.of(c.interrupt),
+            c.requester,
+            c.agent,
+            c.interrupt.approval_grant or c.interrupt.action,
+            c.interrupt.approvals_required,
+            c.approved_by,
+            c.interrupt.self_approval,
+            steps.get(c.interrupt.run_id, ()),
+        )
+        for c in cards
     ]
 
 

@@ -19,8 +19,8 @@ from tether_common.auth import Principal
 from tether_common.errors import FailedPrecondition, NotFound, RunActive
 
 from tether_runtime import resume
-from tether_runtime.agents import LoadedAgent
 from tether_runtime.bus import EventBus
+from tether_runtime.loaded_agent import LoadedAgent
 from tether_runtime.store import audit
 from tether_runtime.store.db import Pool
 from tether_runtime.store.records import RunRow

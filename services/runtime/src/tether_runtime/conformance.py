@@ -21,12 +21,11 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether_sdk import Model, ModelRequest, Reconciled, Tool, ToolCall, ToolContext, ToolResult
 
-if TYPE_CHECKING:
-    from tether_runtime.agents import LoadedAgent
+from tether_runtime.loaded_agent import AgentLoadError, LoadedAgent
 
 ENV = "TETHER_CONFORMANCE_PLAN"
 HOLD_POINTS = ("before", "during", "after")
@@ -143,7 +142,6 @@ def watched(tool: Tool, plan: Plan) -> Tool:
 
 def rig(loaded: list[LoadedAgent], raw_plan: str, production: bool) -> list[LoadedAgent]:
     """The agents with the plan applied to its one agent (the others untouched)."""
-    from tether_runtime.agents import AgentLoadError
 
     if production:
         raise AgentLoadError(

@@ -7,33 +7,16 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from tether.runtime.v1 import resources_pb2
+from tether_proto import wire
 
 from tether_runtime import events as ev
 from tether_runtime.store.records import ConversationRow, MessageRow
 from tether_runtime.views import AgentView, InterruptView, RunView
 
-RUN_STATUS = {
-    "queued": resources_pb2.RUN_STATUS_QUEUED,
-    "running": resources_pb2.RUN_STATUS_RUNNING,
-    "interrupted": resources_pb2.RUN_STATUS_INTERRUPTED,
-    "completed": resources_pb2.RUN_STATUS_COMPLETED,
-    "failed": resources_pb2.RUN_STATUS_FAILED,
-    "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
-    "waiting": resources_pb2.RUN_STATUS_WAITING,
-}
-# RUN_STATUS_UNSPECIFIED (0) is absent: a filter that names no status.
-RUN_STATUS_NAME = {v: k for k, v in RUN_STATUS.items()}
-INTERRUPT_STATUS = {
-    "pending": resources_pb2.INTERRUPT_STATUS_PENDING,
-    "resolved": resources_pb2.INTERRUPT_STATUS_RESOLVED,
-    "expired": resources_pb2.INTERRUPT_STATUS_EXPIRED,
-    "cancelled": resources_pb2.INTERRUPT_STATUS_CANCELLED,
-}
-ROLES = {
-    "user": resources_pb2.MESSAGE_ROLE_USER,
-    "assistant": resources_pb2.MESSAGE_ROLE_ASSISTANT,
-    "tool": resources_pb2.MESSAGE_ROLE_TOOL,
-}
+# The store's names are the wire's (tether_proto.wire): status "queued" is RUN_STATUS_QUEUED.
+RUN_STATUS = wire.RUN_STATUS.values
+INTERRUPT_STATUS = wire.INTERRUPT_STATUS.values
+ROLES = wire.MESSAGE_ROLE.values
 
 
 def _ts(value: str | datetime) -> Timestamp:

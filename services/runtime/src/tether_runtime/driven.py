@@ -16,27 +16,25 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
-from tether_common.ids import new_id
-from tether_common.redaction import redact, redact_value
+from tether_proto.wire import ToolCallStatus
+from tether_sdk import ToolResult
 
+from tether_runtime import cards, metrics, policy, questions
 from tether_runtime import events as ev
-from tether_runtime import metrics, policy, questions
+from tether_runtime.run_context import DrivenHost
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
-from tether_runtime.store import event_log, interrupts, runs
+from tether_runtime.run_writer import ThenSave
+from tether_runtime.store import event_log, interrupts
 from tether_runtime.store.db import STORE_ERRORS, Conn
-from tether_runtime.tool_calls import failure, result_body
-
-if TYPE_CHECKING:
-    from tether_runtime.run_loop import RunExecutor
+from tether_runtime.tool_results import failure, result_body
+from tether_runtime.write_call import Write, WriteCall
 
 log = logging.getLogger(__name__)
 
 # The interrupt kinds a driven agent may raise (outcome_unknown is the engine's own).
 KINDS = frozenset({"confirm_action", "provide_input", "select_option"})
-_CARD_FIELDS = ("title", "risk", "target", "tool", "parameter_summary", "reason", "details")
 # How a run leaves the loop, or loses its lease or store: never the agent's failure.
 _PASS_THROUGH: tuple[type[BaseException], ...] = (
     Paused,
@@ -45,7 +43,6 @@ _PASS_THROUGH: tuple[type[BaseException], ...] = (
     event_log.Fenced,
     *STORE_ERRORS,
 )
-_CARD_LIMITS = {"details": 2000, "preview": 4000, "parameter_summary": 500, "target": 300}
 
 
 @runtime_checkable
@@ -68,25 +65,10 @@ class Answer:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class WriteCall:
-    """A write a driven agent asks the engine to perform at most once."""
-
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    action: str
-    scope: str
-    perform: Callable[[str], Awaitable[Any]]
-    """Called with the idempotency key; its return value is the result (JSON values)."""
-    idempotent_by_key: bool = False
-    timeout_s: float | None = None
-
-
 class DrivenRun:
     """The host a driven agent runs its loop on (one per execution of the run)."""
 
-    def __init__(self, x: RunExecutor) -> None:
+    def __init__(self, x: DrivenHost) -> None:
         self.x = x
         self._pending_text = ""
         self._last_flush = time.monotonic()
@@ -95,7 +77,7 @@ class DrivenRun:
 
     @property
     def run_id(self) -> str:
-        return self.x.run.id
+        return self.x.run_id
 
     @property
     def conversation_id(self) -> str:
@@ -123,12 +105,12 @@ class DrivenRun:
 
     @property
     def database_url(self) -> str:
-        return self.x.e.settings.database_url
+        return self.x.database_url
 
     @property
     def pool(self) -> Any:
         """The engine's pool, for the agent's checkpointer (its writes fenced by `epoch`)."""
-        return self.x.e.pool
+        return self.x.pool
 
     def time_left(self) -> float:
         return self.x.time_left()
@@ -178,7 +160,7 @@ class DrivenRun:
         if not delta:
             return
         self._pending_text += delta
-        if time.monotonic() - self._last_flush >= self.x.e.settings.coalesce_s:
+        if time.monotonic() - self._last_flush >= self.x.coalesce_s:
             await self.flush()
 
     async def flush(self) -> None:
@@ -187,12 +169,8 @@ class DrivenRun:
         if not piece:
             return
         self.x.checkpoint.text += piece
-        await self.x.writer.emit(
-            [ev.text_delta(self.x.checkpoint.message_id, piece)], streamed=len(piece)
-        )
-        if self.x.writer.cancel_requested:
-            self.x.cancel_requested = True
-            await self.x.end_cancelled()
+        await self.x.emit([ev.text_delta(self.x.checkpoint.message_id, piece)], streamed=len(piece))
+        await self.x.stop_if_cancelled()
 
     async def node_done(self) -> None:
         """A node finished (its update streamed): the text streamed so far will not be streamed
@@ -220,19 +198,20 @@ class DrivenRun:
         await self.flush()
         self._announced("finished").append(call_id)
         await self.x.commit(
-            [ev.tool_finished(call_id, tool, ok, redact(summary)[:500])], self.x.save()
+            [ev.tool_finished(call_id, tool, ok, cards.cut("summary", summary))], self.x.save()
         )
 
     async def tool_progress(self, call_id: str, tool: str, fraction: float, text: str) -> None:
         await self.flush()
-        await self.x.writer.emit([ev.tool_progress(call_id, tool, fraction, redact(text)[:200])])
+        progress = ev.tool_progress(call_id, tool, fraction, cards.cut("progress", text))
+        await self.x.emit([progress])
 
     # -- interrupts --------------------------------------------------------------------------
 
     async def answer(self, key: str) -> Answer | None:
         """The answer to the interrupt raised under `key`; None if it was never raised (the
         agent raises it then). Still waiting: the run pauses."""
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, key)
             intr = await interrupts.for_call(conn, self.run_id, key)
         if row is None or intr is None:
@@ -262,10 +241,7 @@ class DrivenRun:
                 "INVALID_INTERRUPT", f"an interrupt's kind must be one of {sorted(KINDS)}"
             )
         if kind == "confirm_action":
-            payload: dict[str, Any] = {
-                f: redact(str(fields.get(f) or ""))[: _CARD_LIMITS.get(f, 200)]
-                for f in (*_CARD_FIELDS, "preview")
-            }
+            payload = cards.card(**{f: fields.get(f) for f in cards.FIELDS})
             if payload["risk"] not in ("low", "medium", "high"):
                 payload["risk"] = "medium"
             args: dict[str, Any] = {"card": payload}
@@ -276,22 +252,12 @@ class DrivenRun:
             payload = questions.payload(kind, fields)
             args = fields
         await self.flush()
-        interrupt_id = new_id("int")
-        expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
-        payload = redact_value(payload)
-        save = self.x.save()
-        run_id, epoch = self.run_id, self.epoch
+        run_id = self.run_id
 
-        async def apply(conn: Conn) -> None:
+        async def propose(conn: Conn) -> None:
             await interrupts.propose_call(conn, run_id, key, kind, args, key)
-            await interrupts.create_interrupt(
-                conn, interrupt_id, run_id, key, kind, action, scope, payload, expires
-            )
-            await save(conn)
-            await runs.finish(conn, run_id, epoch, "interrupted")
 
-        await self.x.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
-        raise Paused()
+        await cards.pause(self.x, key, kind, payload, propose, action=action, scope=scope)
 
     # -- at-most-once writes -----------------------------------------------------------------
 
@@ -314,22 +280,35 @@ class DrivenRun:
         key, mark done, or abandon), as for a native write tool. Before the call: the
         tool gate (invariant 7) and the requester's current grant for `action` on `scope`.
         `perform(key)` does the write with the idempotency key; its value is the result."""
-        call = WriteCall(call_id, tool, args, action, scope, perform, idempotent_by_key, timeout_s)
-        async with self.x.e.pool.acquire() as conn:
+        machine = self._machine(
+            call_id, tool, args, action, scope, perform, idempotent_by_key, timeout_s
+        )
+        call = machine.w
+        async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self.run_id, call.call_id)
-        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+        if (
+            row is not None
+            and row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+            and row.result is not None
+        ):
             await self._announce_finish(call, row.result)  # e.g. a person marked it done
             return row.result
         key = row.idempotency_key if row is not None else f"{self.run_id}:{call.call_id}"
-        if row is not None and row.status == "executing":
-            return await self._recover(call, key)
-        if row is not None and row.status == "unknown":
+        if row is not None and row.status == ToolCallStatus.EXECUTING:
+            await self.flush()
+            return await self._finish(machine, await machine.recover(key, None))
+        if row is not None and row.status == ToolCallStatus.UNKNOWN:
             raise Paused()  # a person decides whether it happened
-        if row is not None and row.status == "approved":  # the person chose: try it again
-            await self.x.commit([], self._claim(call, key, "approved"))
-            return await self._perform(call, key)
-        if row is not None and row.status == "rejected":  # abandoned, or nobody answered
-            async with self.x.e.pool.acquire() as conn:
+        if (
+            row is not None and row.status == ToolCallStatus.APPROVED
+        ):  # the person chose: try it again
+            await self.flush()
+            await self.x.commit([], machine.claim(key, ToolCallStatus.APPROVED))
+            return await self._finish(machine, await machine.perform(key, None))
+        if (
+            row is not None and row.status == ToolCallStatus.REJECTED
+        ):  # abandoned, or nobody answered
+            async with self.x.pool.acquire() as conn:
                 intr = await interrupts.for_call(conn, self.run_id, call.call_id)
             decision = (intr.decision if intr is not None else None) or "abandoned"
             body = failure(f"outcome unknown, not tried again ({decision})", "abandoned")
@@ -338,13 +317,11 @@ class DrivenRun:
         if row is not None:  # a call id the agent used for something else
             raise RunFailure("INVALID_TOOL_CALL", f"tool call id {call.call_id!r} was used twice")
         agent = self.agent_name
-        if not await self.x.e.gate.allows(
-            self.x.e.pool, agent, [call.tool], call.tool, self.user_id
-        ):
+        if not await self.x.gate.allows(self.x.pool, agent, [call.tool], call.tool, self.user_id):
             return await self._refuse(
                 call, failure(f"{call.tool}: blocked by the tool policy", "blocked")
             )
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             allowed = await policy.granted(conn, self.user_id, call.action, call.scope)
         if not allowed:
             why = f"{self.user_id} may not {call.action} on {call.scope}"
@@ -354,114 +331,71 @@ class DrivenRun:
         if call.call_id not in self._announced("started"):
             self._announced("started").append(call.call_id)
             started.append(ev.tool_started(call.call_id, call.tool, _summary(call.args)))
-        await self.x.commit(started, self._claim(call, key, "new"))
-        return await self._perform(call, key)
+        await self.x.commit(started, machine.claim(key, "new"))
+        return await self._finish(machine, await machine.perform(key, None))
 
-    async def _recover(self, call: WriteCall, key: str) -> dict[str, Any]:
-        metrics.TOOL_RECOVERIES.labels(tool=call.tool).inc()
-        await self.x.commit([], self._claim(call, key, "executing"))
-        if call.idempotent_by_key:
-            return await self._perform(call, key)
-        await self._outcome_unknown(call, f"the worker running {call.tool} stopped during the call")
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _machine(
+        self,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        action: str,
+        scope: str,
+        perform: Callable[[str], Awaitable[Any]],
+        idempotent_by_key: bool,
+        timeout_s: float | None,
+    ) -> WriteCall:
+        """The at-most-once machine (write_call.py) for a graph write tool's call: called once
+        (the graph handles a failure), never reconciled, never retried unless a person says so;
+        its claims carry the checkpoint (the calls announced), and the audit log stays the
+        native tools'."""
 
-    async def _outcome_unknown(self, call: WriteCall, why: str) -> NoReturn:
-        """Nobody can tell whether the call acted: a person decides (retry / mark done /
-        abandon), by the same interrupt a native write tool raises. The run pauses from inside
-        the graph's node; LangGraph re-runs the node when the run continues, and the call then
-        follows the decision (called again with the same key, its result as marked, or not)."""
-        metrics.OUTCOME_UNKNOWN.labels(tool=call.tool).inc()
-        await self.flush()
-        payload = redact_value(
-            {
-                "title": f"Did {call.tool} happen?",
-                "risk": "high",
-                "target": call.scope,
-                "tool": call.tool,
-                "parameter_summary": _summary(call.args),
-                "reason": why[:200],
-                "details": why[:2000],
-                "preview": "",
-            }
+        async def invoke(key: str, approver: str | None, attempt: int) -> dict[str, Any]:
+            own = timeout_s or self.x.loaded.agent.limits.tool_timeout_s
+            timeout = max(0.001, min(own, self.x.time_left()))
+            try:
+                async with asyncio.timeout(timeout):
+                    value = await perform(key)
+                return _body_of(tool, value)
+            except TimeoutError:
+                return failure(f"{tool} timed out after {timeout:g} s; not tried again", "unknown")
+            except Exception as err:  # noqa: BLE001 - the tool's failure is the graph's to handle
+                log.warning("write tool %s failed: %s", tool, type(err).__name__)
+                return failure(f"{tool} failed: {err}")
+
+        write = Write(
+            call_id=call_id,
+            tool=tool,
+            args=args,
+            action=action,
+            scope=scope,
+            risk="high",
+            summary=_summary(args),
+            invoke=invoke,
+            idempotent_by_key=idempotent_by_key,
+            audited=False,
+            saves_on_claim=True,
         )
-        interrupt_id = new_id("int")
-        expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
-        save = self.x.save()
-        run_id, epoch = self.run_id, self.epoch
+        return WriteCall(self.x, write)
 
-        async def apply(conn: Conn) -> None:
-            if not await interrupts.mark_unknown(conn, run_id, call.call_id, epoch):
-                raise event_log.Fenced(run_id)
-            await interrupts.create_interrupt(
-                conn,
-                interrupt_id,
-                run_id,
-                call.call_id,
-                "outcome_unknown",
-                call.action,
-                call.scope,
-                payload,
-                expires,
-            )
-            await save(conn)
-            await runs.finish(conn, run_id, epoch, "interrupted")
-
-        await self.x.commit(
-            [ev.interrupt(interrupt_id, "outcome_unknown", payload, expires)], apply
-        )
-        raise Paused()
-
-    async def _announce_finish(self, call: WriteCall, body: dict[str, Any]) -> None:
+    async def _announce_finish(self, call: Write, body: dict[str, Any]) -> None:
         """A started call's end, settled by a person: its `tool_finished`, once."""
         if call.call_id not in self._announced("started"):
             return
         await self.tool_finished(call.call_id, call.tool, bool(body["ok"]), str(body["summary"]))
 
-    def _claim(self, call: WriteCall, key: str, from_status: str) -> Any:
-        run_id, epoch, save = self.run_id, self.epoch, self.x.save()
-
-        async def claim(conn: Conn) -> None:
-            if not await interrupts.claim_call(
-                conn, run_id, call.call_id, call.tool, call.args, key, epoch, from_status
-            ):
-                raise event_log.Fenced(run_id)
-            await save(conn)
-
-        return claim
-
-    async def _perform(self, call: WriteCall, key: str) -> dict[str, Any]:
-        own = call.timeout_s or self.x.loaded.agent.limits.tool_timeout_s
-        timeout = max(0.001, min(own, self.x.time_left()))
-        try:
-            async with asyncio.timeout(timeout):
-                value = await call.perform(key)
-            body = _body_of(call.tool, value)
-        except TimeoutError:
-            body = failure(f"{call.tool} timed out after {timeout:g} s; not tried again", "unknown")
-        except Exception as err:  # noqa: BLE001 - the tool's failure is the graph's to handle
-            log.warning("write tool %s failed: %s", call.tool, type(err).__name__)
-            body = failure(f"{call.tool} failed: {err}")
-        await self._finish(call, body)
-        return body
-
-    async def _finish(self, call: WriteCall, body: dict[str, Any]) -> None:
+    async def _finish(self, machine: WriteCall, body: dict[str, Any]) -> dict[str, Any]:
+        call = machine.w
         metrics.TOOL_CALLS.labels(tool=call.tool, status="ok" if body["ok"] else "error").inc()
         finished = [ev.tool_finished(call.call_id, call.tool, body["ok"], body["summary"])]
         if call.call_id in self._announced("finished"):
             finished = []
         else:
             self._announced("finished").append(call.call_id)
-        run_id, epoch, save = self.run_id, self.epoch, self.x.save()
+        await self.x.commit(finished, ThenSave(machine.finish(body), self.x.save()))
+        return body
 
-        async def apply(conn: Conn) -> None:
-            await interrupts.finish_call(
-                conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body
-            )
-            await save(conn)
-
-        await self.x.commit(finished, apply)
-
-    async def _refuse(self, call: WriteCall, body: dict[str, Any]) -> dict[str, Any]:
+    async def _refuse(self, call: Write, body: dict[str, Any]) -> dict[str, Any]:
         """A write that may not run: recorded as failed without a claim (never performed)."""
         metrics.TOOL_CALLS.labels(tool=call.tool, status=body["outcome"]).inc()
         run_id = self.run_id
@@ -469,7 +403,7 @@ class DrivenRun:
         async def apply(conn: Conn) -> None:
             key = f"{run_id}:{call.call_id}"
             await interrupts.propose_call(
-                conn, run_id, call.call_id, call.tool, call.args, key, "failed"
+                conn, run_id, call.call_id, call.tool, call.args, key, ToolCallStatus.FAILED
             )
             await interrupts.settle_call(conn, run_id, call.call_id, body["summary"], body)
 
@@ -492,13 +426,11 @@ class DrivenRun:
 
 
 def _summary(args: dict[str, Any]) -> str:
-    return redact(", ".join(f"{k}={v}" for k, v in sorted(args.items())))[:500]
+    return cards.cut("summary", ", ".join(f"{k}={v}" for k, v in sorted(args.items())))
 
 
 def _body_of(tool: str, value: Any) -> dict[str, Any]:
     """A write's return value as a stored result: its text as the summary, the value as data."""
-    from tether_sdk import ToolResult
-
     if isinstance(value, ToolResult):
         return result_body(value)
     summary = value if isinstance(value, str) else f"{tool} done"

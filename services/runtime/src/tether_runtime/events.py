@@ -10,26 +10,13 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_proto import wire
 
 RunEvent = events_pb2.RunEvent
-TERMINAL = frozenset({"done", "error", "cancelled"})
-
-DECISIONS = {
-    "approved": events_pb2.DECISION_APPROVED,
-    "rejected": events_pb2.DECISION_REJECTED,
-    "expired": events_pb2.DECISION_EXPIRED,
-    "cancelled": events_pb2.DECISION_CANCELLED,
-    "responded": events_pb2.DECISION_RESPONDED,
-    "retry": events_pb2.DECISION_RETRY,
-    "mark_done": events_pb2.DECISION_MARK_DONE,
-    "abandon": events_pb2.DECISION_ABANDON,
-}
-KINDS = {
-    "confirm_action": resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION,
-    "select_option": resources_pb2.INTERRUPT_KIND_SELECT_OPTION,
-    "provide_input": resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
-    "outcome_unknown": resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN,
-}
+TERMINAL = wire.TERMINAL_EVENT_TYPES
+# The store's names are the wire's (tether_proto.wire): decision "approved" is DECISION_APPROVED.
+DECISIONS = wire.DECISION.values
+KINDS = wire.INTERRUPT_KIND.values
 
 
 def timestamp(dt: datetime) -> Timestamp:

@@ -16,17 +16,15 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether_sdk import ModelError, ModelRequest, ProvideInput, SelectOption, ToolCall, Usage
 
 from tether_runtime import events as ev
 from tether_runtime import metrics, questions
+from tether_runtime.run_context import StepRun
 from tether_runtime.run_outcomes import RunFailure
 from tether_runtime.store import event_log
-
-if TYPE_CHECKING:
-    from tether_runtime.run_loop import RunExecutor
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +70,7 @@ def _as_model_error(err: BaseException) -> ModelError | None:
 
 
 class ModelStep:
-    def __init__(self, x: RunExecutor, request: ModelRequest, skip: int) -> None:
+    def __init__(self, x: StepRun, request: ModelRequest, skip: int) -> None:
         self.x = x
         self.request = request
         self.skip = skip
@@ -106,14 +104,15 @@ class ModelStep:
             )
             if not err.retryable or attempt >= limits.model_retries or wait >= self.x.time_left():
                 metrics.MODEL_FAILURES.labels(agent, self.provider, err.code).inc()
-                self.x.count_usage(self.result)  # a failed step's tokens were spent all the same
+                # A failed step's tokens were spent all the same.
+                self.x.count_usage(self.result.input_tokens, self.result.output_tokens)
                 raise RunFailure(err.code, self._message(err, attempt))
             attempt += 1
             metrics.MODEL_RETRIES.labels(agent, self.provider, err.code).inc()
             log.warning(
                 "model step failed, retrying",
                 extra={
-                    "run_id": self.x.run.id,
+                    "run_id": self.x.run_id,
                     "provider": self.provider,
                     "model": self.model_name,
                     "code": err.code,
@@ -129,7 +128,7 @@ class ModelStep:
         words again, so skipping by length would garble the text: it continues from exactly
         what the browsers were shown, read back from the event log."""
         cp = self.x.checkpoint
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             shown = await event_log.streamed_text(conn, self.x.run.id, cp.message_id)
         self.text = shown[len(cp.text) :]
         self.sent = len(self.text)
@@ -148,7 +147,7 @@ class ModelStep:
             self.skip = max(self.skip, self.sent)
             self.text = ""
         self.result.calls = []
-        coalesce = self.x.e.settings.coalesce_s
+        coalesce = self.x.coalesce_s
         async for chunk in self.model.stream(request):
             if isinstance(chunk, str):
                 self.text += chunk
@@ -169,11 +168,9 @@ class ModelStep:
         start = max(self.sent, self.skip)
         if len(self.text) > start:
             piece = self.text[start:]
-            await self.x.writer.emit(
+            await self.x.emit(
                 [ev.text_delta(self.x.checkpoint.message_id, piece)], streamed=len(piece)
             )
-            if self.x.writer.cancel_requested:
-                self.x.cancel_requested = True
-                await self.x.end_cancelled()
+            await self.x.stop_if_cancelled()
         self.sent = max(self.sent, len(self.text))
         self._last_flush = time.monotonic()

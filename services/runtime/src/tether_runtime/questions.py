@@ -9,8 +9,9 @@ from typing import Any
 import jsonschema
 from tether_common.errors import InvalidArgument
 from tether_common.input_parsers import json_document
-from tether_common.redaction import redact
 from tether_sdk import ProvideInput, SelectOption, ToolSchema
+
+from tether_runtime import cards
 
 MAX_OPTIONS = 50
 
@@ -54,20 +55,11 @@ def problem(kind: str, args: dict[str, Any]) -> str | None:
 
 
 def payload(kind: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The card: masked like every payload."""
-    out: dict[str, Any] = {
-        "title": redact(str(args.get("title") or ""))[:200],
-        "details": redact(str(args.get("prompt") or ""))[:2000],
-        "tool": kind,
-        "risk": "",
-        "target": "",
-        "parameter_summary": "",
-        "reason": "",
-        "preview": "",
-    }
+    """The card (cards.py: masked and cut like every card), with the options or the form."""
+    out = cards.card(title=args.get("title"), details=args.get("prompt"), tool=kind)
     if kind == "select_option":
         out["options"] = [
-            {k: redact(str(o.get(k) or ""))[:500] for k in ("value", "label", "description")}
+            {k: cards.cut("option", o.get(k)) for k in ("value", "label", "description")}
             for o in args["options"]
         ]
     else:

@@ -26,6 +26,7 @@ from tether_common.errors import (
     PermissionDenied,
 )
 from tether_common.input_parsers import idempotency_key
+from tether_proto.wire import ToolCallStatus
 
 from tether_runtime import approvals, metrics, questions
 from tether_runtime import events as ev
@@ -43,8 +44,8 @@ class _Answer:
     """What a decision does to the interrupt's tool call: from which status to which, and
     whether it acts for the caller (and so needs the caller's grant)."""
 
-    call_from: str
-    call_to: str
+    call_from: ToolCallStatus
+    call_to: ToolCallStatus
     acts: bool
 
 
@@ -52,29 +53,31 @@ class _Answer:
 # changes nothing.
 ANSWERS: dict[str, dict[str, _Answer]] = {
     "confirm_action": {
-        "approved": _Answer("proposed", "approved", acts=True),
-        "rejected": _Answer("proposed", "rejected", acts=False),
+        "approved": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.APPROVED, acts=True),
+        "rejected": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.REJECTED, acts=False),
     },
     # A write call whose outcome nobody could tell: call it again (same key), record it as done
     # (a person checked), or give it up. Retry and mark-done act on the resource: they need the
     # grant, as an approval does.
     "outcome_unknown": {
-        "retry": _Answer("unknown", "approved", acts=True),
-        "mark_done": _Answer("unknown", "succeeded", acts=True),
-        "abandon": _Answer("unknown", "rejected", acts=False),
+        "retry": _Answer(ToolCallStatus.UNKNOWN, ToolCallStatus.APPROVED, acts=True),
+        "mark_done": _Answer(ToolCallStatus.UNKNOWN, ToolCallStatus.SUCCEEDED, acts=True),
+        "abandon": _Answer(ToolCallStatus.UNKNOWN, ToolCallStatus.REJECTED, acts=False),
     },
 }
 # A question's answer (its content in `input`) becomes the call's result.
 for _kind in ("select_option", "provide_input"):
-    ANSWERS[_kind] = {"responded": _Answer("proposed", "succeeded", acts=False)}
+    ANSWERS[_kind] = {
+        "responded": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.SUCCEEDED, acts=False)
+    }
 DECISIONS = frozenset(d for answers in ANSWERS.values() for d in answers)
 # Decisions that act on a resource (approve, retry, mark_done): a person's, never a service's.
 APPROVALS = frozenset(d for answers in ANSWERS.values() for d, a in answers.items() if a.acts)
 
 
-def call_from(intr: InterruptRow) -> str:
+def call_from(intr: InterruptRow) -> ToolCallStatus:
     """The status an interrupt's tool call waits in."""
-    return "unknown" if intr.kind == "outcome_unknown" else "proposed"
+    return ToolCallStatus.UNKNOWN if intr.kind == "outcome_unknown" else ToolCallStatus.PROPOSED
 
 
 def request_hash(*parts: str) -> str:
@@ -350,7 +353,7 @@ async def _expire(conn: Conn, intr: InterruptRow) -> list[bytes]:
         status="expired",
         decision="expired",
         user_id=None,
-        call_status="rejected",
+        call_status=ToolCallStatus.REJECTED,
         call_from=call_from(intr),
     )
     if claimed is None:
@@ -419,7 +422,7 @@ async def cancel_run(
                     status="cancelled",
                     decision="cancelled",
                     user_id=principal.user_id,
-                    call_status="rejected",
+                    call_status=ToolCallStatus.REJECTED,
                     call_from=call_from(pending),
                 )
                 await audit.record_decision(

@@ -10,10 +10,12 @@ import hashlib
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Protocol
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.input_parsers import encode_page_token, page_limit, page_token
+from tether_proto import wire
 
 from tether_runtime import policy
 from tether_runtime.store import conversations, event_partitions, interrupts, runs
@@ -23,18 +25,16 @@ from tether_runtime.views import RunView
 ADMIN_ACTION = "runs.read"
 ADMIN_SCOPE = "*"
 EVERY_USER = "-"
-RUN_STATUSES = (
-    "waiting",
-    "queued",
-    "running",
-    "interrupted",
-    "completed",
-    "failed",
-    "cancelled",
-)
+RUN_STATUSES = wire.RUN_STATUS.names
 MAX_FILTER = 200
 DEFAULT_PAGE = 50
 MAX_PAGE = 200
+
+
+class Bound(Protocol):
+    """What a page token is bound to: a list's filters (RunFilter, the approvals inbox's)."""
+
+    def fingerprint(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,12 @@ class RunFilter:
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def encode_token(last_run_id: str, filters: RunFilter) -> str:
-    return encode_page_token({"id": last_run_id}, filters.fingerprint())
+def encode_token(last_id: str, filters: Bound) -> str:
+    return encode_page_token({"id": last_id}, filters.fingerprint())
 
 
-def decode_token(token: str, filters: RunFilter) -> str | None:
-    """The run id a page continues after; None for the first page."""
+def decode_token(token: str, filters: Bound) -> str | None:
+    """The id (a run's, a card's) a page continues after; None for the first page."""
     position = page_token(token, filters.fingerprint(), ("id",))
     return None if position is None else position["id"]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,27 +19,25 @@ from tether_sdk import ModelRequest
 from tether_runtime import driven, metrics, questions
 from tether_runtime import events as ev
 from tether_runtime.agent import context
-from tether_runtime.agents import LoadedAgent
+from tether_runtime.agent.gate import ToolGate
 from tether_runtime.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine import Engine
-from tether_runtime.model_step import ModelStep, StepResult
+from tether_runtime.loaded_agent import LoadedAgent
+from tether_runtime.model_step import ModelStep
 from tether_runtime.run_outcomes import Finished, Paused, RunFailure
-from tether_runtime.run_writer import EndRun, RunWriter, SaveCheckpoint
+from tether_runtime.run_writer import Apply, EndRun, RunWriter, SaveCheckpoint
 from tether_runtime.store import conversations, runs
-from tether_runtime.store.db import Conn
+from tether_runtime.store.db import Pool
 from tether_runtime.store.event_log import RunEnd
 from tether_runtime.store.records import ConversationRow, RunRow
+from tether_runtime.tool_calls import ToolCalls
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.run_loop")
 
-Apply = Callable[[Conn], Awaitable[None]]
-
 
 class RunExecutor:
     def __init__(self, engine: Engine, run: RunRow) -> None:
-        from tether_runtime.tool_calls import ToolCalls
-
         self.e = engine
         self.run = run
         self.epoch = run.lease_epoch
@@ -66,6 +63,30 @@ class RunExecutor:
         self._conv: ConversationRow | None = None
 
     @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    @property
+    def interrupt_ttl_s(self) -> float:
+        return self.e.settings.interrupt_ttl_s
+
+    @property
+    def coalesce_s(self) -> float:
+        return self.e.settings.coalesce_s
+
+    @property
+    def database_url(self) -> str:
+        return self.e.settings.database_url
+
+    @property
+    def pool(self) -> Pool:
+        return self.e.pool
+
+    @property
+    def gate(self) -> ToolGate:
+        return self.e.gate
+
+    @property
     def checkpoint(self) -> Checkpoint:
         assert self.cp is not None
         return self.cp
@@ -83,6 +104,16 @@ class RunExecutor:
         """Events and the state they announce, durable on return (after all queued before)."""
         await self.writer.commit(events, apply, streamed=streamed)
         self.cancel_requested = self.cancel_requested or self.writer.cancel_requested
+
+    async def emit(self, events: list[ev.RunEvent], *, streamed: int = 0) -> None:
+        """Events without state (text, progress), queued behind every commit before them."""
+        await self.writer.emit(events, streamed=streamed)
+
+    async def stop_if_cancelled(self) -> None:
+        """A cancel the writer heard of (with its last batch) ends the run here."""
+        if self.writer.cancel_requested:
+            self.cancel_requested = True
+            await self.end_cancelled()
 
     def active_s(self) -> float:
         """Execution time spent on this run so far, by this worker and the ones before it."""
@@ -202,11 +233,11 @@ class RunExecutor:
         except Finished:
             pass
 
-    def count_usage(self, step: StepResult) -> None:
+    def count_usage(self, input_tokens: int, output_tokens: int) -> None:
         """A model step's tokens: on the checkpoint (saved with the step), and counted."""
-        self.checkpoint.add_usage(step.input_tokens, step.output_tokens)
+        self.checkpoint.add_usage(input_tokens, output_tokens)
         provider, model = self.loaded.provider
-        for direction, n in (("input", step.input_tokens), ("output", step.output_tokens)):
+        for direction, n in (("input", input_tokens), ("output", output_tokens)):
             if n:
                 metrics.MODEL_TOKENS.labels(self.loaded.name, provider, model, direction).inc(n)
 
@@ -281,7 +312,7 @@ class RunExecutor:
         step_text = step.text
         cp.text += step_text
         cp.steps += 1
-        self.count_usage(step)
+        self.count_usage(step.input_tokens, step.output_tokens)
         if step.calls:
             # The engine names each call by its step: unique within the run whatever the model
             # sends (some OpenAI-compatible servers send no id, or the same one every step), and

@@ -20,8 +20,9 @@ from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
 from tether_runtime.agent.gate import ToolGate
-from tether_runtime.agents import AgentLoadError, AgentRegistry
+from tether_runtime.agents import AgentRegistry
 from tether_runtime.engine import Engine
+from tether_runtime.loaded_agent import AgentLoadError
 from tether_runtime.revoked_tokens import follow_revocations
 from tether_runtime.servicer import RuntimeServicer, register
 from tether_runtime.sharded_bus import event_bus

@@ -15,7 +15,6 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from opentelemetry import trace
-from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import ON_BEHALF_METADATA, Principal, TokenVerifier, bearer_from_header
 from tether_common.errors import (
@@ -28,6 +27,7 @@ from tether_common.errors import (
 from tether_common.ids import new_id
 from tether_common.input_parsers import timestamp
 from tether_common.tracing import context_from, inject_carrier
+from tether_proto import wire
 
 from tether_runtime import (
     approvals_api,
@@ -51,14 +51,8 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime")
 T = TypeVar("T")
 
-DECISION_IN = {
-    events_pb2.DECISION_APPROVED: "approved",
-    events_pb2.DECISION_REJECTED: "rejected",
-    events_pb2.DECISION_RESPONDED: "responded",
-    events_pb2.DECISION_RETRY: "retry",
-    events_pb2.DECISION_MARK_DONE: "mark_done",
-    events_pb2.DECISION_ABANDON: "abandon",
-}
+# The decisions a caller may send (those with an answer word), by their stored name ("approved").
+DECISION_IN = {d: wire.DECISION.name[d] for d in wire.ANSWER_OF}
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -> None:
@@ -284,7 +278,7 @@ class RuntimeServicer:
                 p,
                 conversation_id=request.conversation_id,
                 # An enum value this runtime does not know is refused, not read as "any".
-                status=convert.RUN_STATUS_NAME.get(request.status, str(request.status))
+                status=wire.RUN_STATUS.name.get(request.status, str(request.status))
                 if request.status
                 else "",
                 agent=request.agent,
@@ -323,9 +317,12 @@ class RuntimeServicer:
         self, request: pb.ListPendingApprovalsRequest, context: Any
     ) -> pb.ListPendingApprovalsResponse:
         async def run(p: Principal) -> pb.ListPendingApprovalsResponse:
-            found = await approvals_api.list_pending(self.e.pool, p)
+            found, token = await approvals_api.list_pending(
+                self.e.pool, p, request.page_size, request.page_token
+            )
             return pb.ListPendingApprovalsResponse(
-                pending_approvals=[approvals_api.pending_pb(a) for a in found]
+                pending_approvals=[approvals_api.pending_pb(a) for a in found],
+                next_page_token=token,
             )
 
         return await self._call(context, "ListPendingApprovals", run)

@@ -8,7 +8,8 @@
                                   (idempotent_by_key), or reconcile, or ask a person
                                   (outcome_unknown: retry / mark done / abandon)
 
-A call's status lives in `tool_call` (proposed, approved, executing, unknown, succeeded, failed,
+From the claim on, a write call is the at-most-once machine's (write_call.py), which graph write
+tools share. A call's status lives in `tool_call` (proposed, approved, executing, unknown, succeeded, failed,
 rejected); every move is a conditional update fenced by the run's lease epoch (invariant 4)."""
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import asyncio
 import json
 import logging
 import time
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
-from tether_common.redaction import redact, redact_value
+from tether_common.redaction import redact
+from tether_proto.wire import ToolCallStatus
 from tether_sdk import (
     Approval,
     InvalidArguments,
@@ -35,18 +36,18 @@ from tether_sdk import (
 )
 from tether_sdk._agent import RESERVED_TOOL_NAMES
 
-from tether_runtime import approvals, metrics, policy, questions
+from tether_runtime import approvals, cards, metrics, policy, questions
 from tether_runtime import events as ev
 from tether_runtime.checkpoint import PendingCall
+from tether_runtime.run_context import ToolRun
 from tether_runtime.run_outcomes import Paused
-from tether_runtime.run_writer import ClaimRead, FinishRead, ThenSave
-from tether_runtime.store import audit, conversations, event_log, interrupts, runs
+from tether_runtime.run_writer import Apply, ClaimRead, FinishRead, ThenSave
+from tether_runtime.store import audit, conversations, interrupts
 from tether_runtime.store.db import Conn
 from tether_runtime.store.event_log import CallFinish
 from tether_runtime.store.records import ToolCallRow
-
-if TYPE_CHECKING:
-    from tether_runtime.run_loop import Apply, RunExecutor
+from tether_runtime.tool_results import failure, result_body
+from tether_runtime.write_call import Uncertain, Write, WriteCall
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.tool_calls")
@@ -57,46 +58,13 @@ QUESTIONS = RESERVED_TOOL_NAMES  # a question's pending call; no tool may take t
 _NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandoned"}
 
 
-def result_body(result: ToolResult, outcome: str = "") -> dict[str, Any]:
-    """A result as stored, shown to the model and summarized in events; masked first (tool
-    output can carry secrets: a log line with a token)."""
-    # Masked value by value, never as JSON text: a re-parse could fail or change the data.
-    data = redact_value(json.loads(json.dumps(result.data, default=str)))
-    return {
-        "ok": result.ok,
-        "summary": redact(result.summary),
-        "data": data,
-        "facts": result.facts if result.ok else {},
-        "outcome": outcome or ("ok" if result.ok else "error"),
-    }
-
-
-def failure(summary: str, outcome: str = "error") -> dict[str, Any]:
-    """A result that did not come from the tool; masked too (a tool's error message can quote
-    the secret that made it fail)."""
-    return {"ok": False, "summary": redact(summary), "data": {}, "facts": {}, "outcome": outcome}
-
-
-def _in_doubt(why: str, tool: Tool, found: Reconciled | None) -> str:
-    """Why a person must decide: what went wrong, and what reconcile said (or that it can't)."""
-    if not tool.can_reconcile:
-        return f"{why}, and {tool.name} cannot tell whether it happened"
-    if found is None:
-        return f"{why}, and asking what it did failed"
-    return f"{why}, and {found.reason}" if found.reason else why
-
-
-class _Uncertain(Exception):
-    """The call may or may not have acted: it timed out or raised something unforeseen."""
-
-
 class ToolCalls:
-    def __init__(self, ex: RunExecutor) -> None:
+    def __init__(self, ex: ToolRun) -> None:
         self.x = ex
 
     @property
     def _run_id(self) -> str:
-        return self.x.run.id
+        return self.x.run_id
 
     async def process(self, call: PendingCall) -> None:
         if call.tool in QUESTIONS:
@@ -110,7 +78,7 @@ class ToolCalls:
             await self._skip(call, failure(f"{why}; send them again as one JSON object", "invalid"))
             return
         declared = [t.name for t in agent.tools]
-        gate, pool, user = self.x.e.gate, self.x.e.pool, self.x.run.user_id
+        gate, pool, user = self.x.gate, self.x.pool, self.x.run.user_id
         if not await gate.allows(pool, agent.name, declared, call.tool, user):
             await self._skip(call, failure(f"{call.tool}: blocked by the tool policy", "blocked"))
             return
@@ -136,7 +104,7 @@ class ToolCalls:
     async def _ask(self, call: PendingCall) -> None:
         """A step's SelectOption or ProvideInput: a pending call of its own, answered by a
         person through the same resume order and conditional claim as a confirmation."""
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             row = await interrupts.get_call(conn, self._run_id, call.call_id)
         if row is None:
             problem = questions.problem(call.tool, call.args)
@@ -151,11 +119,11 @@ class ToolCalls:
                     conn, self._run_id, call.call_id, call.tool, call.args, key
                 )
 
-            await self._raise_interrupt(call, "", "", call.tool, payload, propose)
+            await self._pause(call, call.tool, payload, propose)
         assert row is not None
-        if row.status == "proposed":
+        if row.status == ToolCallStatus.PROPOSED:
             raise Paused()
-        if row.status == "succeeded" and row.result is not None:
+        if row.status == ToolCallStatus.SUCCEEDED and row.result is not None:
             await self._skip(call, row.result)
             return
         decision = await self._decision(call)
@@ -164,11 +132,11 @@ class ToolCalls:
 
     async def _row(self, call: PendingCall) -> ToolCallRow | None:
         """The call's stored row; none for a call this executor's own step just made pending
-        (RunExecutor.fresh_calls), whose first look needs no round trip."""
+        (run_loop.RunExecutor.fresh_calls), whose first look needs no round trip."""
         if call.call_id in self.x.fresh_calls:
             self.x.fresh_calls.discard(call.call_id)
             return None
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             return await interrupts.get_call(conn, self._run_id, call.call_id)
 
     async def _skip(self, call: PendingCall, body: dict[str, Any]) -> None:
@@ -179,7 +147,11 @@ class ToolCalls:
 
     async def _read(self, call: PendingCall, tool: Tool, args: dict[str, Any]) -> None:
         row = await self._row(call)
-        if row is not None and row.status in ("succeeded", "failed") and row.result is not None:
+        if (
+            row is not None
+            and row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+            and row.result is not None
+        ):
             await self._skip(call, row.result)
             return
         key = f"{self._run_id}:{call.call_id}"
@@ -210,7 +182,7 @@ class ToolCalls:
                 body = failure(f"{tool.name} failed: {err.message}")
             except ToolError as err:
                 body = failure(f"{tool.name} failed: {err.message}")
-            except _Uncertain as err:
+            except Uncertain as err:
                 # A read changes nothing: calling it again is always safe.
                 if attempt <= limits.tool_retries:
                     await self._backoff(attempt)
@@ -225,7 +197,7 @@ class ToolCalls:
         if not tool.action:
             return None
         user, scope = self.x.run.user_id, tool.scope(args)
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             if await policy.granted(conn, user, tool.action, scope):
                 return None
         metrics.TOOL_CALLS.labels(tool=tool.name, status="denied").inc()
@@ -239,9 +211,9 @@ class ToolCalls:
         if row is None:
             await self._propose(call, tool, args, scope)  # pauses, unless no grant allows it
             return
-        if row.status in ("proposed", "unknown"):
+        if row.status in (ToolCallStatus.PROPOSED, ToolCallStatus.UNKNOWN):
             raise Paused()  # still waiting for a person (not claimable; be safe)
-        if row.status == "rejected":
+        if row.status == ToolCallStatus.REJECTED:
             decision = await self._decision(call)
             outcome = _NOT_RUN.get(decision, "rejected")
             body = failure(f"not executed: {decision}", outcome)
@@ -253,26 +225,27 @@ class ToolCalls:
                 return
             await self._skip(call, body)
             return
-        if row.status in ("succeeded", "failed"):
+        if row.status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED):
             assert row.result is not None
             if row.result.get("outcome") == "marked_done":
                 await self._finish(call, tool, row.result, store=False)
                 return
             await self._skip(call, row.result)
             return
-        if row.status == "approved":
+        if row.status == ToolCallStatus.APPROVED:
             await self._approved(call, tool, args, scope, row)
             return
         # `executing`: a worker died inside the call. Never repeat blindly; the client already
         # saw its `tool_started`.
-        await self.x.commit([], self._claim(call, tool, args, row.idempotency_key, "executing"))
-        await self._recover(call, tool, args, scope, row)
+        machine = self._machine(call, tool, args, scope)
+        body = await machine.recover(row.idempotency_key, row.approved_by)
+        await self._finish(call, tool, body, machine=machine)
 
     async def _propose(
         self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str
     ) -> None:
         user = self.x.run.user_id
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             allowed = await policy.granted(conn, user, tool.action, scope)
         if not allowed:
             await self._skip(call, failure(f"{user} may not {tool.action} on {scope}", "denied"))
@@ -280,27 +253,27 @@ class ToolCalls:
         key = f"{self._run_id}:{call.call_id}"
         ctx = self._context(call, tool, key, None, 1)
         card = await tool.confirmation_for(ctx, args)
-        payload = {
-            "title": redact(card.title)[:200],
-            "risk": card.risk,
-            "target": redact(card.target)[:300],
-            "tool": tool.name,
-            "parameter_summary": redact(card.summary)[:500],
-            "reason": redact(str(args.get("reason", "")))[:200],
-            "details": redact(card.details)[:2000],
-            "preview": redact(card.preview)[:4000],
-        }
+        payload = cards.card(
+            title=card.title,
+            risk=card.risk,
+            target=card.target,
+            tool=tool.name,
+            parameter_summary=card.summary,
+            reason=args.get("reason", ""),
+            details=card.details,
+            preview=card.preview,
+        )
 
         async def propose(conn: Conn) -> None:
             await interrupts.propose_call(conn, self._run_id, call.call_id, tool.name, args, key)
 
-        await self._raise_interrupt(
+        await self._pause(
             call,
-            tool.action,
-            scope,
             "confirm_action",
             payload,
             propose,
+            action=tool.action,
+            scope=scope,
             approval=tool.approval_policy,
         )
 
@@ -316,7 +289,7 @@ class ToolCalls:
         # while the run waited (invariant 5).
         approver = row.approved_by or self.x.run.user_id
         key = row.idempotency_key
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             still = await approvals.still_allowed(
                 conn, self.x.run.user_id, approver, tool.action, scope, self._run_id, call.call_id
             )
@@ -350,78 +323,45 @@ class ToolCalls:
 
             await self.x.commit([], skip)
             return
+        machine = self._machine(call, tool, args, scope)
         await self.x.commit(
             [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))],
-            self._claim(call, tool, args, key, "approved"),
+            machine.claim(key, ToolCallStatus.APPROVED),
         )
-        await self._execute_write(call, tool, args, scope, key, approver)
+        body = await machine.perform(key, approver)
+        await self._finish(call, tool, body, machine=machine)
 
-    async def _execute_write(
-        self,
-        call: PendingCall,
-        tool: Tool,
-        args: dict[str, Any],
-        scope: str,
-        key: str,
-        approver: str | None,
-    ) -> None:
+    def _machine(
+        self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str
+    ) -> WriteCall:
+        """The at-most-once machine (write_call.py) for this write call of this tool."""
+
+        async def invoke(key: str, approver: str | None, attempt: int) -> dict[str, Any]:
+            return result_body(await self._call(call, tool, args, key, approver, attempt))
+
+        async def reconcile(key: str, approver: str | None) -> Reconciled | None:
+            return await self._reconcile(call, tool, args, key, approver)
+
+        def interrupted(interrupt_id: str) -> None:
+            call.interrupt_id = interrupt_id
+
         limits = self.x.loaded.agent.limits
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                result = await self._call(call, tool, args, key, approver, attempt)
-                await self._finish(call, tool, result_body(result))
-                return
-            except TransientError as err:
-                # The tool says nothing happened: calling again with the same key is safe.
-                if attempt <= limits.tool_retries:
-                    await self._backoff(attempt)
-                    continue
-                await self._finish(call, tool, failure(f"{tool.name} failed: {err.message}"))
-                return
-            except ToolError as err:
-                await self._finish(call, tool, failure(f"{tool.name} failed: {err.message}"))
-                return
-            except _Uncertain as err:
-                why = str(err)
-            if tool.idempotent_by_key and attempt <= limits.tool_retries:
-                await self._backoff(attempt)
-                continue
-            if tool.can_reconcile:
-                found = await self._reconcile(call, tool, args, key, approver)
-                if found is not None and found.status == "done" and found.result is not None:
-                    await self._finish(call, tool, result_body(found.result))
-                    return
-                if found is not None and found.status == "not_done":
-                    if attempt <= limits.tool_retries:
-                        await self._backoff(attempt)
-                        continue
-                    await self._finish(call, tool, failure(f"{why}; it did not happen"))
-                    return
-                why = _in_doubt(why, tool, found)
-            await self._outcome_unknown(call, tool, args, scope, why)
-
-    async def _recover(
-        self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str, row: ToolCallRow
-    ) -> None:
-        key = row.idempotency_key
-        approver = row.approved_by
-        metrics.TOOL_RECOVERIES.labels(tool=tool.name).inc()
-        if tool.idempotent_by_key:
-            await self._execute_write(call, tool, args, scope, key, approver)
-            return
-        why = f"the worker running {tool.name} stopped during the call"
-        found = None
-        if tool.can_reconcile:
-            found = await self._reconcile(call, tool, args, key, approver)
-            if found is not None and found.status == "done" and found.result is not None:
-                await self._finish(call, tool, result_body(found.result))
-                return
-            if found is not None and found.status == "not_done":
-                await self._execute_write(call, tool, args, scope, key, approver)
-                return
-        await self._outcome_unknown(call, tool, args, scope, _in_doubt(why, tool, found))
+        write = Write(
+            call_id=call.call_id,
+            tool=tool.name,
+            args=args,
+            action=tool.action,
+            scope=scope,
+            risk=tool.risk,
+            summary=self._summary(tool, args),
+            invoke=invoke,
+            reconcile=reconcile if tool.can_reconcile else None,
+            idempotent_by_key=tool.idempotent_by_key,
+            retries=limits.tool_retries,
+            backoff_s=limits.retry_backoff_s,
+            on_interrupt=interrupted,
+        )
+        return WriteCall(self.x, write)
 
     async def _reconcile(
         self, call: PendingCall, tool: Tool, args: dict[str, Any], key: str, approver: str | None
@@ -432,109 +372,42 @@ class ToolCalls:
             log.warning("reconcile of %s failed: %s", tool.name, err)
             return None
 
-    async def _outcome_unknown(
-        self, call: PendingCall, tool: Tool, args: dict[str, Any], scope: str, why: str
-    ) -> None:
-        """Nobody can tell whether the call acted: a person decides (retry / mark done /
-        abandon). The engine never guesses."""
-        metrics.OUTCOME_UNKNOWN.labels(tool=tool.name).inc()
-        payload = {
-            "title": f"Did {tool.name} happen?",
-            "risk": tool.risk,
-            "target": redact(scope),
-            "tool": tool.name,
-            "parameter_summary": self._summary(tool, args),
-            "reason": redact(why)[:200],
-            "details": redact(why)[:2000],
-            "preview": "",
-        }
-        epoch = self.x.epoch
-
-        async def mark(conn: Conn) -> None:
-            if not await interrupts.mark_unknown(conn, self._run_id, call.call_id, epoch):
-                raise event_log.Fenced(self._run_id)
-            await audit.record_tool(
-                conn,
-                self._run_id,
-                call.call_id,
-                "tool.outcome_unknown",
-                "unknown",
-                permission=tool.action,
-                scope=scope,
-                details={"reason": redact(why)[:500]},
-            )
-
-        await self._raise_interrupt(call, tool.action, scope, "outcome_unknown", payload, mark)
-
-    async def _raise_interrupt(
+    async def _pause(
         self,
         call: PendingCall,
-        action: str,
-        scope: str,
         kind: str,
         payload: dict[str, Any],
         before: Apply,
+        *,
+        action: str = "",
+        scope: str = "",
         approval: Approval | None = None,
     ) -> None:
-        interrupt_id = new_id("int")
-        expires = datetime.now(UTC) + timedelta(seconds=self.x.e.settings.interrupt_ttl_s)
-        call.interrupt_id = interrupt_id
-        # Every card field through the same masking, the model's `reason` included, whatever
-        # kind of card raised it.
-        payload = redact_value(payload)
-        save = self.x.save()
-        run_id, epoch = self._run_id, self.x.epoch
-
-        async def apply(conn: Conn) -> None:
-            await before(conn)
-            await interrupts.create_interrupt(
-                conn,
-                interrupt_id,
-                run_id,
-                call.call_id,
-                kind,
-                action,
-                scope,
-                payload,
-                expires,
-                approval,
-            )
-            await save(conn)
-            await runs.finish(conn, run_id, epoch, "interrupted")
-
-        await self.x.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
-        raise Paused()
+        """The call's card (cards.py); the call keeps the interrupt's id in the checkpoint."""
+        call.interrupt_id = new_id("int")
+        await cards.pause(
+            self.x,
+            call.call_id,
+            kind,
+            payload,
+            before,
+            action=action,
+            scope=scope,
+            approval=approval,
+            interrupt_id=call.interrupt_id,
+        )
 
     async def _decision(self, call: PendingCall) -> str:
         if not call.interrupt_id:
             return "rejected"
-        async with self.x.e.pool.acquire() as conn:
+        async with self.x.pool.acquire() as conn:
             intr = await interrupts.get_interrupt(conn, call.interrupt_id)
         return (intr.decision if intr is not None else None) or "rejected"
-
-    def _claim(
-        self, call: PendingCall, tool: Tool, args: dict[str, Any], key: str, from_status: str
-    ) -> Apply:
-        """The conditional claim of a write call for this epoch (invariant 4): another worker
-        that claimed it first makes this one a zombie."""
-        run_id, epoch = self._run_id, self.x.epoch
-
-        async def claim(conn: Conn) -> None:
-            if not await interrupts.claim_call(
-                conn, run_id, call.call_id, tool.name, args, key, epoch, from_status
-            ):
-                raise event_log.Fenced(run_id)
-            outcome = "reclaimed" if from_status == "executing" else "claimed"
-            await audit.record_tool(
-                conn, run_id, call.call_id, "tool.claimed", outcome, permission=tool.action
-            )
-
-        return claim
 
     # -- calling a tool ----------------------------------------------------------------------
 
     def _summary(self, tool: Tool, args: dict[str, Any]) -> str:
-        return redact(tool.summarize(args))[:500]
+        return cards.cut("summary", tool.summarize(args))
 
     def _timeout(self, tool: Tool) -> float:
         own = tool.timeout_s or self.x.loaded.agent.limits.tool_timeout_s
@@ -543,10 +416,10 @@ class ToolCalls:
     def _context(
         self, call: PendingCall, tool: Tool, key: str, approver: str | None, attempt: int
     ) -> ToolContext:
-        writer = self.x.writer
+        emit = self.x.emit
 
         async def progress(fraction: float, text: str) -> None:
-            await writer.emit([ev.tool_progress(call.call_id, tool.name, fraction, redact(text))])
+            await emit([ev.tool_progress(call.call_id, tool.name, fraction, redact(text))])
 
         agent = self.x.loaded
         return ToolContext(
@@ -575,7 +448,7 @@ class ToolCalls:
         attempt: int,
     ) -> ToolResult:
         """One call of the tool within its timeout. ToolError (and TransientError) pass
-        through; a timeout or anything unforeseen is _Uncertain: it may have acted."""
+        through; a timeout or anything unforeseen is Uncertain: it may have acted."""
         timeout = self._timeout(tool)
         ctx = self._context(call, tool, key, approver, attempt)
         try:
@@ -589,10 +462,10 @@ class ToolCalls:
             raise
         except TimeoutError as err:
             metrics.TOOL_CALLS.labels(tool=tool.name, status="timeout").inc()
-            raise _Uncertain(f"{tool.name} timed out after {timeout:g} s") from err
+            raise Uncertain(f"{tool.name} timed out after {timeout:g} s") from err
         except Exception as err:  # a tool's failure is the model's to explain, not a crash
             log.warning("tool %s failed: %s", tool.name, err)
-            raise _Uncertain(f"{tool.name} failed") from err
+            raise Uncertain(f"{tool.name} failed") from err
 
     async def _backoff(self, attempt: int) -> None:
         base = self.x.loaded.agent.limits.retry_backoff_s
@@ -606,10 +479,11 @@ class ToolCalls:
         *,
         store: bool = True,
         before: Apply | None = None,
+        machine: WriteCall | None = None,
     ) -> None:
         """The call's result to the model and its `tool_finished` to everyone; `store=False`
         when a person's answer already settled the call's row; `before` (the call's claim) in
-        the same transaction."""
+        the same transaction; `machine`: a write call's, which stores its result."""
         if store and body["outcome"] != "denied":  # a denial was counted as one
             metrics.TOOL_CALLS.labels(tool=tool.name, status="ok" if body["ok"] else "error").inc()
         self.x.record(call, body)
@@ -618,7 +492,7 @@ class ToolCalls:
         save = self.x.save()
         run_id, epoch, conv_id = self._run_id, self.x.epoch, self.x.run.conversation_id
         finished = [ev.tool_finished(call.call_id, tool.name, body["ok"], body["summary"])]
-        if store and tool.effect == "read" and before is None:
+        if store and machine is None and before is None:
             # No audit record, no claim to write first: it folds into the shared statement.
             facts = json.dumps(body["facts"]) if body["ok"] and body["facts"] else None
             # json.dumps as the pool's jsonb codec encodes the same body (store/db.py)
@@ -629,20 +503,12 @@ class ToolCalls:
         async def apply(conn: Conn) -> None:
             if before is not None:
                 await before(conn)
-            if store:
+            if store and machine is not None:
+                await machine.finish(body)(conn)
+            elif store:
                 await interrupts.finish_call(
                     conn, run_id, call.call_id, epoch, body["ok"], body["summary"], body
                 )
-                if tool.effect == "write":
-                    await audit.record_tool(
-                        conn,
-                        run_id,
-                        call.call_id,
-                        "tool.executed",
-                        body["outcome"],
-                        permission=tool.action,
-                        details={"summary": body["summary"]},
-                    )
             if body["ok"] and body["facts"]:
                 await conversations.merge_facts(conn, conv_id, body["facts"])
 

@@ -21,7 +21,7 @@ from tether_runtime.agent.tokens import (
     counter_for,
     truncate,
 )
-from tether_runtime.agents import LoadedAgent
+from tether_runtime.loaded_agent import LoadedAgent
 from tether_runtime.store import conversations
 from tether_runtime.store.db import Conn
 from tether_runtime.store.records import ConversationRow, MessageRow

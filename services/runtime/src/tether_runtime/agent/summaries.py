@@ -18,7 +18,7 @@ from tether_runtime import metrics
 from tether_runtime.agent import context
 from tether_runtime.agent.context import SUMMARY_SHARE, Budget, SummaryPlan
 from tether_runtime.agent.tokens import truncate
-from tether_runtime.agents import LoadedAgent
+from tether_runtime.loaded_agent import LoadedAgent
 from tether_runtime.store import conversations
 from tether_runtime.store.db import Pool
 

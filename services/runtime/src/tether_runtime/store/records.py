@@ -7,8 +7,10 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from tether_proto import wire
+from tether_proto.wire import ToolCallStatus
 
-TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+TERMINAL_STATUSES = wire.TERMINAL_RUN_STATUSES
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class ToolCallRow:
     call_id: str
     tool: str
     args: dict[str, Any]
-    status: str
+    status: ToolCallStatus
     result_summary: str | None
     result: dict[str, Any] | None
     idempotency_key: str
@@ -121,7 +123,7 @@ class ToolCallRow:
             call_id=r["call_id"],
             tool=r["tool"],
             args=r["args"],
-            status=r["status"],
+            status=ToolCallStatus(r["status"]),
             result_summary=r["result_summary"],
             result=r["result"],
             idempotency_key=r["idempotency_key"],

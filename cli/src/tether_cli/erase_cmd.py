@@ -37,17 +37,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _erase(dsn: str, user: str, pooler: str = "none") -> int:
     from tether_common.errors import TetherError
-    from tether_runtime import erasure
-    from tether_runtime.store.db import create_pool
+    from tether_runtime import admin
 
-    pool = await create_pool(dsn, min_size=1, max_size=1, pooler=pooler)
     try:
-        erased = await erasure.erase_user(pool, user)
+        erased = await admin.erase_user(dsn, user, pooler=pooler)
     except TetherError as err:
         print(f"tether erase-user: {err.message}", file=sys.stderr)
         return 2
-    finally:
-        await pool.close()
     summary = {
         "user": user,
         "conversations": len(erased.conversations),

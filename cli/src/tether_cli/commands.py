@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvloop
 from tether_common.auth import Scope, issue_token
@@ -15,18 +15,21 @@ from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 from tether_common.logging import setup_logging
 
+if TYPE_CHECKING:
+    from tether_sdk import Approval
+
 log = logging.getLogger("tether_cli")
 
 Service = Literal["runtime", "gateway"]
 
 
 def migrate(settings: Settings) -> int:
-    from tether_runtime.agents import AgentLoadError
-    from tether_runtime.provision import migrate_all
+    from tether_runtime import admin
+    from tether_runtime.loaded_agent import AgentLoadError
 
     setup_logging("tether-migrate", settings.log_level)
     try:
-        applied = asyncio.run(migrate_all(settings.database_url, settings))
+        applied = asyncio.run(admin.migrate(settings.database_url, settings))
     except AgentLoadError as err:
         # The agents' migrations come from the agents: a bad one is a message, not a traceback.
         print(f"tether migrate: {err}", file=sys.stderr)
@@ -41,12 +44,12 @@ MIGRATE_CHECK_EVERY_S = 2.0
 def migrate_check(settings: Settings, *, wait_s: float = 0.0) -> int:
     """`tether migrate --check [--wait S]`: 0 when the schema is current for this version, 1
     when a migration is missing (or the database stayed unreachable), 2 on a bad agent."""
-    from tether_runtime.agents import AgentLoadError
-    from tether_runtime.provision import pending_all
+    from tether_runtime import admin
+    from tether_runtime.loaded_agent import AgentLoadError
 
     setup_logging("tether-migrate", settings.log_level)
     try:
-        missing = asyncio.run(_until_current(settings, wait_s, pending_all))
+        missing = asyncio.run(_until_current(settings, wait_s, admin.pending_migrations))
     except AgentLoadError as err:
         print(f"tether migrate: {err}", file=sys.stderr)
         return 2
@@ -82,16 +85,15 @@ async def _until_current(
 def seed_demo(settings: Settings, *, reset: bool = False) -> int:
     """`tether seed-demo [--reset]`: each configured agent's demo data and the demo grants
     (the mailer's too, when the mailer example is loaded)."""
-    from tether_runtime.agents import AgentLoadError
-    from tether_runtime.provision import configured_agents
-    from tether_runtime.provision import seed_demo as seed
+    from tether_runtime import admin
+    from tether_runtime.loaded_agent import AgentLoadError
 
     from tether_cli import demo_mailer
 
     setup_logging("tether-seed", settings.log_level)
     try:
-        names = [a.name for a in configured_agents(settings)]
-        asyncio.run(seed(settings.database_url, settings, reset=reset))
+        names = [a.name for a in admin.configured_agents(settings)]
+        asyncio.run(admin.seed_demo(settings.database_url, settings, reset=reset))
         if "mailer" in names:
             asyncio.run(demo_mailer.grant(settings.database_url))
     except AgentLoadError as err:
@@ -113,10 +115,32 @@ _AT_MOST_ONCE = {
 }
 
 
+def _approval(policy: Approval | None, action: str) -> dict[str, Any]:
+    """Who may approve a write tool's call (tether_sdk.Approval; without one, the run's owner
+    approves once with the tool's own grant)."""
+    if policy is None:
+        return {"approvers": "owner", "grant": action, "approvals": 1, "self_approval": True}
+    return {
+        "approvers": "grant",
+        "grant": policy.grant,
+        "approvals": policy.approvals,
+        "self_approval": policy.self_approval,
+    }
+
+
+def _approval_text(approval: dict[str, Any]) -> str:
+    if approval["approvers"] == "owner":
+        return f"the run's owner, once (holding {approval['grant']} on the call's scope)"
+    who = "2 distinct holders" if approval["approvals"] == 2 else "any holder"
+    requester = "the requester too" if approval["self_approval"] else "never the requester"
+    return f"{who} of {approval['grant']} on the call's scope; {requester}"
+
+
 def agents(settings: Settings, *, as_json: bool = False) -> int:
     """What this configuration loads (TETHER_AGENTS and the `tether.agents` entry points), as
     the runtime would: an agent it would refuse is exit 2 with the same message."""
-    from tether_runtime.agents import AgentLoadError, AgentRegistry
+    from tether_runtime.agents import AgentRegistry
+    from tether_runtime.loaded_agent import AgentLoadError
 
     try:
         registry = AgentRegistry.load(settings)
@@ -139,7 +163,11 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
                     or f"{name}:*" in settings.tool_allow_grant,
                     **({"action": t.action, "scope": t.scope_template} if t.action else {}),
                     **(
-                        {"risk": t.risk, "at_most_once": t.at_most_once}
+                        {
+                            "risk": t.risk,
+                            "at_most_once": t.at_most_once,
+                            "approval": _approval(t.approval_policy, t.action),
+                        }
                         if t.effect == "write"
                         else {}
                     ),
@@ -171,6 +199,7 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
             if t["effect"] == "write":
                 print(f"{pad}grant: {t['action']} on {t['scope']}, risk {t['risk']}")
                 print(f"{pad}at-most-once: {_AT_MOST_ONCE[t['at_most_once']]}")
+                print(f"{pad}approval: {_approval_text(t['approval'])}")
             elif "action" in t:
                 print(f"{pad}grant: {t['action']} on {t['scope']}")
             for warning in t["warnings"]:
@@ -192,7 +221,7 @@ def serve(service: Service, settings: Settings) -> int:
         return 2
     except Exception as err:
         if service == "runtime":
-            from tether_runtime.agents import AgentLoadError
+            from tether_runtime.loaded_agent import AgentLoadError
 
             if isinstance(err, AgentLoadError):
                 print(f"tether runtime: {err}", file=sys.stderr)
@@ -233,46 +262,39 @@ def grants(
     scope: str | None = None,
 ) -> int:
     """`tether grants add|revoke|list`: 0 done, 1 nothing to revoke, 2 bad input."""
-    from tether_runtime.store import grants as store
+    from tether_runtime import admin
 
     if op != "list":
         try:
-            store.check(user or "", action or "", scope or "")
-        except store.InvalidGrant as err:
+            admin.check_grant(user or "", action or "", scope or "")
+        except admin.InvalidGrant as err:
             print(f"tether grants {op}: {err}", file=sys.stderr)
             return 2
     return asyncio.run(_grants(settings.database_url, op, user, action or "", scope or ""))
 
 
 async def _grants(dsn: str, op: str, user: str | None, action: str, scope: str) -> int:
-    from tether_runtime.store import grants as store
-    from tether_runtime.store.db import connect
+    from tether_runtime import admin
 
-    conn = await connect(dsn)  # no statement cache: safe through a pooler
-    try:
-        if op == "list":
-            rows = await store.list(conn, user)
-            print(
-                _table(["USER", "ACTION", "SCOPE"], [[g.user_id, g.action, g.scope] for g in rows])
-            )
-            return 0
-        assert user is not None
-        if op == "add":
-            new = await store.add(conn, user, action, scope)
-            print(f"{'granted' if new else 'already granted'}: {user} may {action} on {scope}")
-            return 0
-        if await store.revoke(conn, user, action, scope):
-            print(f"revoked: {user} may no longer {action} on {scope}")
-            return 0
-        # A typo here would leave the real grant in place: say so, and fail.
-        print(
-            f"tether grants revoke: {user} has no grant {action} on {scope} (nothing revoked; "
-            "`tether grants list` shows what exists)",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        await conn.close()
+    if op == "list":
+        rows = await admin.list_grants(dsn, user)
+        print(_table(["USER", "ACTION", "SCOPE"], [[g.user_id, g.action, g.scope] for g in rows]))
+        return 0
+    assert user is not None
+    if op == "add":
+        new = await admin.grant(dsn, user, action, scope)
+        print(f"{'granted' if new else 'already granted'}: {user} may {action} on {scope}")
+        return 0
+    if await admin.revoke_grant(dsn, user, action, scope):
+        print(f"revoked: {user} may no longer {action} on {scope}")
+        return 0
+    # A typo here would leave the real grant in place: say so, and fail.
+    print(
+        f"tether grants revoke: {user} has no grant {action} on {scope} (nothing revoked; "
+        "`tether grants list` shows what exists)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

@@ -68,6 +68,34 @@ async def wipe(target: str) -> str:
 agent = Agent("careless", "d", "i", ScriptedModel(lambda request: "ok"), [wipe])
 '''
 
+PAYMENTS = '''
+from tether_sdk import Agent, Approval, ScriptedModel, ToolContext, tool
+
+
+@tool(effect="write", action="payment.refund", scope="payment/{order}", idempotent_by_key=True,
+      approval=Approval(grant="approve:payment.refund", self_approval=False, approvals=2))
+async def refund(ctx: ToolContext, order: str) -> str:
+    """Refund an order."""
+    return "refunded"
+
+
+@tool(effect="write", action="payment.void", scope="payment/{order}", idempotent_by_key=True,
+      approval=Approval())
+async def void(ctx: ToolContext, order: str) -> str:
+    """Void an order."""
+    return "voided"
+
+
+@tool(effect="write", action="payment.note", scope="payment/{order}", idempotent_by_key=True)
+async def note(ctx: ToolContext, order: str) -> str:
+    """Note an order."""
+    return "noted"
+
+
+agent = Agent("payments", "Refunds.", "i", ScriptedModel(lambda request: "ok"),
+              [refund, void, note])
+'''
+
 
 def test_lists_the_installed_reference_agent_with_its_tools() -> None:
     out = tether_cli("agents", env={"TETHER_AGENTS": ""})
@@ -189,3 +217,52 @@ def test_migrate_with_a_bad_agent_is_exit_2_with_the_reason_before_touching_the_
         assert out.stderr.startswith(f"tether {verb}: TETHER_AGENTS=careless_pkg:agent: ")
         assert "tool 'wipe' declares no effect" in out.stderr
         assert "Traceback" not in out.stderr
+
+
+def test_each_write_tool_shows_who_may_approve_it(tmp_path: Path) -> None:
+    write_package(tmp_path, "payments_pkg", PAYMENTS)
+    env = env_with_path({"TETHER_AGENTS": "payments_pkg:agent"}, tmp_path)
+    out = tether_cli("agents", env=env)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    section = text[text.index("payments\n") :]  # listed by name: after opspilot
+    refund = section[section.index("refund ") : section.index("void ")]
+    void = section[section.index("void ") : section.index("note ")]
+    note = section[section.index("note ") :]
+    assert (
+        "approval: 2 distinct holders of approve:payment.refund on the call's scope; "
+        "never the requester\n" in refund
+    )
+    # Approval() with no grant named: holders of the tool's own action.
+    assert "approval: any holder of payment.void on the call's scope; the requester too\n" in void
+    # No policy: today's confirmation by the run's owner.
+    assert "approval: the run's owner, once (holding payment.note on the call's scope)\n" in note
+    # The reference agent's restart names its approvers' grant; its scale does not.
+    opspilot = text[text.index("opspilot (default)") : text.index("payments\n")]
+    restart = opspilot[opspilot.index("restart_instance ") : opspilot.index("scale_service ")]
+    assert "approval: any holder of approve:instance.restart on the call's scope" in restart
+
+    listing = json.loads(tether_cli("agents", "--json", env=env).stdout)
+    payments = next(a for a in listing["agents"] if a["name"] == "payments")
+    assert {t["name"]: t["approval"] for t in payments["tools"]} == {
+        "refund": {
+            "approvers": "grant",
+            "grant": "approve:payment.refund",
+            "approvals": 2,
+            "self_approval": False,
+        },
+        "void": {
+            "approvers": "grant",
+            "grant": "payment.void",
+            "approvals": 1,
+            "self_approval": True,
+        },
+        "note": {
+            "approvers": "owner",
+            "grant": "payment.note",
+            "approvals": 1,
+            "self_approval": True,
+        },
+    }
+    opspilot_json = next(a for a in listing["agents"] if a["name"] == "opspilot")
+    assert all("approval" not in t for t in opspilot_json["tools"] if t["effect"] == "read")

@@ -22,7 +22,7 @@ import aiohttp
 
 from tether_cli.chat_answers import NoAnswer, Preset, answer
 from tether_cli.chat_render import Renderer, json_line, use_color
-from tether_cli.gateway_http import ApiError, GatewayApi, GaveUp
+from tether_cli.gateway_http import TERMINAL_TYPES, ApiError, GatewayApi, GaveUp
 
 Event = dict[str, Any]
 Pause = Literal["terminal", "interrupt", "sigint", "over"]
@@ -279,7 +279,7 @@ class Chat:
                 self.show(ev)
                 if kind == "interrupt" and (pending_id is None or ev["interruptId"] == pending_id):
                     return "interrupt", ev
-                if kind in ("done", "error", "cancelled"):
+                if kind in TERMINAL_TYPES:
                     return "terminal", ev
         return "over", None
 

@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-TESTS_DIR = str(Path(__file__).resolve().parents[3] / "tests")
+TESTS_DIR = str(Path(__file__).resolve().parents[2] / "tests")
 POINTS = ("before", "during", "after")
 
 

@@ -49,12 +49,6 @@ def configure(environ: MutableMapping[str, str]) -> MailerDemo | None:
 
 
 async def grant(dsn: str) -> None:
-    import asyncpg
-    from tether_runtime.store import grants
+    from tether_runtime import admin
 
-    conn = await asyncpg.connect(dsn)
-    try:
-        for user, action, scope in GRANTS:
-            await grants.add(conn, user, action, scope)
-    finally:
-        await conn.close()
+    await admin.add_grants(dsn, GRANTS)

@@ -11,11 +11,13 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
+from tether_proto import wire
+
 from tether_cli.chat_render import json_line
 from tether_cli.gateway_http import ApiError, GatewayApi, GaveUp
 
 Run = dict[str, Any]
-STATUSES = ("waiting", "queued", "running", "interrupted", "completed", "failed", "cancelled")
+STATUSES = wire.RUN_STATUS.names
 
 
 @dataclass(frozen=True)

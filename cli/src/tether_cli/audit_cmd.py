@@ -58,23 +58,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _export(dsn: str, since: datetime | None, until: datetime | None, actor: str) -> int:
-    from tether_runtime.store import audit
-    from tether_runtime.store.db import connect
+    from tether_runtime import admin
 
-    conn = await connect(dsn)  # no statement cache: safe through a pooler
-    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     count = 0
-    after: tuple[datetime, str] | None = None
-    try:
-        while True:
-            rows = await audit.list(
-                conn, since=since, until=until, actor=actor, after=after, limit=PAGE
-            )
-            for r in rows:
-                sys.stdout.write(json.dumps(r.to_json(), sort_keys=True) + "\n")
-            count += len(rows)
-            if len(rows) < PAGE:
-                return count
-            after = (rows[-1].at, rows[-1].id)
-    finally:
-        await conn.close()
+    async for rows in admin.audit_records(dsn, since=since, until=until, actor=actor, page=PAGE):
+        for r in rows:
+            sys.stdout.write(json.dumps(r.to_json(), sort_keys=True) + "\n")
+        count += len(rows)
+    return count

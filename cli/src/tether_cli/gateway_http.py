@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from tether_proto import wire
 
-TERMINAL_TYPES = frozenset({"done", "error", "cancelled"})
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_TYPES = wire.TERMINAL_EVENT_TYPES
+TERMINAL_STATUSES = wire.TERMINAL_RUN_STATUSES
 # Statuses after which the same request may simply be sent again (the gateway or its runtime was
 # restarting, or busy); every write here carries an idempotency key, so a repeat is harmless.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

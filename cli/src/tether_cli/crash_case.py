@@ -24,14 +24,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether.runtime.v1 import events_pb2, runtime_service_pb2_grpc
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import issue_token
+from tether_proto import wire
 
 USER = "conformance"
-DECISIONS = {
-    "retry": events_pb2.DECISION_RETRY,
-    "mark_done": events_pb2.DECISION_MARK_DONE,
-    "abandon": events_pb2.DECISION_ABANDON,
-}
-TERMINAL = ("completed", "failed", "cancelled")
+# An outcome_unknown interrupt's answers.
+DECISIONS = {a: wire.ANSWERS[a] for a in ("retry", "mark_done", "abandon")}
+TERMINAL = wire.TERMINAL_RUN_STATUSES
 EffectsProbe = Callable[[str, str], Awaitable[int]]
 """(case database DSN, idempotency key) -> effects the external system holds for the key."""
 

@@ -53,7 +53,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """0 done; 1 nothing to remove; 2 bad input."""
-    from tether_runtime.store import webhook_endpoints as store
+    from tether_runtime import admin
 
     if args.op == "add":
         try:
@@ -65,8 +65,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             return 2
         events = [e.strip() for e in args.events.split(",") if e.strip()]
         try:
-            store.check(args.url, events, secret)
-        except store.InvalidEndpoint as err:
+            admin.check_endpoint(args.url, events, secret)
+        except admin.InvalidEndpoint as err:
             print(f"tether webhooks add: {err}", file=sys.stderr)
             return 2
         return asyncio.run(_add(settings.database_url, args.url, events, secret))
@@ -77,77 +77,60 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _add(dsn: str, url: str, events: list[str], secret: str) -> int:
-    from tether_runtime.store import webhook_endpoints as store
-    from tether_runtime.store.db import connect
+    from tether_runtime import admin
 
-    conn = await connect(dsn)  # no statement cache: safe through a pooler
-    try:
-        endpoint_id = await store.add(conn, url, events, secret)
-    finally:
-        await conn.close()
+    endpoint_id = await admin.add_endpoint(dsn, url, events, secret)
     print(f"added {endpoint_id}: {url} receives {', '.join(sorted(set(events)))}")
     return 0
 
 
 async def _read(dsn: str, args: argparse.Namespace) -> int:
-    from tether_runtime.store import webhook_endpoints as store
-    from tether_runtime.store.db import connect
+    from tether_runtime import admin
 
     from tether_cli.commands import _table
 
-    conn = await connect(dsn)  # no statement cache: safe through a pooler
-    try:
-        if args.op == "list":
-            rows = await store.list(conn)
-            print(
-                _table(
-                    ["ID", "URL", "EVENTS", "PENDING", "DELIVERED", "DEAD"],
-                    [
-                        [
-                            e.id,
-                            e.url,
-                            ",".join(e.events),
-                            str(e.pending),
-                            str(e.delivered),
-                            str(e.dead),
-                        ]
-                        for e in rows
-                    ],
-                )
-            )
-            return 0
-        if args.op == "remove":
-            if await store.remove(conn, args.endpoint_id):
-                print(f"removed {args.endpoint_id}")
-                return 0
-            print(f"tether webhooks remove: no endpoint {args.endpoint_id}", file=sys.stderr)
-            return 1
-        if args.op == "redeliver":
-            n = await store.redeliver_dead(conn, args.endpoint_id)
-            print(f"{n} dead deliveries of {args.endpoint_id} are due again")
-            return 0
-        found = await store.deliveries(
-            conn, endpoint_id=args.endpoint, status=args.status, limit=args.limit
-        )
+    if args.op == "list":
+        rows = await admin.list_endpoints(dsn)
         print(
             _table(
-                ["EVENT", "TYPE", "ENDPOINT", "STATUS", "ATTEMPTS", "LAST", "NEXT/DELIVERED"],
+                ["ID", "URL", "EVENTS", "PENDING", "DELIVERED", "DEAD"],
                 [
-                    [
-                        d.event_id,
-                        d.event_type,
-                        d.endpoint_id,
-                        d.status,
-                        str(d.attempts),
-                        d.last_error or (str(d.last_status_code or "") if d.attempts else ""),
-                        (d.delivered_at or d.next_attempt_at).isoformat(timespec="seconds")
-                        if d.status != "dead"
-                        else "-",
-                    ]
-                    for d in found
+                    [e.id, e.url, ",".join(e.events), str(e.pending), str(e.delivered), str(e.dead)]
+                    for e in rows
                 ],
             )
         )
         return 0
-    finally:
-        await conn.close()
+    if args.op == "remove":
+        if await admin.remove_endpoint(dsn, args.endpoint_id):
+            print(f"removed {args.endpoint_id}")
+            return 0
+        print(f"tether webhooks remove: no endpoint {args.endpoint_id}", file=sys.stderr)
+        return 1
+    if args.op == "redeliver":
+        n = await admin.redeliver_dead(dsn, args.endpoint_id)
+        print(f"{n} dead deliveries of {args.endpoint_id} are due again")
+        return 0
+    found = await admin.deliveries(
+        dsn, endpoint_id=args.endpoint, status=args.status, limit=args.limit
+    )
+    print(
+        _table(
+            ["EVENT", "TYPE", "ENDPOINT", "STATUS", "ATTEMPTS", "LAST", "NEXT/DELIVERED"],
+            [
+                [
+                    d.event_id,
+                    d.event_type,
+                    d.endpoint_id,
+                    d.status,
+                    str(d.attempts),
+                    d.last_error or (str(d.last_status_code or "") if d.attempts else ""),
+                    (d.delivered_at or d.next_attempt_at).isoformat(timespec="seconds")
+                    if d.status != "dead"
+                    else "-",
+                ]
+                for d in found
+            ],
+        )
+    )
+    return 0

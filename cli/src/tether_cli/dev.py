@@ -50,11 +50,11 @@ class Stores:
 
 
 async def _prepare(dsn: str, mailer: MailerDemo | None) -> None:
-    from tether_runtime.provision import migrate_all, seed_demo
+    from tether_runtime import admin
 
-    applied = await migrate_all(dsn)
+    applied = await admin.migrate(dsn)
     log.info("migrations applied", extra={"applied": applied})
-    await seed_demo(dsn)
+    await admin.seed_demo(dsn)
     if mailer is not None:
         await demo_mailer.grant(dsn)
     log.info("demo data loaded")

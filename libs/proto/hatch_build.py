@@ -60,7 +60,7 @@ class ProtoBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         if version == "editable":
             generate(protos, project / "src")
             return
-        self._scratch = Path(tempfile.mkdtemp(prefix="tether-client-gen-"))
+        self._scratch = Path(tempfile.mkdtemp(prefix="tether-proto-gen-"))
         generate(protos, self._scratch)
         build_data["force_include"][str(self._scratch / "tether")] = "tether"
 

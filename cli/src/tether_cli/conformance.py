@@ -164,25 +164,20 @@ async def _copy(admin: str, template: str, name: str) -> str:
 async def _template(admin: str, name: str, agent: Agent, env: Mapping[str, str]) -> str:
     """`tether migrate` (Tether's and every configured agent's migrations), the agent's seed,
     and a conformance user granted every write tool's action on '*'."""
-    from tether_runtime.provision import migrate_all
-    from tether_runtime.store import grants
+    from tether_runtime import admin as runtime_admin
 
     await _admin(admin, f'CREATE DATABASE "{name}"')
     dsn = _with_database(admin, name)
-    await migrate_all(dsn, env)
+    await runtime_admin.migrate(dsn, env)
     if agent.seed is not None:
         if agent.lifespan is None:
             await agent.seed(None)
         else:
             async with agent.lifespan(Host(database_url=dsn)) as state:
                 await agent.seed(state)
-    conn = await asyncpg.connect(dsn)
-    try:
-        for t in agent.tools:
-            if t.effect == "write":
-                await grants.add(conn, "conformance", t.action, "*")
-    finally:
-        await conn.close()
+    await runtime_admin.add_grants(
+        dsn, [("conformance", t.action, "*") for t in agent.tools if t.effect == "write"]
+    )
     return dsn
 
 
@@ -426,7 +421,7 @@ class Options:
 
 
 def run(opts: Options) -> int:
-    from tether_runtime.agents import AgentLoadError
+    from tether_runtime.loaded_agent import AgentLoadError
 
     if opts.env.get("TETHER_ENV") == "production":
         print(
