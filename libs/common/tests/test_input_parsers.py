@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tether_common import input_parsers as ip
 from tether_common.errors import InvalidArgument, Unauthenticated
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def b64(raw: bytes) -> str:
@@ -57,6 +57,8 @@ def nested(depth: int, opener: str) -> str:
 
 @PROPERTY
 @given(st.none() | numbers, st.none() | numbers)
+@example("0" * 4301, None)  # issue #35 finding 2
+@example(None, "1" + "0" * 4300)
 def test_resume_point_is_a_bigint_or_invalid_argument(
     header: str | None, query: str | None
 ) -> None:
@@ -129,6 +131,8 @@ tokens = st.one_of(
 
 @PROPERTY
 @given(tokens, st.sampled_from(["", "x", "f" * 16]), st.sampled_from([("id",), ("t", "id")]))
+@example(b64(b"[" * 1200), "x", ("id",))  # issue #35 finding 4
+@example(b64(b"[" * 700), "x", ("id",))  # under the length bound: the depth is checked too
 def test_page_token_is_a_position_or_invalid_argument(
     token: str, filters: str, fields: tuple[str, ...]
 ) -> None:
@@ -169,6 +173,8 @@ rfc3339_like = st.one_of(
 
 @PROPERTY
 @given(rfc3339_like)
+@example("0001-01-01T00:00:00+14:00")  # issue #35 finding 3
+@example("9999-12-31T23:59:59-14:00")
 def test_rfc3339_is_a_utc_time_in_timestamps_range_or_invalid_argument(raw: str) -> None:
     try:
         when = ip.rfc3339(raw, "since")
@@ -180,6 +186,7 @@ def test_rfc3339_is_a_utc_time_in_timestamps_range_or_invalid_argument(raw: str)
 
 @PROPERTY
 @given(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1), st.booleans())
+@example(2**40, 0, True)  # issue #35 finding 3, over gRPC
 def test_timestamp_is_a_utc_time_or_invalid_argument(seconds: int, nanos: int, set_: bool) -> None:
     try:
         when = ip.timestamp(Timestamp(seconds=seconds, nanos=nanos), set_, "start_time")
@@ -232,6 +239,7 @@ bearer_tokens = st.one_of(
 
 @PROPERTY
 @given(bearer_tokens)
+@example(b64(b'{"alg": ["RS256"]}') + ".e30.c2ln")  # issue #35 finding 1: an alg not a string
 def test_token_header_is_strings_or_unauthenticated(token: str) -> None:
     try:
         header = ip.token_header(token)
@@ -248,9 +256,34 @@ def test_token_header_is_strings_or_unauthenticated(token: str) -> None:
     ),
     st.sampled_from(["exp", "iat"]),
 )
+@example({"exp": 10**400}, "exp")  # issue #35 finding 1: an exp past float's range
 def test_claim_time_is_finite_or_unauthenticated(claims: dict[str, Any], name: str) -> None:
     try:
         seconds = ip.claim_time(claims, name)
     except Unauthenticated:
         return
     assert math.isfinite(seconds)
+
+
+# -- JSON documents (request bodies, answers' fills) --
+
+json_texts = st.one_of(
+    any_text,
+    json_values.map(json.dumps),
+    st.builds(lambda n, c: nested(n, c), st.integers(0, 100_000), st.sampled_from("[{")),
+    st.builds(lambda n: '{"a": ' + "7" * n + "}", st.integers(4290, 4400)),
+    st.sampled_from(["NaN", "[Infinity]", '{"a": -Infinity}', "1e999", "[-1e400]", " "]),
+)
+
+
+@PROPERTY
+@given(json_texts)
+@example("[" * 100_000)
+@example('{"a": ' + "7" * 5000 + "}")
+def test_json_document_is_finite_shallow_json_or_invalid_argument(raw: str) -> None:
+    try:
+        value = ip.json_document(raw, "the answer")
+    except InvalidArgument:
+        return
+    assert ip.json_depth(value) <= ip.MAX_JSON_DEPTH
+    json.dumps(value, allow_nan=False)  # what the gateway and the store do with it next
