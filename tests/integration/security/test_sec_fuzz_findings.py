@@ -65,7 +65,6 @@ def test_far_timestamps_are_invalid_argument(runtime: Proc, rpc: str) -> None:
     )
 
 
-@known("#35 finding 3")
 def test_deep_page_token_is_400(findings_gateway: Proc) -> None:
     auth = bearer(new_user("f3"))
     for path in ("/v1/runs", "/v1/conversations"):
@@ -88,10 +87,54 @@ def test_deep_page_token_is_invalid_argument(runtime: Proc) -> None:
 
 
 def test_findings_match_their_reproducers() -> None:
-    """The fuzzers' tolerance covers exactly what the reproducers send."""
+    """Every finding is fixed: the fuzzers tolerate no server error (the lists stay, empty, for
+    the next one)."""
     deep = Sent("get", "/v1/runs", {"pageToken": b64_deep(2000)}, {})
-    assert any(f.matches(deep) for f in HTTP_FINDINGS)
-    assert not any(
-        f.matches(Sent("get", "/v1/runs", {"pageToken": "abc"}, {})) for f in HTTP_FINDINGS
-    )
-    assert not GRPC_FINDINGS, "every gRPC finding is fixed: the list stays for the next one"
+    assert not any(f.matches(deep) for f in HTTP_FINDINGS)
+    assert not HTTP_FINDINGS
+    assert not GRPC_FINDINGS
+
+
+def test_conversation_and_message_pages_take_only_tokens_they_issued(runtime: Proc) -> None:
+    """A page token of ListConversations / ListMessages is one the API issued for the same
+    listing: pages walk every conversation once; a raw id, a deep token or another user's token
+    is INVALID_ARGUMENT (they were read as a raw id before)."""
+    md = tuple((k.lower(), v) for k, v in bearer(new_user("f3c")).items())
+    other = tuple((k.lower(), v) for k, v in bearer(new_user("f3d")).items())
+    with grpc.insecure_channel(runtime.addr) as channel:
+        stub = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+        made = {
+            stub.CreateConversation(
+                pb.CreateConversationRequest(title=f"c{i}"), metadata=md
+            ).conversation.id
+            for i in range(5)
+        }
+        seen: list[str] = []
+        token = ""
+        while True:
+            page = stub.ListConversations(
+                pb.ListConversationsRequest(page_size=2, page_token=token), metadata=md
+            )
+            seen += [c.id for c in page.conversations]
+            token = page.next_page_token
+            if not token:
+                break
+        assert sorted(seen) == sorted(made)
+        first = stub.ListConversations(pb.ListConversationsRequest(page_size=2), metadata=md)
+        for bad, who in (
+            (first.next_page_token, other),
+            (first.conversations[-1].id, md),
+            (b64_deep(2000), md),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ListConversations(
+                    pb.ListConversationsRequest(page_size=2, page_token=bad), metadata=who
+                )
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        conv = sorted(made)[0]
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListMessages(
+                pb.ListMessagesRequest(conversation_id=conv, page_token=b64_deep(2000)),
+                metadata=md,
+            )
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
 from tether_common.ids import new_id, new_id_after
-from tether_common.input_parsers import idempotency_key
+from tether_common.input_parsers import encode_page_token, idempotency_key, page_token
 
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
@@ -64,30 +64,40 @@ async def get_conversation(pool: Pool, principal: Principal, conv_id: str) -> Co
 
 
 async def list_conversations(
-    pool: Pool, principal: Principal, page_size: int, page_token: str
+    pool: Pool, principal: Principal, page_size: int, token: str
 ) -> tuple[list[ConversationRow], str]:
     _acting(principal)
     size = min(max(page_size or 50, 1), 200)
     async with pool.acquire() as conn:
         rows = await conversations.list_for_user(
-            conn, principal.user_id, size + 1, page_token or None
+            conn, principal.user_id, size + 1, _after(token, f"conversations:{principal.user_id}")
         )
     more = len(rows) > size
     rows = rows[:size]
-    return rows, rows[-1].id if more else ""
+    bound = f"conversations:{principal.user_id}"
+    return rows, encode_page_token({"id": rows[-1].id}, bound) if more else ""
 
 
 async def list_messages(
-    pool: Pool, principal: Principal, conv_id: str, page_size: int, page_token: str
+    pool: Pool, principal: Principal, conv_id: str, page_size: int, token: str
 ) -> tuple[list[MessageRow], str]:
     _acting(principal)
     size = min(max(page_size or 100, 1), 500)
     async with pool.acquire() as conn:
         await owned_conversation(conn, principal, conv_id)
-        rows = await conversations.messages(conn, conv_id, size + 1, page_token or None)
+        rows = await conversations.messages(
+            conn, conv_id, size + 1, _after(token, f"messages:{conv_id}")
+        )
     more = len(rows) > size
     rows = rows[:size]
-    return rows, rows[-1].id if more else ""
+    return rows, encode_page_token({"id": rows[-1].id}, f"messages:{conv_id}") if more else ""
+
+
+def _after(token: str, bound: str) -> str | None:
+    """The id a page of conversations or messages continues after: a token this API issued for
+    the same listing (a raw id, or one from another listing, is INVALID_ARGUMENT)."""
+    position = page_token(token, bound, ("id",))
+    return None if position is None else position["id"]
 
 
 @dataclass
