@@ -28,9 +28,10 @@ WORKDIR /src
 
 # 1) Third-party dependencies only, from the lock file (cached until uv.lock or a pyproject changes).
 COPY pyproject.toml uv.lock ./
+COPY libs/proto/pyproject.toml libs/proto/pyproject.toml
 COPY libs/client/pyproject.toml libs/client/pyproject.toml
 COPY libs/common/pyproject.toml libs/common/pyproject.toml
-COPY libs/cli/pyproject.toml libs/cli/pyproject.toml
+COPY cli/pyproject.toml cli/pyproject.toml
 COPY services/runtime/pyproject.toml services/runtime/pyproject.toml
 COPY services/gateway/pyproject.toml services/gateway/pyproject.toml
 COPY libs/sdk/pyproject.toml libs/sdk/pyproject.toml
@@ -47,11 +48,13 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     uv sync --frozen --no-dev --no-install-workspace --package tether-cli --package tether-opspilot \
       ${SKIP_PACKAGES}
 
-# 2) Sources, then the workspace packages as real (non-editable) installs. tether-client's wheel
-#    build (libs/client/hatch_build.py) generates the protobuf/gRPC code from proto/ with the
+# 2) Sources, then the workspace packages as real (non-editable) installs. tether-proto's wheel
+#    build (libs/proto/hatch_build.py) generates the protobuf/gRPC code from proto/ with the
 #    grpcio-tools its [build-system] pins, so there is no separate generator step.
 COPY proto proto
 COPY libs libs
+# The `tether` command, an application of its own (it reaches the runtime through tether_runtime.api.admin).
+COPY cli cli
 COPY services services
 # OpsPilot, the demo agent (found through its entry point); your own agents install the same way.
 COPY agents agents

@@ -6,11 +6,14 @@ UV_LOCAL := $(CURDIR)/.tools/uv/bin/uv
 UV ?= $(or $(shell command -v uv 2>/dev/null),$(UV_LOCAL))
 UV_BOOTSTRAP := $(filter $(UV_LOCAL),$(UV))
 PY := $(UV) run --frozen
-# The generated code ships in tether-client (libs/client), whose wheel build (hatch_build.py)
-# runs the same generator; `make gen` writes it into the source tree for the workspace.
-GEN_OUT := libs/client/src
+# The generated code ships in tether-proto (libs/proto), whose wheel build (hatch_build.py)
+# runs the same generator; `make gen` writes it into the source tree for the workspace, then
+# writes the JS client's copy of the wire's names (clients/js/src/wire.generated.*, committed)
+# from the same protos.
+GEN_OUT := libs/proto/src
 PROTOS := $(shell find proto -name '*.proto')
-GEN_STAMP := libs/client/src/tether/.generated
+GEN_STAMP := libs/proto/src/tether/.generated
+WIRE_PY := $(wildcard libs/proto/src/tether_proto/*.py)
 
 .PHONY: setup gen lint fmt typecheck test test-deps run token bench bench-quick bench-langgraph chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
 
@@ -31,11 +34,13 @@ node_modules/.installed: package.json package-lock.json
 
 gen: $(GEN_STAMP)
 
-$(GEN_STAMP): $(PROTOS) .venv/.synced
+$(GEN_STAMP): $(PROTOS) $(WIRE_PY) .venv/.synced
 	rm -rf $(GEN_OUT)/tether
 	$(PY) python -m grpc_tools.protoc -Iproto --python_out=$(GEN_OUT) --pyi_out=$(GEN_OUT) \
 		--grpc_python_out=$(GEN_OUT) $(PROTOS)
-	@touch $(GEN_OUT)/tether/runtime/v1/py.typed $@
+	@touch $(GEN_OUT)/tether/runtime/v1/py.typed
+	$(PY) python -m tether_proto.wire_js clients/js/src
+	@touch $@
 
 buf-lint: node_modules/.installed
 	npx buf lint
@@ -55,10 +60,11 @@ buf-baseline: node_modules/.installed
 lint: gen buf-lint buf-breaking
 	$(PY) ruff check .
 	$(PY) ruff format --check .
+	$(PY) lint-imports --no-cache
 	$(MAKE) --no-print-directory typecheck
 
 typecheck: gen
-	$(PY) mypy libs/client/src/tether_client libs/common/src/tether_common libs/cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer libs/langgraph/src/tether_langgraph examples/lgops/src/tether_lgops services/runtime/src/tether_runtime services/gateway/src/tether_gateway
+	$(PY) mypy libs/proto/src/tether_proto libs/client/src/tether_client libs/common/src/tether_common cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer libs/langgraph/src/tether_langgraph examples/lgops/src/tether_lgops services/runtime/src/tether_runtime services/gateway/src/tether_gateway
 
 fmt: .venv/.synced
 	$(PY) ruff check --fix .

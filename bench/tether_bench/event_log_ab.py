@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from tether_common.ids import new_id
-from tether_runtime import events as ev
+from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, run_admission
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.migrations import migrate

@@ -1,6 +1,6 @@
 """The `history` scenario's preload: a database that has been in use. COPY writes `runs` runs
 (in conversations of `runs_per_conversation`), `events` events spread evenly over them, encoded by
-the runtime's own encoder (`tether_runtime.events`, `store.event_log.stamp`), the runs' user and
+the runtime's own encoder (`tether_runtime.domain.events`, `store.event_log.stamp`), the runs' user and
 assistant messages and tool calls, and `waiting` of the runs interrupted on a pending approval
 (the rest completed, their checkpoints compacted as the compaction loop leaves them). Then VACUUM
 ANALYZE, so the planner sees the tables as they are.
@@ -33,7 +33,7 @@ def _user(i: int) -> str:
 def _run_events(run: int, n: int, waiting: bool, expires: datetime) -> list[Any]:
     """Templates of one run's events: run_started, a read tool, deltas, then done (or, for a
     waiting run, the interrupt it waits on). Fresh objects, stamped once by the caller."""
-    from tether_runtime import events as ev
+    from tether_runtime.domain import events as ev
 
     conv = f"hconv{run // 10}"
     call = f"hcall{run}"
@@ -96,7 +96,7 @@ class Preload:
         ]
 
     def batches(self) -> Iterator[dict[str, list[tuple[Any, ...]]]]:
-        from tether_runtime.events import timestamp
+        from tether_runtime.domain.events import timestamp
         from tether_runtime.store.event_log import stamp
 
         for lo in range(0, self.runs, self.batch_runs):

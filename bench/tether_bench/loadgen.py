@@ -384,7 +384,7 @@ async def synthetic_finished_run(ctx: Ctx, n_events: int) -> str:
     """A finished run of exactly `n_events` events: a real run (API, so ownership and conversation
     are real) whose event log is then replaced, in one transaction, by `run_started`, n-2
     `text_delta`s and `done`, encoded by the runtime's own encoder and inserted by its event log."""
-    from tether_runtime import events as ev
+    from tether_runtime.domain import events as ev
     from tether_runtime.store import event_log
 
     conv = await ctx.create_conversation()

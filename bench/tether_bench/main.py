@@ -607,7 +607,7 @@ class Bench:
                 "the default 40 ms window a zero-delay model's step merges into ~1 event",
                 "replay_10k_ms": "a synthetic finished run: a real run whose event log is "
                 "replaced in one transaction by run_started + N-2 text_delta + done, encoded by "
-                "tether_runtime.events and written by store.event_log.insert (no run size yields "
+                "tether_runtime.domain.events and written by store.event_log.insert (no run size yields "
                 "10k events at delay 0); then GET /events with Last-Event-ID: 0 until the last",
                 "provider_stream": "a run whose model is a streaming OpenAI-compatible server "
                 "(bench/tether_bench/fake_provider.py) driven through the official openai SDK: "

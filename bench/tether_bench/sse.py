@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+from tether_proto import wire
 
-TERMINAL = frozenset({"done", "error", "cancelled"})
+TERMINAL = wire.TERMINAL_EVENT_TYPES
 
 
 @dataclass

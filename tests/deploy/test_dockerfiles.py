@@ -1,5 +1,5 @@
 """The service images: multi-stage, pinned base, protobuf code generated in the builder (by
-tether-client's wheel build), non-root, no secrets baked in, `tether` as the entry point.
+tether-proto's wheel build), non-root, no secrets baked in, `tether` as the entry point.
 (Building needs a Docker engine, which this environment lacks; these tests check the
 Dockerfile's text and that its inputs exist.)"""
 
@@ -83,11 +83,15 @@ def test_builder_installs_from_lock_and_generates_protos(service: str) -> None:
     builder = " ".join(rest for _, rest in stages(service)[0])
     assert "uv sync --frozen --no-dev --no-install-workspace --package tether-cli" in builder
     assert "uv sync --frozen --no-dev --no-editable --package tether-cli" in builder
-    # The generated code comes from tether-client's wheel build (its hook runs grpc_tools.protoc
+    # The generated code comes from tether-proto's wheel build (its hook runs grpc_tools.protoc
     # over proto/), checked importable before the image is done.
     copies = [rest for word, rest in stages(service)[0] if word == "COPY"]
     assert "proto proto" in copies
+    assert "libs/proto/pyproject.toml libs/proto/pyproject.toml" in copies
     assert "libs/client/pyproject.toml libs/client/pyproject.toml" in copies
+    # The CLI is an application at the top level (cli/), not a library under libs/.
+    assert "cli/pyproject.toml cli/pyproject.toml" in copies
+    assert "cli cli" in copies
     assert 'python -c "import tether.runtime.v1.runtime_service_pb2_grpc"' in builder
     assert re.search(r"uv==\d+\.\d+\.\d+", builder) or re.search(
         r"UV_VERSION=\d+\.\d+\.\d+", builder
@@ -152,7 +156,7 @@ def test_dockerignore_keeps_state_and_secrets_out() -> None:
         "node_modules",
         ".env",
         ".env.local",
-        "libs/client/src/tether",
+        "libs/proto/src/tether",
         ".tether",
     ):
         assert _ignored(path, patterns), path

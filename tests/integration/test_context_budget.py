@@ -12,8 +12,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from tether_runtime.agent.context import SUMMARY_LABEL
-from tether_runtime.agent.tokens import ESTIMATE
+from tether_runtime.engine.agent.context import SUMMARY_LABEL
+from tether_runtime.engine.agent.tokens import ESTIMATE
 from tether_testkit import stores
 from tether_testkit.agent_packages import env_with_path, write_package
 from tether_testkit.client import Client, token, types

@@ -131,7 +131,7 @@ async def test_make_run_serves_a_run_and_stops_everything_on_ctrl_c(tmp_path: Pa
     proc = await asyncio.create_subprocess_exec(
         # `-o` the proto stamp: this session already imports the generated code, which a `make gen`
         # triggered by a newer pyproject.toml would delete and rewrite under the other tests.
-        "make", "--no-print-directory", "-o", "libs/client/src/tether/.generated", "run",
+        "make", "--no-print-directory", "-o", "libs/proto/src/tether/.generated", "run",
         cwd=REPO, env=env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

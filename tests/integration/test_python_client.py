@@ -1,5 +1,6 @@
-"""tether-client as a user gets it: its wheel built with `uv build`, installed into a fresh
-virtualenv with nothing else from the repository, driving real runtime processes.
+"""tether-client as a user gets it: its wheel and tether-proto's (the generated code) built with
+`uv build`, installed into a fresh virtualenv with nothing else from the repository, driving real
+runtime processes.
 
 The programs (pyclient_script.py, docs/examples/client_quickstart.py) run with that virtualenv's
 python, copied out of the repository first: the OpsPilot approve flow; a runtime SIGKILLed in
@@ -42,22 +43,30 @@ COMPLETED = 4  # RUN_STATUS_COMPLETED
 
 @pytest.fixture(scope="module")
 def client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv holding the tether-client wheel and its dependencies, nothing else."""
+    """A fresh virtualenv holding the tether-client and tether-proto wheels (the generated code
+    and the wire's names) and their dependencies, nothing else."""
     tmp = tmp_path_factory.mktemp("pyclient")
     uv = shutil.which("uv")
     assert uv, "uv is not on PATH (make test puts the uv it uses there, .tools/uv included)"
     run = lambda *args: subprocess.run(  # noqa: E731
         [uv, *args], cwd=REPO, check=True, capture_output=True, text=True, timeout=300
     )
+    run("build", "--wheel", "libs/proto", "-o", str(tmp / "dist"))
     run("build", "--wheel", "libs/client", "-o", str(tmp / "dist"))
+    [proto] = (tmp / "dist").glob("tether_proto-*.whl")
     [wheel] = (tmp / "dist").glob("tether_client-*.whl")
     run("venv", "--python", sys.executable, str(tmp / "venv"))
     python = tmp / "venv" / "bin" / "python"
-    run("pip", "install", "--python", str(python), str(wheel))
+    run("pip", "install", "--python", str(python), str(proto), str(wheel))
     installed = run("pip", "list", "--python", str(python), "--format", "json").stdout
     names = {p["name"] for p in json.loads(installed)}
-    # grpcio's own typing-extensions aside, the two dependencies and nothing else.
-    assert names - {"typing-extensions"} == {"tether-client", "grpcio", "protobuf"}, names
+    # grpcio's own typing-extensions aside, the two packages, grpcio and protobuf, nothing else.
+    assert names - {"typing-extensions"} == {
+        "tether-client",
+        "tether-proto",
+        "grpcio",
+        "protobuf",
+    }, names
     return python
 
 
@@ -176,6 +185,7 @@ def test_wheel_holds_the_generated_code_and_nothing_of_the_repository(
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import importlib, tether_client, tether.runtime.v1.runtime_service_pb2_grpc\n"
+        "import tether_proto.wire\n"
         "def present(name):\n"
         "    try:\n"
         "        importlib.import_module(name)\n"

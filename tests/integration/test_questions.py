@@ -5,6 +5,7 @@ An answer that does not fit its question is refused (INVALID_ANSWER) and changes
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import asyncpg
@@ -27,7 +28,8 @@ async def _answer(c: Client, run_id: str, interrupt_id: str, text: str) -> pb.Re
             interrupt_id=interrupt_id,
             decision=events_pb2.DECISION_RESPONDED,
             input=text,
-            idempotency_key=f"k-{run_id}-{text}",
+            # One key per answer, within the 128 characters a key may have whatever the answer.
+            idempotency_key=f"k-{run_id}-{hashlib.sha256(text.encode()).hexdigest()[:32]}",
         ),
         metadata=c.md,
         timeout=10,
@@ -128,7 +130,17 @@ async def test_provide_the_missing_replica_count_then_scale_on_another_runtime(
         assert raised.kind == resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT
         schema = json.loads(raised.payload.input_schema_json)
         assert schema["required"] == ["replicas"]
-        for bad in ("", "7", '{"replicas": "seven"}', '{"replicas": 99}', '{"count": 3}'):
+        for bad in (
+            "",
+            "7",
+            '{"replicas": "seven"}',
+            '{"replicas": 99}',
+            '{"count": 3}',
+            # Not JSON to a bounded parser (a RecursionError and a ValueError before: INTERNAL).
+            "[" * 100_000,
+            '{"replicas": ' + "4" * 5000 + "}",
+            '{"replicas": 4, "note": NaN}',
+        ):
             await _refused(c, db, run_id, raised.interrupt_id, bad)
         await _answer(c, run_id, raised.interrupt_id, '{"replicas": 4}')
         rest = await c.events(run_id, after=asked.sequence, until="interrupt")

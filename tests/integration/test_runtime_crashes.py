@@ -418,7 +418,7 @@ async def own_dsn(admin_dsn: str) -> AsyncIterator[str]:
 
 async def test_zombie_is_fenced_at_the_store(own_dsn: str) -> None:
     from tether_common.ids import new_id
-    from tether_runtime import events as ev
+    from tether_runtime.domain import events as ev
     from tether_runtime.store import conversations, event_log, runs
     from tether_runtime.store.db import create_pool
 

@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 from tether_common.ids import new_id
-from tether_runtime import events as ev
+from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, run_admission
 
 

@@ -6,6 +6,7 @@ event loop can use it) that serves the discovery document and a JWKS, holds key 
         env = {**base_env, **idp.env()}          # TETHER_OIDC_ISSUER / _AUDIENCE for a process
         token = idp.token("alice")               # RS256, signed with the newest key
         new_kid = idp.rotate()                   # publish a new key, keep the old one listed
+        other = idp.publish(publish_alg=False)   # list a key (without `alg`) that does not sign
         idp.withdraw(old_kid)                    # the JWKS no longer lists it
         idp.add_client("gateway", "s3cret", on_behalf=True)  # POST {issuer}/token gives it a
                                                  # service token (client-credentials grant)
@@ -40,14 +41,18 @@ class KeyPair:
     alg: str
     private: PrivateKeyTypes
     public: PublicKeyTypes
+    # Whether the JWKS names the key's `alg` (optional, RFC 7517 section 4.4; Entra ID leaves
+    # it out).
+    publish_alg: bool = True
 
     def jwk(self) -> dict[str, Any]:
         algo = jwt.get_algorithm_by_name(self.alg)
         jwk: dict[str, Any] = json.loads(algo.to_jwk(self.public))
-        return {**jwk, "kid": self.kid, "alg": self.alg, "use": "sig"}
+        pinned = {"alg": self.alg} if self.publish_alg else {}
+        return {**jwk, "kid": self.kid, **pinned, "use": "sig"}
 
 
-def new_key(alg: str = "RS256") -> KeyPair:
+def new_key(alg: str = "RS256", *, publish_alg: bool = True) -> KeyPair:
     private: PrivateKeyTypes
     if alg.startswith(("RS", "PS")):
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -55,7 +60,7 @@ def new_key(alg: str = "RS256") -> KeyPair:
         private = ec.generate_private_key(ec.SECP256R1())
     else:
         raise ValueError(f"no test key for {alg}")
-    return KeyPair(f"k-{uuid.uuid4().hex[:8]}", alg, private, private.public_key())
+    return KeyPair(f"k-{uuid.uuid4().hex[:8]}", alg, private, private.public_key(), publish_alg)
 
 
 @dataclass
@@ -101,6 +106,13 @@ class TestIssuer:
         key = new_key(alg)
         self.keys[key.kid] = key
         self.listed = [*self.listed, key.kid]
+        return key.kid
+
+    def publish(self, alg: str = "RS256", *, publish_alg: bool = True) -> str:
+        """List one more key that does not sign: the current key stays the newest."""
+        key = new_key(alg, publish_alg=publish_alg)
+        self.keys[key.kid] = key
+        self.listed = [key.kid, *self.listed]
         return key.kid
 
     def withdraw(self, kid: str) -> None:

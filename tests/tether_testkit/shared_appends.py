@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tether_runtime import event_sink
 from tether_runtime.store import event_log
+from tether_runtime.streams import event_sink
 
 
 def count_shared_appends(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -122,8 +122,6 @@ export class RunStream implements AsyncIterable<RunEvent> {
   [Symbol.asyncIterator](): AsyncIterator<RunEvent>;
 }
 
-export const TERMINAL_EVENT_TYPES: readonly ["done", "error", "cancelled"];
-
 export function newIdempotencyKey(): string;
 export function backoffDelay(attempt: number, baseMs: number, maxDelayMs: number, random?: () => number): number;
 

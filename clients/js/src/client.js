@@ -6,11 +6,10 @@
 // Types: client.d.ts.
 import { TetherError, TetherNetworkError, errorFromResponse } from "./errors.js";
 import { iterateSse } from "./sse.js";
+import { TERMINAL_EVENT_TYPES, TERMINAL_RUN_STATUSES } from "./wire.generated.js";
 
-/** The event types after which a run's stream has nothing more to say. */
-export const TERMINAL_EVENT_TYPES = Object.freeze(["done", "error", "cancelled"]);
 const TERMINAL_EVENTS = new Set(TERMINAL_EVENT_TYPES);
-const TERMINAL_STATUSES = new Set(["completed", "failed", "cancelled"]);
+const TERMINAL_STATUSES = new Set(TERMINAL_RUN_STATUSES);
 
 const DEFAULT_RETRY = Object.freeze({ initialDelayMs: 500, maxDelayMs: 10_000, maxAttempts: 6 });
 

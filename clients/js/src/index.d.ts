@@ -2,4 +2,5 @@
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./sse.js";
+export * from "./wire.generated.js";
 export type * from "./types.js";

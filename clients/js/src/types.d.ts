@@ -1,21 +1,19 @@
 // The gateway's JSON shapes (services/gateway/src/tether_gateway/openapi.json): resources and
-// the run's events, a discriminated union on `type`.
+// the run's events, a discriminated union on `type`. The enums' names are the protos'
+// (wire.generated.d.ts, written by `make gen`).
+import type {
+  Answer,
+  InterruptKind,
+  InterruptStatus,
+  MessageRole,
+  ResolvedDecision,
+  RunStatus,
+  ToolStatus,
+} from "./wire.generated.js";
 
-export type RunStatus = "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled";
-export type InterruptKind = "confirm_action" | "select_option" | "provide_input" | "outcome_unknown";
-export type InterruptStatus = "pending" | "resolved" | "expired" | "cancelled";
+export type { InterruptKind, InterruptStatus, ResolvedDecision, RunStatus };
 /** What a person sends to POST /v1/runs/{id}/resume. */
-export type Decision = "approve" | "reject" | "respond" | "retry" | "mark_done" | "abandon";
-/** How an interrupt ended, as `interrupt_resolved` reports it. */
-export type ResolvedDecision =
-  | "approved"
-  | "rejected"
-  | "responded"
-  | "retry"
-  | "mark_done"
-  | "abandon"
-  | "expired"
-  | "cancelled";
+export type Decision = Answer;
 
 export interface TokenUsage {
   inputTokens: number;
@@ -89,7 +87,7 @@ export interface Message {
   id: string;
   conversationId: string;
   runId: string | null;
-  role: "user" | "assistant" | "tool" | "unspecified";
+  role: MessageRole | "unspecified";
   content: string;
   toolCallId: string | null;
   createdAt: string | null;
@@ -146,7 +144,7 @@ export interface ToolFinishedEvent extends EventBase {
   type: "tool_finished";
   callId: string;
   tool: string;
-  status: "success" | "error";
+  status: ToolStatus;
   summary: string;
 }
 export interface InterruptEvent extends EventBase {

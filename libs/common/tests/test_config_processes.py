@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tether_common.config import Settings, available_cpus, parse_processes
+from tether_common.config import Settings
+from tether_common.cpus import available_cpus, parse_processes
 from tether_common.errors import UnsafeSettings
 
 

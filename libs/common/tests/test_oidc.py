@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tether_common.auth import TokenVerifier
 from tether_common.errors import Unauthenticated, Unavailable
+from tether_common.input_parsers import token_header
 from tether_common.oidc import IssuerKeys, OidcIssuer, signing_keys
 from tether_testkit.oidc_issuer import TestIssuer
 from tether_testkit.processes import free_port
@@ -115,7 +116,7 @@ async def test_alg_confusion_none_and_symmetric_keys_are_refused(idp: TestIssuer
                     await verifier.verify(token)
             # The OIDC check itself never takes a symmetric or absent algorithm.
             with pytest.raises(Unauthenticated):
-                await v.oidc.claims(token, jwt.get_unverified_header(token))
+                await v.oidc.claims(token, token_header(token))
     finally:
         await v.aclose()
     # A symmetric or encryption key in a JWKS is never a signing key.
@@ -269,5 +270,33 @@ async def test_the_test_issuer_grants_client_credentials(idp: TestIssuer) -> Non
                 assert r.status == 401
         p = await v.verify(access)
         assert (p.user_id, p.kind, p.on_behalf) == ("gateway", "service", True)
+    finally:
+        await v.aclose()
+
+
+async def test_a_key_without_alg_verifies_only_the_algorithms_of_its_type(idp: TestIssuer) -> None:
+    """Issue #35 finding 1: a JWKS may leave `alg` out (Entra ID does). A token naming such a key
+    with an algorithm of another key type (ES256 on an RSA key, RS256 on an EC key, EdDSA on
+    either) is UNAUTHENTICATED; PyJWT was handed the key anyway and raised TypeError."""
+    import base64
+    import json
+
+    from tether_common.oidc import ASYMMETRIC_ALGORITHMS
+
+    rsa_kid = idp.publish("RS256", publish_alg=False)
+    ec_kid = idp.publish("ES256", publish_alg=False)
+    v = verifier_for(idp)
+
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    body = b64(json.dumps(idp.claims("alice")).encode())
+    try:
+        for kid in (rsa_kid, ec_kid):
+            assert (await v.verify(idp.token("alice", kid=kid))).user_id == "alice"
+            for alg in sorted(ASYMMETRIC_ALGORITHMS):
+                head = b64(json.dumps({"alg": alg, "kid": kid}).encode())
+                with pytest.raises(Unauthenticated):
+                    await v.verify(f"{head}.{body}.c2ln")
     finally:
         await v.aclose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 from tether_common.ids import new_id
-from tether_runtime import events as ev
+from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, run_admission, runs
 
 

@@ -8,15 +8,15 @@ import sys
 
 from langgraph.graph import START, MessagesState, StateGraph
 from tether_langgraph import GraphAgent
-from tether_runtime import driven
+from tether_runtime.engine import driven
 from tether_sdk import Agent, ScriptedModel
 
 
 def test_the_runtime_imports_no_langgraph_unless_a_graph_agent_is_loaded() -> None:
     code = (
         "import sys\n"
-        "import tether_runtime.server, tether_runtime.run_loop, tether_runtime.driven\n"
-        "import tether_runtime.worker, tether_runtime.agents\n"
+        "import tether_runtime.server, tether_runtime.engine.run_loop, tether_runtime.engine.driven\n"
+        "import tether_runtime.engine.worker, tether_runtime.engine.agents\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('langgraph', 'langchain_core', 'tether_langgraph'))\n"
         "print(','.join(bad))\n"
@@ -38,7 +38,7 @@ def test_tether_model_does_not_replace_a_graphs_own_models() -> None:
     """TETHER_MODEL=openai points native agents at one provider; a graph calls its own models,
     so its placeholder stays (and needs no provider key)."""
     from tether_common.config import Settings
-    from tether_runtime.model_choice import make_model
+    from tether_runtime.engine.model_choice import make_model
 
     builder = StateGraph(MessagesState)
     builder.add_node("noop", lambda state: {})

@@ -13,7 +13,8 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument
 from tether_common.event_json import sse_frame
-from tether_gateway.sse import SSE_HEADERS, parse_resume_point
+from tether_common.input_parsers import resume_point as parse_resume_point
+from tether_gateway.sse import SSE_HEADERS
 
 
 @pytest.mark.parametrize(

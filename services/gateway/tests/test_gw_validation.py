@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 from tether_common.errors import InvalidArgument
+from tether_common.input_parsers import MAX_JSON_DEPTH, json_depth
 from tether_gateway.api import RESUME_RUN, START_RUN
-from tether_gateway.validation import MAX_JSON_DEPTH, json_depth, validate
+from tether_gateway.validation import validate
 
 
 def test_accepts_known_fields() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from tether_runtime.checkpoint import Checkpoint, PendingCall
+from tether_runtime.engine.checkpoint import Checkpoint, PendingCall
 
 
 def test_the_shallow_encoding_equals_the_dataclass_form_and_reads_back() -> None:

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from tether_common.ids import new_id, new_id_after
-from tether_runtime import event_sink
-from tether_runtime import events as ev
-from tether_runtime.bus import EventBus
-from tether_runtime.event_sink import MAX_STATEMENT_EVENTS, EventSink
-from tether_runtime.run_writer import RunWriter, SaveCheckpoint, ThenSave
+from tether_runtime.domain import events as ev
+from tether_runtime.domain.records import RunRow
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
-from tether_runtime.store.records import RunRow
+from tether_runtime.streams import event_sink
+from tether_runtime.streams.bus import EventBus
+from tether_runtime.streams.event_sink import MAX_STATEMENT_EVENTS, EventSink
+from tether_runtime.streams.run_writer import RunWriter, SaveCheckpoint, ThenSave
 
 
 @pytest.fixture
@@ -184,8 +184,8 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
     the conversation changed in between."""
     from tether_common.auth import Principal
     from tether_common.config import Settings
-    from tether_runtime import runs_api
-    from tether_runtime.agents import AgentRegistry
+    from tether_runtime.api import runs as runs_api
+    from tether_runtime.engine.agents import AgentRegistry
 
     pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
     try:

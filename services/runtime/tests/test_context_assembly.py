@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from tether_common.ids import new_id, new_id_after
-from tether_runtime.agent import context
-from tether_runtime.agent.context import SUMMARY_LABEL, budget_for, initial_messages
-from tether_runtime.agent.summaries import Summaries
-from tether_runtime.agent.tokens import ESTIMATE
-from tether_runtime.agents import LoadedAgent
+from tether_runtime.engine.agent import context
+from tether_runtime.engine.agent.context import SUMMARY_LABEL, budget_for, initial_messages
+from tether_runtime.engine.agent.summaries import Summaries
+from tether_runtime.engine.agent.tokens import ESTIMATE
+from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.store import conversations
 from tether_runtime.store.db import create_pool
 from tether_sdk import Agent, Limits, ModelError, ModelRequest, Usage

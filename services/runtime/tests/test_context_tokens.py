@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 import tiktoken
-from tether_runtime.agent import tokens
-from tether_runtime.agent.compaction import KEEP_RESULTS, compact
-from tether_runtime.agent.tokens import (
+from tether_runtime.engine.agent import tokens
+from tether_runtime.engine.agent.compaction import KEEP_RESULTS, compact
+from tether_runtime.engine.agent.tokens import (
     ESTIMATE,
     MESSAGE_OVERHEAD,
     REPLY_OVERHEAD,

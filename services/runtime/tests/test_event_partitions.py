@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import events as ev
+from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, event_partitions
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.migrations import _read, migrate

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
-from tether_runtime.agent.gate import USE, ToolGate
+from tether_runtime.policy.gate import USE, ToolGate
 from tether_runtime.store import grants
 
 TOOLS = ["find_instances", "get_logs", "delete_instance"]

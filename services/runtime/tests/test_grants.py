@@ -8,34 +8,14 @@ import uuid
 import pytest
 from tether_runtime import policy
 from tether_runtime.store import grants
+from tether_testkit.scope_cases import ODD_CASES, SCOPE_CASES
 
 
 def user() -> str:
     return f"g-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.mark.parametrize(
-    ("pattern", "scope", "allowed"),
-    [
-        ("payment-api/prod", "payment-api/prod", True),
-        ("payment-api/prod", "payment-api/staging", False),
-        ("payment-api/*", "payment-api/prod", True),
-        ("payment-api/*", "payment-api/staging", True),
-        ("payment-api/*", "billing-api/prod", False),
-        ("*/prod", "payment-api/prod", True),
-        ("*/prod", "payment-api/staging", False),
-        ("*/*", "payment-api/prod", True),
-        ("*", "payment-api/prod", True),
-        ("*", "anything/at/all", True),
-        # A pattern has as many segments as the scopes it allows.
-        ("payment-api/*", "payment-api/prod/eu", False),
-        ("payment-api/*", "payment-api", False),
-        ("payment-api", "payment-api/prod", False),
-        ("*/prod", "prod", False),
-        # '*' is a whole segment, never a glob inside one, and a scope's '*' is just a name.
-        ("payment-api/prod", "payment-api/*", False),
-    ],
-)
+@pytest.mark.parametrize(("pattern", "scope", "allowed"), SCOPE_CASES)
 async def test_scope_patterns(db, pattern: str, scope: str, allowed: bool) -> None:
     u = user()
     assert await grants.add(db, u, "instance.restart", pattern)
@@ -44,6 +24,25 @@ async def test_scope_patterns(db, pattern: str, scope: str, allowed: bool) -> No
     # Another action, or another user, never inherits it.
     assert not await policy.granted(db, u, "service.scale", scope)
     assert not await policy.granted(db, user(), "instance.restart", scope)
+
+
+async def _sql_matches(db, pattern: str, scope: str) -> bool:
+    return bool(
+        await db.fetchval(f"SELECT {grants.matches_sql('$1::text', '$2::text')}", pattern, scope)
+    )
+
+
+@pytest.mark.parametrize(("pattern", "scope", "allowed"), SCOPE_CASES)
+async def test_the_sql_matcher_is_the_python_matcher(db, pattern: str, scope: str, allowed: bool):
+    assert await _sql_matches(db, pattern, scope) is allowed
+    assert grants.matches(pattern, scope) is allowed
+
+
+async def test_the_two_matchers_agree_on_odd_input(db) -> None:
+    differ = [
+        (p, s) for p, s in ODD_CASES if await _sql_matches(db, p, s) is not grants.matches(p, s)
+    ]
+    assert differ == []
 
 
 async def test_add_revoke_list(db) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
-from tether_runtime.agents import AgentLoadError, AgentRegistry
-from tether_runtime.model_choice import ModelConfigError, make_model
+from tether_runtime.engine.agents import AgentRegistry
+from tether_runtime.engine.loaded_agent import AgentLoadError
+from tether_runtime.engine.model_choice import ModelConfigError, make_model
 from tether_sdk import Agent, Anthropic, OpenAICompatible, ScriptedModel
 
 KEY = "sk-model-choice-secret-0123456789abcdef"
@@ -53,7 +54,7 @@ def test_the_registry_reports_the_refusal_as_an_agent_load_error() -> None:
 
 
 def test_tether_model_points_every_agent_at_the_provider(caplog) -> None:
-    caplog.set_level(logging.INFO, logger="tether_runtime.model_choice")
+    caplog.set_level(logging.INFO, logger="tether_runtime.engine.model_choice")
     settings = Settings(
         model="anthropic",
         anthropic_base_url="http://127.0.0.1:9",

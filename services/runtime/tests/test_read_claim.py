@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import events as ev
-from tether_runtime.bus import EventBus
-from tether_runtime.event_sink import EventSink
-from tether_runtime.run_writer import ClaimRead, RunWriter
+from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.statement_count import COUNTS
+from tether_runtime.streams.bus import EventBus
+from tether_runtime.streams.event_sink import EventSink
+from tether_runtime.streams.run_writer import ClaimRead, RunWriter
 from tether_testkit.shared_appends import count_shared_appends
 
 

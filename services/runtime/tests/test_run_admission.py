@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import events as ev
+from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, run_admission
 from tether_runtime.store.db import create_pool
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import events as ev
-from tether_runtime import metrics, poison
-from tether_runtime.bus import EventBus
+from tether_runtime import metrics
+from tether_runtime.domain import events as ev
+from tether_runtime.engine import poison
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
+from tether_runtime.streams.bus import EventBus
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio.cluster import RedisCluster
 from tether_common import redis_conn
-from tether_runtime.bus import Subscription, channel
-from tether_runtime.sharded_bus import ShardedEventBus, event_bus
+from tether_runtime.streams.bus import Subscription, channel
+from tether_runtime.streams.sharded_bus import ShardedEventBus, event_bus
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
 
@@ -76,7 +76,7 @@ async def _hears(bus: ShardedEventBus, sub: Subscription, payload: bytes) -> Non
 
 
 def _batch(payload: bytes) -> bytes:
-    from tether_runtime.events import batch_from_encoded
+    from tether_runtime.domain.events import batch_from_encoded
 
     return batch_from_encoded([payload])
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tether_runtime import events as ev
-from tether_runtime.event_stream import _live
+from tether_runtime.api.event_stream import _live
+from tether_runtime.domain import events as ev
 
 
 def batch(*seqs: int, done_at: int | None = None) -> bytes:

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tether_runtime import event_stream
-from tether_runtime.event_stream import READ_PAUSE_S, EventStream
+from tether_runtime.api import event_stream
+from tether_runtime.api.event_stream import READ_PAUSE_S, EventStream
 
 
 class RefusingPool:

@@ -17,7 +17,7 @@ from aiohttp import web
 from tether_client.webhooks import sign, verify
 from tether_common.errors import UnsafeSettings
 from tether_common.ids import new_id
-from tether_runtime import events as ev
+from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, outbox, webhook_endpoints
 from tether_runtime.store.db import create_pool
 from tether_runtime.webhooks import signature

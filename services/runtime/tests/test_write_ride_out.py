@@ -11,14 +11,14 @@ from typing import Any
 import asyncpg
 import pytest
 from tether_common.ids import new_id
-from tether_runtime import events as ev
 from tether_runtime import metrics
-from tether_runtime.bus import EventBus
-from tether_runtime.event_sink import EventSink
-from tether_runtime.run_writer import RunWriter
+from tether_runtime.domain import events as ev
+from tether_runtime.domain.records import RunRow
 from tether_runtime.store import conversations, event_log, run_admission, runs
 from tether_runtime.store.db import create_pool
-from tether_runtime.store.records import RunRow
+from tether_runtime.streams.bus import EventBus
+from tether_runtime.streams.event_sink import EventSink
+from tether_runtime.streams.run_writer import RunWriter
 
 Append = Callable[[Any, Any], Awaitable[dict[str, bool]]]
 

@@ -16,7 +16,7 @@ from tether_common.config import Settings
 from tether_common.known_secrets import digest, is_committed
 
 REPO = Path(__file__).resolve().parents[3]
-SKIP = ("uv.lock", "package-lock.json", "libs/client/src/tether/")
+SKIP = ("uv.lock", "package-lock.json", "libs/proto/src/tether/")
 # NAME_SECRET = "v" / "NAME_SECRET": "v" / NAME_SECRET: 'v'  (Python, JSON, YAML)
 QUOTED = re.compile(r"""\b((?:[A-Z][A-Z0-9_]*)?SECRET)\b["']?\s*[:=]\s*["']([^"'\s]+)["']""")
 # NAME_SECRET=v  (env files, shell, kustomize literals, docs)

@@ -6,6 +6,7 @@ Last-Event-ID 400, unknown fields 400."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -26,7 +28,9 @@ from schemathesis.checks import (
 )
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_gateway.health import openapi_document
+from tether_testkit import http_extremes
 from tether_testkit.client import Client, token
+from tether_testkit.fuzz_findings import Sent, known_http_finding
 from tether_testkit.processes import Proc, start_gateway
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import bearer, new_user
@@ -141,6 +145,78 @@ def test_api_fuzz(api_schema: Any, rows: Rows, mode: GenerationMode) -> None:
     assert fuzzed >= 8, f"only {fuzzed} operations were fuzzed in {mode.value} mode"
 
 
+HEADER_EXAMPLES = 15  # per operation: the whole run stays about a minute
+
+
+def fuzzed_routes() -> list[tuple[str, str]]:
+    """Every operation of the document but the approvals inbox stream (see test_api_fuzz)."""
+    paths: Any = openapi_document()["paths"]
+    return [
+        (method, path)
+        for path, ops in paths.items()
+        for method in ops
+        if method in ("get", "post", "put", "patch", "delete") and path != "/v1/approvals/events"
+    ]
+
+
+@pytest.mark.parametrize(("method", "path"), fuzzed_routes())
+def test_api_fuzz_headers_and_extremes(api_schema: Any, rows: Rows, method: str, path: str) -> None:
+    """What schemathesis leaves alone: every operation's valid request with the headers the
+    gateway reads set to anything (odd and JWT-shaped credentials, huge Last-Event-IDs, an
+    Idempotency-Key), and its parameters and body fields pushed to extremes (huge digit strings,
+    far-out times, deep JSON): never a 5xx, and a rejected request stores nothing."""
+    operation = api_schema[path][method.upper()]
+    base = api_schema.config.base_url
+    answers: Counter[str] = Counter()
+
+    def check(case: Any, data: st.DataObject) -> None:
+        user = new_user("hfuzz")
+        sent = case.as_transport_kwargs(base_url=base)
+        headers = data.draw(http_extremes.headers(bearer(user)["Authorization"]), "headers")
+        params = dict(sent.get("params") or {})
+        for p in case.operation.query:
+            if data.draw(st.booleans(), f"push {p.name}"):
+                schema = p.definition.get("schema", {})
+                params[p.name] = data.draw(http_extremes.query_value(schema, p.name), p.name)
+        body = sent.get("json")
+        raw = data.draw(http_extremes.body(body), "body") if "json" in sent else None
+        response = requests.request(
+            sent["method"],
+            sent["url"],
+            params=params,
+            headers={**headers, **({"Content-Type": "application/json"} if raw else {})},
+            data=raw,
+            timeout=10,
+        )
+        label = str(response.status_code)
+        if response.status_code >= 500:
+            known = known_http_finding(Sent(sent["method"], case.path, params, headers))
+            assert known is not None, (
+                f"{case.method} {case.path} answered {response.status_code}: "
+                f"{response.text[:500]}\nparams {params!r:.1000}\nheaders {headers!r:.500}"
+                f"\nbody {raw!r:.300}"
+            )
+            label = known
+        elif 400 <= response.status_code < 500:
+            assert rows.count(user) == 0, f"a rejected request stored rows: {case!r}"
+        answers[f"{case.method} {case.path} {label}"] += 1
+
+    run = settings(
+        max_examples=HEADER_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )(
+        given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())(
+            check
+        )
+    )
+    run()
+    print(dict(answers))
+    assert sum(answers.values()) >= HEADER_EXAMPLES
+
+
 def body_operations() -> list[str]:
     paths: Any = openapi_document()["paths"]
     return [
@@ -223,3 +299,18 @@ async def test_nul_over_grpc_is_invalid_argument(runtime: Proc) -> None:
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         await client.close()
+
+
+def test_any_forwarded_for_is_carried(fuzz_gateway: Proc) -> None:
+    """Found by the header fuzz: an X-Forwarded-For with a byte outside printable ASCII (a
+    header is Latin-1) went on as gRPC metadata, which cannot carry it: 500 on every route that
+    calls the runtime. It goes on with `?` in its place."""
+    auth = bearer(new_user("xff"))
+    for value in ("\x80", "10.0.0.1, \xe9t\xe9", "a\tb", "\xff" * 300):
+        headers = {**auth, "X-Forwarded-For": value}
+        r = requests.get(f"{fuzz_gateway.addr}/v1/agents", headers=headers, timeout=10)
+        assert r.status_code == 200, (value, r.status_code, r.text)
+        r = requests.post(
+            f"{fuzz_gateway.addr}/v1/conversations", json={}, headers=headers, timeout=10
+        )
+        assert r.status_code == 201, (value, r.status_code, r.text)

@@ -301,3 +301,54 @@ async def test_the_gateway_verifies_the_same_idp_tokens(
             h = {"Authorization": f"Bearer {token}"}
             async with http.get(f"{gw.addr}/v1/conversations", headers=h) as r:
                 assert r.status == status, await r.text()
+
+
+def forged(header: dict[str, Any], claims: dict[str, Any]) -> str:
+    """A token with any header and a signature of nothing (it must be refused before, or by,
+    the signature check)."""
+    import base64
+
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    return ".".join((b64(json.dumps(header).encode()), b64(json.dumps(claims).encode()), "c2ln"))
+
+
+async def test_a_token_that_does_not_fit_its_key_is_401_never_500(
+    idp: TestIssuer, oidc_runtime: Proc, oidc_env: dict[str, str], procs: list[Proc]
+) -> None:
+    """Issue #35 finding 1: a JWKS key without `alg` (as Entra ID publishes them) and a token
+    whose header names it with an algorithm of another key type made PyJWT raise TypeError
+    ("Expecting a PEM-formatted key"): every route answered 500, the runtime INTERNAL. The same
+    for a header whose `alg` is not a string, and an `exp` past a float's range."""
+    import aiohttp
+
+    unpinned = idp.publish("RS256", publish_alg=False)
+    await asyncio.sleep(REFETCH_S + 0.1)  # the next unknown kid refetches the JWKS
+    user = new_user("fit")
+    claims = idp.claims(user)
+    refused = {
+        "ES256 naming an RSA key": forged({"alg": "ES256", "kid": unpinned}, claims),
+        "EdDSA naming an RSA key": forged({"alg": "EdDSA", "kid": unpinned}, claims),
+        "alg a list": forged({"alg": ["RS256"], "kid": unpinned}, claims),
+        "alg an object": forged({"alg": {"RS256": 1}, "kid": unpinned}, claims),
+        "exp of 400 digits": idp.token(user, kid=unpinned, exp=10**400),
+    }
+    # The key is usable for what it is: RS256 under it verifies.
+    assert await list_conversations(oidc_runtime.addr, idp.token(user, kid=unpinned)) == (
+        grpc.StatusCode.OK
+    )
+    for name, token in refused.items():
+        code = await list_conversations(oidc_runtime.addr, token)
+        assert code == grpc.StatusCode.UNAUTHENTICATED, f"{name}: {code}"
+
+    gw = start_gateway(oidc_env, oidc_runtime.addr, name="gateway-oidc-fit")
+    procs.append(gw)
+    async with aiohttp.ClientSession() as http:
+        for name, token in refused.items():
+            h = {"Authorization": f"Bearer {token}"}
+            for route in ("/v1/conversations", "/v1/runs", "/v1/audit", "/v1/runs/run_x/events"):
+                async with http.get(f"{gw.addr}{route}", headers=h) as r:
+                    assert r.status == 401, (name, route, r.status, await r.text())
+    idp.withdraw(unpinned)
+    assert oidc_runtime.alive() and gw.alive()

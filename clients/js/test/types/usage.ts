@@ -1,9 +1,12 @@
 // Checked by `tsc -p clients/js` (never run): the declarations type a real program, the event
 // union narrows on `type`, and misuse does not compile.
 import {
+  TERMINAL_EVENT_TYPES,
+  TERMINAL_RUN_STATUSES,
   TetherApiError,
   TetherClient,
   type RunEvent,
+  type RunStatus,
   type RunStream,
   type TerminalEvent,
   createSseParser,
@@ -23,7 +26,8 @@ export async function flow(): Promise<TerminalEvent | null> {
     if (ev.type === "done") return ev.usage.inputTokens > 0 ? ev : null;
   }
   const { run, replayed } = await client.startRun(conversation.id, "again");
-  const status: "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled" = run.status;
+  const status: "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled" | "waiting" =
+    run.status;
   void status;
   void replayed;
   const end = await client.streamRun(run.id, {
@@ -64,7 +68,18 @@ export async function browserSession(devToken: string): Promise<string> {
   return `${opened.user} ${opened.expiresAt} ${again?.csrfToken ?? "signed out"}`;
 }
 
+// The wire's names (wire.generated.js) type what they list.
+export function wireNames(status: RunStatus, ev: RunEvent): boolean {
+  const ended: readonly ["completed", "failed", "cancelled"] = TERMINAL_RUN_STATUSES;
+  const last: readonly ["done", "error", "cancelled"] = TERMINAL_EVENT_TYPES;
+  const waiting: RunStatus = "waiting";
+  return (ended as readonly string[]).includes(status) || (last as readonly string[]).includes(ev.type) || status === waiting;
+}
+
 export function misuse(client: TetherClient, ev: RunEvent): void {
+  // @ts-expect-error: "paused" is no run status
+  const paused: RunStatus = "paused";
+  void paused;
   // @ts-expect-error: "approved" is an event's decision, not one a person sends
   void client.resume("run", "intr", "approved");
   // @ts-expect-error: only text_delta has a delta

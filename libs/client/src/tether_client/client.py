@@ -37,8 +37,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from tether.runtime.v1 import events_pb2, resources_pb2
+from tether.runtime.v1 import resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether_proto import wire
 
 from tether_client._metadata import ON_BEHALF_METADATA, TokenProvider, call_metadata
 from tether_client.channel import DEFAULT_DEADLINE_S, open_channel, tls_from_env
@@ -49,15 +50,9 @@ from tether_client.stream import EventStream
 
 T = TypeVar("T")
 
-# The names a decision goes by; the proto enum values are accepted as they are.
-DECISIONS: dict[str, int] = {
-    "approve": events_pb2.DECISION_APPROVED,
-    "reject": events_pb2.DECISION_REJECTED,
-    "respond": events_pb2.DECISION_RESPONDED,
-    "retry": events_pb2.DECISION_RETRY,
-    "mark_done": events_pb2.DECISION_MARK_DONE,
-    "abandon": events_pb2.DECISION_ABANDON,
-}
+# The names a decision goes by ("approve" -> DECISION_APPROVED, from the protos); the proto enum
+# values are accepted as they are.
+DECISIONS: Mapping[str, int] = wire.ANSWERS
 
 
 def decision_key(run_id: str, interrupt_id: str, decision: int, answer: str) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import grpc
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether_proto import wire
 
 from tether_client.errors import Unavailable, from_rpc_error
 from tether_client.retry import RetryPolicy, stream_retryable
@@ -28,14 +29,8 @@ from tether_client.rpc import EOF_MARK, EventCall
 if TYPE_CHECKING:
     from tether.runtime.v1.events_pb2 import RunEvent
 
-TERMINAL_EVENTS = frozenset({"done", "error", "cancelled"})
-TERMINAL_STATUSES = frozenset(
-    {
-        resources_pb2.RUN_STATUS_COMPLETED,
-        resources_pb2.RUN_STATUS_FAILED,
-        resources_pb2.RUN_STATUS_CANCELLED,
-    }
-)
+TERMINAL_EVENTS = wire.TERMINAL_EVENT_TYPES
+TERMINAL_STATUSES = wire.TERMINAL_RUN_STATUS_VALUES
 
 
 def event_kind(event: events_pb2.RunEvent) -> str:

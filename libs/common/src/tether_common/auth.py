@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import jwt
 
 from tether_common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from tether_common.input_parsers import claim_time, token_header
 from tether_common.oidc import ASYMMETRIC_ALGORITHMS, IssuerKeys, OidcIssuer
 
 if TYPE_CHECKING:
@@ -179,16 +180,12 @@ class TokenVerifier:
         return self.oidc is not None and await self.oidc.keys.still_lists(verified.kid)
 
     async def _verify(self, token: str) -> _Verified:
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError as err:
-            raise Unauthenticated("invalid token") from err
-        alg = header.get("alg")
-        if alg == DEV_ALGORITHM and self.dev_secret:
+        header = token_header(token)
+        if header.alg == DEV_ALGORITHM and self.dev_secret:
             return _Verified(
                 _dev_principal(_dev_claims(self.dev_secret, token, self.leeway_s)), None
             )
-        if alg in ASYMMETRIC_ALGORITHMS and self.oidc is not None:
+        if header.alg in ASYMMETRIC_ALGORITHMS and self.oidc is not None:
             claims, kid = await self.oidc.claims(token, header)
             return _Verified(_oidc_principal(claims), kid)
         raise Unauthenticated("invalid token")
@@ -270,10 +267,7 @@ def _subject(claims: Mapping[str, Any]) -> str:
 
 
 def _expiry(claims: Mapping[str, Any]) -> float:
-    exp = claims.get("exp")
-    if isinstance(exp, bool) or not isinstance(exp, int | float):
-        raise Unauthenticated("invalid token")
-    return float(exp)
+    return claim_time(claims, "exp")
 
 
 def _token_id(claims: Mapping[str, Any]) -> str:

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Literal, TypedDict
 
+from tether_common import production_guard
+from tether_common.cpus import parse_processes
 from tether_common.errors import UnsafeSettings
-from tether_common.known_secrets import is_committed
+from tether_common.production_guard import Component
 from tether_common.redaction import redact_mapping
 
 DEV_JWT_SECRET = "tether-dev-secret-do-not-use-in-production"  # noqa: S105 - a known dev value
@@ -99,17 +101,6 @@ def _oidc_settings(e: Mapping[str, str]) -> _IdentitySettings:
         oidc_jwks_refetch_s=_float(e, "TETHER_OIDC_JWKS_REFETCH_S", Settings.oidc_jwks_refetch_s),
         jwt_leeway_s=leeway,
     )
-
-
-# What a process is, for the production guard: each is refused only what it would use.
-Component = Literal["runtime", "gateway"]
-# The settings that hold a key able to sign tokens (the names of later ones are looked up, so a
-# key added to Settings is checked against the repository's committed values too).
-SIGNING_KEYS = (
-    ("TETHER_JWT_SECRET", "jwt_secret"),
-    ("TETHER_STREAM_TOKEN_SECRET", "stream_token_secret"),
-    ("TETHER_OIDC_CLIENT_SECRET", "oidc_client_secret"),
-)
 
 
 @dataclass(frozen=True)
@@ -378,79 +369,13 @@ class Settings:
         )
 
     def unsafe_for_production(self, component: Component = "runtime") -> list[str]:
-        """Every reason this configuration would break a guarantee in production, for this
-        component (a gateway holds no database credentials, so none are asked of it)."""
-        problems: list[str] = _exposure_problems(self)
-        if self.embedded_stores:
-            problems.append(
-                "TETHER_EMBEDDED_STORES is set: embedded Postgres/Redis are single-process and "
-                "live on one pod's disk: runs, interrupts and approvals would be lost or "
-                "invisible to other pods"
-            )
-        if not self.redis_url:
-            problems.append(
-                "REDIS_URL is not set: events could not fan out across pods, so a browser "
-                "connected to one gateway would never see a run executing on another runtime"
-            )
-        problems.extend(self._identity_problems())
-        stores = [("REDIS_URL", self.redis_url)]
-        if component == "runtime":
-            stores.insert(0, ("DATABASE_URL", self.database_url))
-        for name, url in stores:
-            if (
-                "127.0.0.1" in url
-                or "localhost" in url
-                or url.startswith("redis+unix")
-                or ("host=/" in url)
-            ):
-                problems.append(
-                    f"{name} points at this machine (or is unset and defaults to it): other pods "
-                    "cannot share it, so a run paused on one pod could not be resumed on another"
-                )
-        return problems
-
-    def _identity_problems(self) -> list[str]:
-        """Production verifies tokens from the company's IdP and holds no key that mints one."""
-        problems: list[str] = []
-        if self.jwt_secret:
-            problems.append(
-                "TETHER_JWT_SECRET is set: a pod holding the dev issuer's key could mint any "
-                "user's token and approve another person's actions; production accepts only "
-                "tokens from the OIDC issuer (TETHER_OIDC_ISSUER): unset TETHER_JWT_SECRET"
-            )
-        if not self.oidc_issuer:
-            problems.append(
-                "TETHER_OIDC_ISSUER is not set: no token could be verified (production accepts "
-                "only tokens from the company's identity provider)"
-            )
-        elif not self.oidc_issuer.startswith("https://"):
-            problems.append(
-                "TETHER_OIDC_ISSUER is not an https URL: its signing keys could be swapped in "
-                "transit and any token forged"
-            )
-        if not self.oidc_audience:
-            problems.append(
-                "TETHER_OIDC_AUDIENCE is not set: a token the issuer minted for another "
-                "application would be accepted here"
-            )
-        if self.oidc_jwks_url and not self.oidc_jwks_url.startswith("https://"):
-            problems.append(
-                "TETHER_OIDC_JWKS_URL is not an https URL: its signing keys could be swapped in "
-                "transit and any token forged"
-            )
-        return problems
+        """Every reason this configuration would break a guarantee in production
+        (tether_common.production_guard)."""
+        return production_guard.problems(self, component)
 
     def check(self, component: Component = "runtime") -> None:
-        """Refuse to start in production on unsafe settings (invariant 8)."""
-        if self.env != "production":
-            return
-        problems = self.unsafe_for_production(component)
-        if problems:
-            raise UnsafeSettings(
-                "refusing to start with TETHER_ENV=production, because:\n"
-                + "".join(f"  - {p}\n" for p in problems)
-                + "Fix these settings, or unset TETHER_ENV for a development run."
-            )
+        """Refuse to start in production on unsafe settings (tether_common.production_guard)."""
+        production_guard.check(self, component)
 
     def public_view(self) -> dict[str, object]:
         """The live settings with every secret masked, for the start-up log line."""
@@ -489,46 +414,4 @@ def _deployment_settings(e: Mapping[str, str], mode: str) -> _Deployment:
     }
 
 
-def parse_processes(name: str, raw: str) -> int:
-    """A process count: a positive number, or "auto" / 0 for the CPUs this pod may use."""
-    raw = raw.strip().lower() or "1"
-    if raw == "auto":
-        return available_cpus()
-    try:
-        n = int(raw)
-    except ValueError:
-        raise UnsafeSettings(f"{name}={raw!r} is not a process count (a number, or auto)") from None
-    if n < 0:
-        raise UnsafeSettings(f"{name}={raw!r} is not a process count (a number, or auto)")
-    return n or available_cpus()
-
-
-def available_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
-    """The CPUs this process may use: the cgroup v2 CPU limit (a pod's `limits.cpu`, rounded
-    up) when one is set, else the CPUs it is allowed to run on."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    try:
-        quota, period = open(cpu_max).read().split()[:2]  # noqa: SIM115, PTH123 - one read
-    except (OSError, ValueError):
-        return max(1, cpus or 1)
-    if quota == "max":
-        return max(1, cpus or 1)
-    return max(1, min(cpus or 1, -(-int(quota) // int(period))))
-
-
-def _exposure_problems(settings: Settings) -> list[str]:
-    """Production refusals about what a pod exposes: the dev login route, a committed key."""
-    problems: list[str] = []
-    if settings.dev_login:
-        problems.append(
-            "TETHER_DEV_LOGIN is set: the gateway would serve POST /v1/dev/token, which mints a "
-            "token for any user name to anyone who asks"
-        )
-    for name, attribute in SIGNING_KEYS:
-        value = getattr(settings, attribute, "")
-        if isinstance(value, str) and is_committed(value):
-            problems.append(
-                f"{name} is a value committed to Tether's repository (a dev, test or example "
-                "key): anyone with a clone could mint tokens with it"
-            )
-    return problems
+__all__ = ["Component", "Settings", "parse_processes"]

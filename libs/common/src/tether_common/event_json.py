@@ -1,7 +1,8 @@
 """The RunEvent <-> browser JSON mapping: the seed's flat shape (`type`, `runId`, `sequence`, fields in
 camelCase), written by hand because json_format.MessageToDict is slow and nests the oneof. Field
 names are camelCase; enum values are their proto names without the prefix, in lower snake_case
-(DECISION_MARK_DONE -> "mark_done", INTERRUPT_KIND_OUTCOME_UNKNOWN -> "outcome_unknown")."""
+(DECISION_MARK_DONE -> "mark_done", INTERRUPT_KIND_OUTCOME_UNKNOWN -> "outcome_unknown"), as
+tether_proto.wire reads them from the protos."""
 
 from __future__ import annotations
 
@@ -11,40 +12,9 @@ from typing import Any
 
 import orjson
 from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_proto import wire
 
-TERMINAL_TYPES = frozenset({"done", "error", "cancelled"})
-
-_DECISIONS = {
-    events_pb2.DECISION_APPROVED: "approved",
-    events_pb2.DECISION_REJECTED: "rejected",
-    events_pb2.DECISION_EXPIRED: "expired",
-    events_pb2.DECISION_CANCELLED: "cancelled",
-    events_pb2.DECISION_RESPONDED: "responded",
-    events_pb2.DECISION_RETRY: "retry",
-    events_pb2.DECISION_MARK_DONE: "mark_done",
-    events_pb2.DECISION_ABANDON: "abandon",
-}
-_KINDS = {
-    resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION: "confirm_action",
-    resources_pb2.INTERRUPT_KIND_SELECT_OPTION: "select_option",
-    resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT: "provide_input",
-    resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN: "outcome_unknown",
-}
-_RUN_STATUS = {
-    resources_pb2.RUN_STATUS_QUEUED: "queued",
-    resources_pb2.RUN_STATUS_RUNNING: "running",
-    resources_pb2.RUN_STATUS_INTERRUPTED: "interrupted",
-    resources_pb2.RUN_STATUS_COMPLETED: "completed",
-    resources_pb2.RUN_STATUS_FAILED: "failed",
-    resources_pb2.RUN_STATUS_CANCELLED: "cancelled",
-    resources_pb2.RUN_STATUS_WAITING: "waiting",
-}
-_INTERRUPT_STATUS = {
-    resources_pb2.INTERRUPT_STATUS_PENDING: "pending",
-    resources_pb2.INTERRUPT_STATUS_RESOLVED: "resolved",
-    resources_pb2.INTERRUPT_STATUS_EXPIRED: "expired",
-    resources_pb2.INTERRUPT_STATUS_CANCELLED: "cancelled",
-}
+TERMINAL_TYPES = wire.TERMINAL_EVENT_TYPES
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -79,11 +49,11 @@ def timestamp_json(ts: Any) -> str | None:
 
 
 def decision_name(value: int) -> str:
-    return str(_DECISIONS.get(value, "unspecified"))  # type: ignore[call-overload]
+    return wire.DECISION.name_of(value)
 
 
 def run_status_name(value: int) -> str:
-    return str(_RUN_STATUS.get(value, "unspecified"))  # type: ignore[call-overload]
+    return wire.RUN_STATUS.name_of(value)
 
 
 def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:
@@ -108,8 +78,8 @@ def interrupt_json(i: resources_pb2.Interrupt) -> dict[str, Any]:
     return {
         "id": i.id,
         "runId": i.run_id,
-        "kind": _KINDS.get(i.kind, "unspecified"),
-        "status": _INTERRUPT_STATUS.get(i.status, "unspecified"),
+        "kind": wire.INTERRUPT_KIND.name_of(i.kind),
+        "status": wire.INTERRUPT_STATUS.name_of(i.status),
         "payload": payload_json(i.payload),
         "expiresAt": timestamp_json(i.expire_time),
         "resolvedAt": timestamp_json(i.resolve_time),
@@ -177,7 +147,7 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
         i = ev.interrupt
         out.update(
             interruptId=i.interrupt_id,
-            kind=_KINDS.get(i.kind, "unspecified"),
+            kind=wire.INTERRUPT_KIND.name_of(i.kind),
             payload=payload_json(i.payload),
             expiresAt=timestamp_json(i.expire_time),
         )

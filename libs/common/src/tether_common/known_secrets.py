@@ -29,7 +29,7 @@ COMMITTED_SECRET_SHA256 = frozenset(
         "7fe5935036a3edd115a5588f957b344215ff5d85734b6e724ac71e365a8bc166",
         # tests/integration/test_production_guard.py (a short key)
         "7750e5644cf856467b1acb0e59b3dbe5a2991e69bc1b9846abd4f991c800cf8e",
-        # libs/cli/tests/test_cli_webhooks.py (a webhook endpoint's signing secret)
+        # cli/tests/test_cli_webhooks.py (a webhook endpoint's signing secret)
         "d99c0a026d545ef70880be60384bf53a9353cd3de2eadcd8de1c01635531c1a5",
         # libs/client/tests/test_webhooks_verify.py (a receiver's webhook secret)
         "0dfa31348971e1293ef4bd9afbcdd817a5c7ff19993d135140750674e611ed9f",

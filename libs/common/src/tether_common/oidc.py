@@ -15,8 +15,10 @@ from typing import Any
 
 import aiohttp
 import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from tether_common.errors import Unauthenticated, Unavailable
+from tether_common.input_parsers import TokenHeader
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,21 @@ class SigningKey:
     kid: str
     key: Any  # a `cryptography` public key
     alg: str | None  # the algorithm the JWKS pins this key to, if it does
+
+
+# The key type each algorithm family verifies with (RFC 7518 section 3.1; RFC 8037 for EdDSA).
+_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "RS": (rsa.RSAPublicKey,),
+    "PS": (rsa.RSAPublicKey,),
+    "ES": (ec.EllipticCurvePublicKey,),
+    "Ed": (ed25519.Ed25519PublicKey, ed448.Ed448PublicKey),
+}
+
+
+def key_fits(alg: str, key: object) -> bool:
+    """Whether a public key's type is the one `alg` verifies with (an RSA key for RS256, an EC
+    key for ES256...). PyJWT checks an EC key's curve itself (InvalidKeyError)."""
+    return alg in ASYMMETRIC_ALGORITHMS and isinstance(key, _KEY_TYPES[alg[:2]])
 
 
 def signing_keys(jwks: Mapping[str, Any]) -> dict[str, SigningKey]:
@@ -203,14 +220,15 @@ class OidcIssuer:
     def issuer(self) -> str:
         return self.keys.issuer
 
-    async def claims(self, token: str, header: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    async def claims(self, token: str, header: TokenHeader) -> tuple[dict[str, Any], str]:
         """The verified claims and the id of the key that signed them."""
-        alg = header.get("alg")
-        kid = header.get("kid", "")
-        if alg not in ASYMMETRIC_ALGORITHMS or not isinstance(kid, str):
+        alg = header.alg
+        if alg not in ASYMMETRIC_ALGORITHMS:
             raise Unauthenticated("invalid token")
-        key = await self.keys.key(kid)
-        if key.alg is not None and key.alg != alg:
+        key = await self.keys.key(header.kid)
+        # A JWKS need not pin a key's `alg` (Entra ID's does not): the token's must still fit
+        # the key's type, or PyJWT is handed a key it cannot use (a TypeError, not a refusal).
+        if (key.alg is not None and key.alg != alg) or not key_fits(alg, key.key):
             raise Unauthenticated("invalid token")
         try:
             claims = jwt.decode(

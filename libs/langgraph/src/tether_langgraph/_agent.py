@@ -4,7 +4,7 @@
     agent = GraphAgent(name="ops", description="...", graph=builder)  # a StateGraph or compiled
 
 TETHER_AGENTS names it like any agent (`package.module:agent`). The engine runs it through its
-`drive(host)` seam (tether_runtime/driven.py): the graph, checkpointed by Tether with the run's
+`drive(host)` seam (tether_runtime/engine/driven.py): the graph, checkpointed by Tether with the run's
 conversation as LangGraph's thread, streams into Tether's events; `interrupt()` is a Tether
 interrupt; write tools marked with `write_tool` run at most once."""
 

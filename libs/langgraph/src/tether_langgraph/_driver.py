@@ -1,4 +1,4 @@
-"""One execution of a graph run on its host (tether_runtime.driven.DrivenRun): start, resume or
+"""One execution of a graph run on its host (tether_runtime.engine.driven.DrivenRun): start, resume or
 continue the graph from Tether's checkpoint, convert its streams into Tether's events, and turn
 its `interrupt()` into a Tether interrupt.
 
@@ -16,13 +16,30 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tether_sdk import Limits
 
 from tether_langgraph._checkpointer import checkpointer_for, lease_lost_type
 from tether_langgraph._interrupts import UNANSWERED, Question, question_of, resume_value
 
-if TYPE_CHECKING:
-    from tether_langgraph._agent import GraphAgent
+
+class GraphSource(Protocol):
+    """What a run needs of its agent (a GraphAgent): the graph compiled with a checkpointer,
+    its limits, and how the user's message goes in and the answer comes out."""
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def input(self) -> Callable[[str], Any]: ...
+
+    @property
+    def output(self) -> Callable[[Any], str] | None: ...
+
+    def compiled(self, checkpointer: Any) -> Any: ...
+
 
 STREAM_MODES = ["messages", "updates", "custom"]
 # Each step's checkpoint is written before the next step's nodes run: a worker whose lease was
@@ -41,7 +58,7 @@ def interrupt_key(interrupt_id: str, value: Any) -> str:
 
 
 class GraphRun:
-    def __init__(self, agent: GraphAgent, host: Any) -> None:
+    def __init__(self, agent: GraphSource, host: Any) -> None:
         self.agent = agent
         self.host = host
         self.graph = agent.compiled(checkpointer_for(host))

@@ -10,16 +10,19 @@ import grpc
 from aiohttp import web
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_common import input_parsers
 from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument, NotFound
 from tether_common.event_json import run_json, sse_frame
+from tether_common.input_parsers import MAX_IDEMPOTENCY_KEY
+from tether_proto import wire
 
 from tether_gateway import csrf
 from tether_gateway.audit_api import query_time
 from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
-from tether_gateway.sse import is_finished, parse_resume_point, stream_response
+from tether_gateway.sse import is_finished, stream_response
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import Field, body, compact_object, page_size, read_json, validate
 from tether_gateway.views import agent_json, conversation_json, message_json
@@ -31,7 +34,7 @@ CREATE_CONVERSATION = {"title": Field(max_len=200)}
 AGENT_NAME = r"[a-z0-9_-]{1,64}"
 START_RUN = {
     "text": Field(required=True, max_len=8000),
-    "idempotencyKey": Field(max_len=128),
+    "idempotencyKey": Field(max_len=MAX_IDEMPOTENCY_KEY),
     # Optional: the runtime's default agent when left out; an unknown one is AGENT_NOT_FOUND.
     "agent": Field(max_len=64, pattern=AGENT_NAME),
 }
@@ -39,26 +42,18 @@ RESUME_RUN = {
     "interruptId": Field(required=True, max_len=64),
     "decision": Field(
         required=True,
-        # retry / mark_done / abandon answer an outcome_unknown interrupt.
-        choices=("approve", "reject", "respond", "retry", "mark_done", "abandon"),
+        # approve, reject, respond, and retry / mark_done / abandon for an outcome_unknown
+        # interrupt: the protos' answer words (tether_proto.wire.ANSWERS).
+        choices=tuple(wire.ANSWERS),
     ),
     # With `respond`, the answer's content is one of: `input` (text as it goes to the runtime),
     # `option` (a select_option's chosen value) or `fill` (a provide_input's JSON object).
     "input": Field(max_len=MAX_ANSWER_CHARS),
     "option": Field(max_len=500),
-    "idempotencyKey": Field(required=True, max_len=128),
+    "idempotencyKey": Field(required=True, max_len=MAX_IDEMPOTENCY_KEY),
 }
 CANCEL_RUN = {"reason": Field(max_len=500)}
 DEV_TOKEN = {"user": Field(required=True, max_len=64)}
-
-_DECISIONS = {
-    "approve": events_pb2.DECISION_APPROVED,
-    "reject": events_pb2.DECISION_REJECTED,
-    "respond": events_pb2.DECISION_RESPONDED,
-    "retry": events_pb2.DECISION_RETRY,
-    "mark_done": events_pb2.DECISION_MARK_DONE,
-    "abandon": events_pb2.DECISION_ABANDON,
-}
 
 
 def _json(data: dict[str, Any], status: int = 200) -> web.Response:
@@ -222,15 +217,7 @@ async def get_run(request: web.Request) -> web.Response:
     return _json({"run": run_json(resp.run)})
 
 
-_RUN_STATUS_FILTER = {
-    "queued": resources_pb2.RUN_STATUS_QUEUED,
-    "running": resources_pb2.RUN_STATUS_RUNNING,
-    "interrupted": resources_pb2.RUN_STATUS_INTERRUPTED,
-    "completed": resources_pb2.RUN_STATUS_COMPLETED,
-    "failed": resources_pb2.RUN_STATUS_FAILED,
-    "cancelled": resources_pb2.RUN_STATUS_CANCELLED,
-    "waiting": resources_pb2.RUN_STATUS_WAITING,
-}
+_RUN_STATUS_FILTER = wire.RUN_STATUS.values
 
 
 def _filter_text(request: web.Request, name: str) -> str:
@@ -276,7 +263,7 @@ async def resume_run(request: web.Request) -> web.Response:
     req = rs.ResumeRunRequest(
         run_id=request.match_info["id"],
         interrupt_id=data["interruptId"],
-        decision=_DECISIONS[data["decision"]],
+        decision=wire.ANSWERS[data["decision"]],
         input=_answer_text(data, fill),
         idempotency_key=data["idempotencyKey"],
     )
@@ -376,7 +363,9 @@ async def _open_events(request: web.Request, gw: GatewayState) -> EventsOpen | N
     await gw.limiter.check(gw.redis, "events", p.user_id)
     if p.scope == "stream" and p.run_id != run_id:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")  # never confirm it exists
-    after = parse_resume_point(request.headers.get("Last-Event-ID"), request.query.get("after"))
+    after = input_parsers.resume_point(
+        request.headers.get("Last-Event-ID"), request.query.get("after")
+    )
     # A stream token's reader is checked as its user, by the gateway's service identity.
     resp = await gw.client().get_run(rs.GetRunRequest(run_id=run_id), caller.credential)
     run = resp.run

@@ -1,9 +1,13 @@
 """The approvals inbox: `GET /v1/approvals` (the cards the caller may decide now, from the
 runtime's ListPendingApprovals) and `GET /v1/approvals/events`, its live SSE stream.
 
+`GET /v1/approvals` pages as every list of this API (`pageSize`, 1-200, 200 by default, and
+`pageToken`); the runtime filters who may decide before it cuts a page, so a page holds only
+cards the caller may decide.
+
 The stream is one per user and carries **snapshots**: each `approvals` event is the caller's
-whole inbox as the runtime reads it from Postgres, sent first on connect and then whenever it
-changes (a card appears, is approved by someone, is decided, expires). Nothing can be lost
+inbox (its first page: the 200 oldest cards) as the runtime reads it from Postgres, sent first
+on connect and then whenever it changes (a card appears, is approved by someone, is decided, expires). Nothing can be lost
 across a reconnect or a gateway restart: the first frame of every connection is the complete
 current state, so no per-user sequence or replay log is needed, and the client simply redraws.
 Changes are found by asking the runtime every `POLL_S` seconds (one indexed query per open
@@ -18,17 +22,17 @@ import json
 import time
 from typing import Any
 
-import grpc
 from aiohttp import web
 from tether.runtime.v1 import approvals_pb2
 from tether_common.event_json import interrupt_json
 
 from tether_gateway.auth import Caller, authenticate
-from tether_gateway.sse import SSE_HEADERS
+from tether_gateway.sse import EventStream, stream_response
 from tether_gateway.state import GatewayState, state
-from tether_gateway.stream_grants import reauthenticate_frame
+from tether_gateway.validation import page_size
 
 POLL_S = 1.0
+PAGE_MAX = 200  # the runtime's largest page, and what a caller that names none gets
 
 
 def approval_json(p: approvals_pb2.PendingApproval) -> dict[str, Any]:
@@ -45,15 +49,25 @@ def approval_json(p: approvals_pb2.PendingApproval) -> dict[str, Any]:
     }
 
 
-async def _inbox(gw: GatewayState, caller: Caller) -> list[dict[str, Any]]:
-    resp = await gw.client().list_pending_approvals(caller.credential)
-    return [approval_json(p) for p in resp.pending_approvals]
+async def _inbox(
+    gw: GatewayState, caller: Caller, page_size: int = 0, page_token: str = ""
+) -> tuple[list[dict[str, Any]], str]:
+    resp = await gw.client().list_pending_approvals(caller.credential, page_size, page_token)
+    return [approval_json(p) for p in resp.pending_approvals], resp.next_page_token
 
 
 async def list_approvals(request: web.Request) -> web.Response:
+    """A page of the inbox: `?pageSize=` (1-200, 200 by default) and `?pageToken=` as every
+    list of this API."""
     gw = state(request)
     caller = await authenticate(request, gw.auth, cookie=True)
-    return web.json_response({"approvals": await _inbox(gw, caller)})
+    approvals, token = await _inbox(
+        gw,
+        caller,
+        page_size(request, default=PAGE_MAX, maximum=PAGE_MAX),
+        request.query.get("pageToken", ""),
+    )
+    return web.json_response({"approvals": approvals, "nextPageToken": token or None})
 
 
 def _frame(approvals: list[dict[str, Any]]) -> tuple[str, bytes]:
@@ -63,48 +77,59 @@ def _frame(approvals: list[dict[str, Any]]) -> tuple[str, bytes]:
 
 
 async def approval_events(request: web.Request) -> web.StreamResponse:
+    """The inbox's snapshots over the gateway's one SSE writer (sse.stream_response): its
+    heartbeats, slow-client drop, token expiry and revocation, drain, and the stream slot's
+    release when the client leaves; this module only polls the inbox (`_poll`)."""
     gw = state(request)
     caller = await authenticate(request, gw.auth, cookie=True)
-    first = await _inbox(gw, caller)  # before the 200: a refused caller gets the error status
+    first, _ = await _inbox(gw, caller)  # before the 200: a refused caller gets the error status
     await gw.limiter.check(gw.redis, "events", caller.principal.user_id)
     # An inbox stream counts against the user's open streams like a run's (429 past the cap).
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    try:
-        return await _follow(request, gw, caller, first)
-    finally:
-        await gw.slots.release(gw.redis, slot)
-
-
-async def _follow(
-    request: web.Request, gw: GatewayState, caller: Caller, first: list[dict[str, Any]]
-) -> web.StreamResponse:
-    resp = web.StreamResponse(headers=SSE_HEADERS)
-    await resp.prepare(request)
-    await resp.write(f"retry: {gw.settings.sse_retry_ms}\n\n".encode())
+    started = time.perf_counter()
     last_tag = request.headers.get("Last-Event-ID", "")
+
+    async def poll(stream: EventStream) -> None:
+        await _poll(stream, gw, caller, first, last_tag)
+
+    return await stream_response(
+        request,
+        gw,
+        run_id="",
+        token=caller.credential,
+        after=0,
+        started=started,
+        slot=slot,
+        expires_at=caller.expires_at,
+        jtis=caller.jtis,
+        source=poll,
+    )
+
+
+async def _poll(
+    stream: EventStream,
+    gw: GatewayState,
+    caller: Caller,
+    first: list[dict[str, Any]],
+    last_tag: str,
+) -> None:
+    """Offer the first snapshot (unless the client has it: its Last-Event-ID), then each changed
+    one, until the client leaves (checked before every poll: a closed stream stops asking the
+    runtime within POLL_S) or the runtime fails (the client reconnects, to any pod, and gets
+    the whole inbox again)."""
     tag, frame = _frame(first)
-    if tag != last_tag:
-        await resp.write(frame)
-    last_tag, quiet_since = tag, time.monotonic()
-    while not gw.draining:
+    if tag != last_tag and not stream.offer(frame, 1):
+        return
+    last_tag = tag
+    while True:
         await asyncio.sleep(POLL_S)
-        if time.time() >= caller.expires_at:
-            await resp.write(reauthenticate_frame("expired"))
-            break
-        if any(gw.auth.revocations.is_revoked(j) for j in caller.jtis):
-            await resp.write(reauthenticate_frame("revoked"))
-            break
-        try:
-            tag, frame = _frame(await _inbox(gw, caller))
-        except grpc.aio.AioRpcError:
-            break  # the client reconnects (to any pod) and gets the whole inbox again
+        if stream.client_gone():
+            return
+        tag, frame = _frame((await _inbox(gw, caller))[0])
         if tag != last_tag:
-            await resp.write(frame)
-            last_tag, quiet_since = tag, time.monotonic()
-        elif time.monotonic() - quiet_since >= gw.settings.sse_heartbeat_s:
-            await resp.write(b": keep-alive\n\n")
-            quiet_since = time.monotonic()
-    return resp
+            if not stream.offer(frame, 1):
+                return
+            last_tag = tag
 
 
 def add_routes(app: web.Application) -> None:

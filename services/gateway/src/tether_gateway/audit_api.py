@@ -5,7 +5,6 @@ and answers PERMISSION_DENIED, 403, to anyone else). Filters: `since` / `until` 
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +12,7 @@ from tether.runtime.v1 import audit_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.errors import InvalidArgument
 from tether_common.event_json import timestamp_json
+from tether_common.input_parsers import rfc3339
 
 from tether_gateway.auth import authenticate
 from tether_gateway.state import state
@@ -22,18 +22,10 @@ MAX_PAGE = 1000
 
 
 def query_time(request: web.Request, name: str, into: Any) -> None:
+    """A time filter of the query (RFC 3339) into the request's Timestamp field `into`."""
     raw = request.query.get(name)
-    if raw is None:
-        return
-    try:
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidArgument(
-            f"{name} must be an RFC 3339 time, e.g. 2026-01-31T00:00:00Z"
-        ) from None
-    if when.tzinfo is None:
-        raise InvalidArgument(f"{name} needs a time zone (e.g. Z)")
-    into.FromDatetime(when)
+    if raw is not None:
+        into.FromDatetime(rfc3339(raw, name))
 
 
 def record_json(r: audit_pb2.AuditRecord) -> dict[str, Any]:

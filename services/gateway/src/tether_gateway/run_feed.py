@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
-from tether.runtime.v1 import events_pb2, resources_pb2
+from tether.runtime.v1 import events_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
+from tether_proto import wire
 
 from tether_gateway.runtime_client import Credential, OpenedRun, follow_events
 
@@ -32,13 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TERMINAL_STATUSES = frozenset(
-    {
-        resources_pb2.RUN_STATUS_COMPLETED,
-        resources_pb2.RUN_STATUS_FAILED,
-        resources_pb2.RUN_STATUS_CANCELLED,
-    }
-)
+TERMINAL_STATUSES = wire.TERMINAL_RUN_STATUS_VALUES
 RING_FRAMES = 1024
 RING_BYTES = 512 * 1024
 LINGER_S = 5.0

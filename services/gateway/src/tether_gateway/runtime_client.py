@@ -140,9 +140,11 @@ class RuntimeClient:
             request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
-    async def list_pending_approvals(self, token: Credential) -> rs.ListPendingApprovalsResponse:
+    async def list_pending_approvals(
+        self, token: Credential, page_size: int = 0, page_token: str = ""
+    ) -> rs.ListPendingApprovalsResponse:
         return await self.api.list_pending_approvals(
-            rs.ListPendingApprovalsRequest(),
+            rs.ListPendingApprovalsRequest(page_size=page_size, page_token=page_token),
             metadata=await self.metadata(token),
             timeout=self.deadline_s,
         )

@@ -10,6 +10,7 @@ import time
 
 from aiohttp import web
 from tether_client.channel import tls_credentials
+from tether_common import production_guard
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 from tether_common.gc_tuning import freeze_startup_objects
@@ -43,7 +44,7 @@ def check_gateway(settings: Settings) -> None:
 
 
 async def run_server(settings: Settings) -> None:
-    settings.check("gateway")
+    production_guard.check(settings, "gateway")
     if settings.runtime_tls_ca_file:  # an unreadable CA bundle stops the pod before it serves
         try:
             tls_credentials(settings.runtime_tls_ca_file)

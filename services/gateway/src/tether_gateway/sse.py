@@ -1,7 +1,10 @@
 """SSE (DESIGN section 6): each connection follows its run's shared feed (one StreamRunEvents call
 per run per process, run_feed.py) or a dedicated call of its own; `retry:` first, pre-encoded
 frames written coalesced, heartbeats when idle, a bounded per-connection buffer, drain on exit;
-a `reauthenticate` frame and the end when the token that opened it expires or is revoked."""
+a `reauthenticate` frame and the end when the token that opened it expires or is revoked.
+
+The one SSE writer of the gateway: a stream that is not a run's (the approvals inbox) brings its
+own `source` and gets the same writer, disconnect handling and stream-slot release."""
 
 from __future__ import annotations
 
@@ -10,11 +13,12 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import grpc
 from aiohttp import web
 from tether.runtime.v1 import resources_pb2
-from tether_common.errors import InvalidArgument
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
 from tether_gateway.run_feed import TERMINAL_STATUSES, RunFeed
@@ -30,25 +34,17 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 HEARTBEAT = b": keep-alive\n\n"
-_MAX_SEQUENCE = 2**63 - 1
 # The kernel's send buffer counts against a connection's budget too: without a cap, Linux grows
 # it to megabytes for a client that never reads (tcp_wmem), and that memory is the gateway's.
 _SNDBUF_MIN, _SNDBUF_MAX = 4096, 256 * 1024
 
 
+# Feeds a stream that is not a run's: offers it frames until it returns (EventStream.source).
+Source = Callable[["EventStream"], Coroutine[Any, Any, None]]
+
+
 class SlowClient(Exception):
     """The client stopped reading and its queued bytes passed the per-connection limit."""
-
-
-def parse_resume_point(last_event_id: str | None, after: str | None) -> int:
-    """The sequence to resume after: `Last-Event-ID` first, then `?after=`, else 0."""
-    raw = last_event_id if last_event_id and last_event_id.strip() else after
-    if raw is None or not raw.strip():
-        return 0
-    raw = raw.strip()
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > _MAX_SEQUENCE:
-        raise InvalidArgument("Last-Event-ID / after must be a non-negative integer")
-    return int(raw)
 
 
 def is_finished(run: resources_pb2.Run, after: int) -> bool:
@@ -60,7 +56,10 @@ class EventStream:
     """One SSE connection, fed by its run's shared feed (run_feed.py) or, when the feed cannot
     serve its resume point (older than the feed's ring), by a dedicated gRPC event stream of its
     own until it has caught up with the feed. A resume point ahead of the run gets `head` (a `reset` built from the caller's GetRun)
-    first and then follows the feed from the run's real position; `ended`: nothing follows."""
+    first and then follows the feed from the run's real position; `ended`: nothing follows.
+    `source`, for a stream that is not a run's: a coroutine that feeds it (`offer`) and ends it
+    by returning; it should stop once `client_gone()` (the writer notices only at its next
+    write, a heartbeat at most)."""
 
     def __init__(
         self,
@@ -76,6 +75,7 @@ class EventStream:
         ended: bool = False,
         expires_at: float | None = None,
         jtis: tuple[str, ...] = (),
+        source: Source | None = None,
     ) -> None:
         self.gw = gw
         self.request = request
@@ -88,6 +88,7 @@ class EventStream:
         self.ended = ended
         self.expires_at = expires_at
         self.jtis = jtis
+        self.source = source
         self.limit = gw.settings.sse_buffer_bytes
         self._chunks: list[bytes] = []
         self._queued = 0
@@ -107,6 +108,11 @@ class EventStream:
 
     def stopping(self) -> bool:
         return self._stopping
+
+    def client_gone(self) -> bool:
+        """The client closed the connection: aiohttp drops a request's transport when it does."""
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
 
     # An idle connection holds one future and one timer while it sleeps (no Event, no wait_for
     # task): thousands of them wait on one run.
@@ -205,6 +211,10 @@ class EventStream:
             self._push(self.head, 1)
         if self.ended:
             self.source_ended(None)
+            return
+        if self.source is not None:
+            self._pump_task = asyncio.create_task(self.source(self))
+            self._pump_task.add_done_callback(lambda _: self.source_ended(None))
             return
         feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
         if feed is not None:
@@ -348,9 +358,11 @@ async def stream_response(
     slot: str | None = None,
     expires_at: float | None = None,
     jtis: tuple[str, ...] = (),
+    source: Source | None = None,
 ) -> web.StreamResponse:
     """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends;
-    `expires_at` / `jtis`: the opening token's, which end it (stream_grants.py)."""
+    `expires_at` / `jtis`: the opening token's, which end it (stream_grants.py); `source`: what
+    feeds a stream that is not a run's (EventStream)."""
     try:
         resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
@@ -370,6 +382,7 @@ async def stream_response(
         ended=ended,
         expires_at=expires_at,
         jtis=jtis,
+        source=source,
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()

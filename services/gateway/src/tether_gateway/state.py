@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from tether_common.auth import TokenVerifier
@@ -20,7 +20,12 @@ from tether_gateway.stream_tokens import StreamTokens
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
-    from tether_gateway.sse import EventStream
+
+
+class OpenStream(Protocol):
+    """An open SSE stream, as a drain sees it (tether_gateway.sse.EventStream)."""
+
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -29,7 +34,7 @@ class GatewayState:
     metrics: Metrics
     runtime: RuntimeClient | None = None
     redis: Any = None  # redis.asyncio.Redis; untyped to keep redis' generics out of every signature
-    streams: set[EventStream] = field(default_factory=set)
+    streams: set[OpenStream] = field(default_factory=set)
     draining: bool = False
     limiter: RateLimiter = field(init=False)
     feeds: FeedRegistry = field(init=False)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from tether_common import input_parsers
 from tether_common.errors import InvalidArgument
+from tether_common.input_parsers import json_document, storable
 
 
 class PayloadTooLarge(web.HTTPRequestEntityTooLarge):
@@ -28,18 +29,6 @@ class Field:
 
 
 Schema = dict[str, Field]
-
-
-def storable(value: str) -> bool:
-    """Postgres text holds no NUL, and protobuf strings must be valid UTF-8 (no lone surrogates,
-    which JSON's `\\udXXX` escapes can produce): either would surface as a 500 further down."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @web.middleware
@@ -64,55 +53,7 @@ async def read_json(request: web.Request, max_bytes: int) -> object:
         raise PayloadTooLarge(max_bytes, len(raw))
     if not raw:  # no body at all; whitespace alone is not JSON (400 below)
         return {}
-    try:
-        parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise InvalidArgument("the request body is not valid JSON") from err
-    except RecursionError as err:  # e.g. 60,000 `[`: deeper than the parser's own stack
-        raise InvalidArgument(
-            f"the request body is nested deeper than {MAX_JSON_DEPTH} levels"
-        ) from err
-    if json_depth(parsed) > MAX_JSON_DEPTH:
-        raise InvalidArgument(f"the request body is nested deeper than {MAX_JSON_DEPTH} levels")
-    return parsed
-
-
-MAX_JSON_DEPTH = 64
-
-
-def _no_constant(name: str) -> object:
-    # Python's parser takes NaN and Infinity, which JSON does not have (and json.dumps with
-    # allow_nan=False, re-encoding a form's fill, would raise on: a 500 before).
-    raise InvalidArgument(f"the request body is not valid JSON ({name})")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999 parses as inf
-        raise InvalidArgument("the request body holds a number out of range")
-    return value
-
-
-def json_depth(value: object) -> int:
-    """How deeply arrays and objects nest in `value` (a scalar is 0), without recursion: a
-    recursive walk of a deep document is itself the RecursionError this limit exists to stop.
-    Stops counting once past MAX_JSON_DEPTH."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest
-        stack.extend((child, depth) for child in children)
-    return deepest
+    return json_document(raw, "the request body")
 
 
 def validate(body: object, schema: Schema) -> dict[str, str]:
@@ -181,11 +122,5 @@ async def body(request: web.Request, schema: Schema, max_bytes: int) -> dict[str
 
 
 def page_size(request: web.Request, default: int = 50, maximum: int = 200) -> int:
-    raw = request.query.get("pageSize")
-    if raw is None:
-        return default
-    # isascii: str.isdigit() also accepts "²" or "٣", which int() refuses (a 500 before); the
-    # length: int() refuses more than 4300 digits.
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not 1 <= int(raw) <= maximum:
-        raise InvalidArgument(f"pageSize must be a number from 1 to {maximum}")
-    return int(raw)
+    """The query's `pageSize` (input_parsers.page_size)."""
+    return input_parsers.page_size(request.query.get("pageSize"), default=default, maximum=maximum)

@@ -7,12 +7,7 @@ from typing import Any
 
 from tether.runtime.v1 import resources_pb2
 from tether_common.event_json import timestamp_json
-
-_ROLES = {
-    resources_pb2.MESSAGE_ROLE_USER: "user",
-    resources_pb2.MESSAGE_ROLE_ASSISTANT: "assistant",
-    resources_pb2.MESSAGE_ROLE_TOOL: "tool",
-}
+from tether_proto import wire
 
 
 def _facts(raw: str) -> dict[str, Any]:
@@ -57,7 +52,7 @@ def message_json(m: resources_pb2.Message) -> dict[str, Any]:
         "id": m.id,
         "conversationId": m.conversation_id,
         "runId": m.run_id or None,
-        "role": _ROLES.get(m.role, "unspecified"),
+        "role": wire.MESSAGE_ROLE.name_of(m.role),
         "content": m.content,
         "toolCallId": m.tool_call_id or None,
         "createdAt": timestamp_json(m.create_time),

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from tether_common.config import Settings
 from tether_sdk import Agent, Host
 
-from tether_runtime.agents import discover
+from tether_runtime.engine.agents import discover
 from tether_runtime.store import grants
 from tether_runtime.store.db import connect
 from tether_runtime.store.migrations import migrate, pending

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from tether_common import production_guard
 from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
@@ -20,14 +21,16 @@ from tether_common.grpc_poller import unblock_completion_poller
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
-from tether_runtime.agent.gate import ToolGate
-from tether_runtime.agents import AgentLoadError, AgentRegistry
-from tether_runtime.engine import Engine
-from tether_runtime.revoked_tokens import follow_revocations
-from tether_runtime.servicer import RuntimeServicer, register
-from tether_runtime.sharded_bus import event_bus
+from tether_runtime.api.revoked_tokens import follow_revocations
+from tether_runtime.api.servicer import RuntimeServicer, register
+from tether_runtime.engine.agents import AgentRegistry
+from tether_runtime.engine.loaded_agent import AgentLoadError
+from tether_runtime.engine.process import Engine
+from tether_runtime.engine.worker import Worker
+from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store import idempotency
 from tether_runtime.store.db import create_pool
+from tether_runtime.streams.sharded_bus import event_bus
 from tether_runtime.transport import (
     enable_reflection,
     health_only_server,
@@ -36,7 +39,6 @@ from tether_runtime.transport import (
 )
 from tether_runtime.webhooks.delivery import DeliveryLoop
 from tether_runtime.webhooks.settings import WebhookSettings
-from tether_runtime.worker import Worker
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "tether.runtime.v1.RuntimeService"
@@ -58,7 +60,7 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
 
 
 async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    settings.check()
+    production_guard.check(settings)
     tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
     setup_tracing("tether-runtime")

@@ -2,10 +2,11 @@
 // (tool calls, with progress), the assistant's text, and each interrupt's card, which stays where
 // it was asked as a compact record of the decision once decided. It only draws: the follow loop
 // (follow.js) feeds it events, the card (card.js) sends answers. Everything uses textContent.
+import { TERMINAL_RUN_STATUSES } from "./client/index.js";
 import { buildCard, decisionRecord } from "./card.js";
 
 const $ = (sel, root) => root.querySelector(sel);
-export const TERMINAL_STATUS = new Set(["completed", "failed", "cancelled"]);
+export const TERMINAL_STATUS = new Set(TERMINAL_RUN_STATUSES);
 // Decisions after which the run goes on working.
 const CONTINUES = new Set(["approved", "responded", "retry", "mark_done", "abandon"]);
 

@@ -17,8 +17,8 @@ from typing import Any
 from opentelemetry import trace
 from tether_common.ids import new_id
 
+from tether_runtime.domain.records import InterruptRow
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import InterruptRow
 
 POD = os.environ.get("HOSTNAME") or socket.gethostname()
 SYSTEM = "system"

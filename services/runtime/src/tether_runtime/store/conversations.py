@@ -6,8 +6,8 @@ from typing import Any
 
 from tether_common.ids import new_id
 
+from tether_runtime.domain.records import ConversationRow, MessageRow
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import ConversationRow, MessageRow
 
 
 async def create(conn: Conn, user_id: str, title: str) -> ConversationRow:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tether_runtime.events import RunEvent, kind_of
+from tether_runtime.domain.events import RunEvent, kind_of
 from tether_runtime.store import outbox
 from tether_runtime.store.db import Conn
 

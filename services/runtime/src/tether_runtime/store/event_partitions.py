@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from tether_runtime.domain.records import TERMINAL_STATUSES
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 

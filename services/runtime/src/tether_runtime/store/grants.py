@@ -54,6 +54,18 @@ def matches(pattern: str, scope: str) -> bool:
     return len(want) == len(have) and all(w in (ANY, h) for w, h in zip(want, have, strict=True))
 
 
+def matches_sql(pattern: str, scope: str) -> str:
+    """`matches` as a SQL condition on two text expressions (columns or `$n` parameters), for a
+    query that filters by grant in the store (the approvals inbox): the same rule, row for row
+    (tests/test_grants.py holds the two to one table of cases)."""
+    want, have = f"string_to_array({pattern}, '/')", f"string_to_array({scope}, '/')"
+    return (
+        f"({pattern} = '*' OR (cardinality({want}) = cardinality({have}) AND NOT EXISTS ("
+        f"SELECT 1 FROM unnest({want}, {have}) AS seg(want, have) "
+        "WHERE seg.want <> '*' AND seg.want IS DISTINCT FROM seg.have)))"
+    )
+
+
 async def has_grant(conn: Conn, user_id: str, action: str, scope: str) -> bool:
     """One query: the user's scopes for this action, matched here."""
     rows = await conn.fetch(

@@ -8,13 +8,14 @@ them. Grants live in `grants.py`."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
+from tether_proto.wire import ToolCallStatus
 from tether_sdk import Approval as ApprovalPolicy
 
+from tether_runtime.domain.records import InterruptRow, RunRow, ToolCallRow
 from tether_runtime.store import runs
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import InterruptRow, RunRow, ToolCallRow
 
 
 async def create_interrupt(
@@ -110,8 +111,8 @@ async def resolve(
     status: str,
     decision: str,
     user_id: str | None,
-    call_status: str,
-    call_from: str = "proposed",
+    call_status: ToolCallStatus,
+    call_from: ToolCallStatus = ToolCallStatus.PROPOSED,
     input_text: str | None = None,
     idempotency_key: str | None = None,
     require_unexpired: bool = False,
@@ -148,8 +149,8 @@ async def raise_interrupt(
     scope: str,
     payload: dict[str, str],
     expires_at: datetime,
-    call_status: str = "proposed",
-    call_from: str | None = None,
+    call_status: ToolCallStatus = ToolCallStatus.PROPOSED,
+    call_from: ToolCallStatus | None = None,
 ) -> None:
     """The worker raising an interrupt on a tool call, in the one lock order: the run (a lease
     holder's transaction holds it already), then the call and the interrupt. The call is inserted
@@ -208,7 +209,7 @@ async def propose_call(
     tool: str,
     args: dict[str, Any],
     key: str,
-    status: str = "proposed",
+    status: ToolCallStatus = ToolCallStatus.PROPOSED,
 ) -> None:
     await conn.execute(
         "INSERT INTO tool_call (run_id, call_id, tool, args, status, idempotency_key) "
@@ -226,9 +227,9 @@ async def decide_call(
     conn: Conn,
     run_id: str,
     call_id: str,
-    status: str,
+    status: ToolCallStatus,
     user_id: str | None,
-    from_status: str = "proposed",
+    from_status: ToolCallStatus = ToolCallStatus.PROPOSED,
 ) -> bool:
     """Move the call from `from_status` (a proposal, or e.g. a call whose outcome is unknown) to
     `status`; False when it was not in `from_status`."""
@@ -288,7 +289,7 @@ async def claim_call(
     args: dict[str, Any],
     key: str,
     epoch: int,
-    from_status: str,
+    from_status: ToolCallStatus | Literal["new"],
 ) -> bool:
     """Move a call to `executing` for this epoch, from `from_status` (approved, or executing by a
     dead epoch). Read-only calls are inserted straight into `executing`."""
@@ -345,7 +346,7 @@ async def finish_call(
         run_id,
         call_id,
         epoch,
-        "succeeded" if ok else "failed",
+        ToolCallStatus.SUCCEEDED if ok else ToolCallStatus.FAILED,
         summary,
         result,
     )

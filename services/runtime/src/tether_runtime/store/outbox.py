@@ -16,7 +16,7 @@ from typing import Any
 
 from tether_common.event_json import event_json
 
-from tether_runtime.events import RunEvent, kind_of
+from tether_runtime.domain.events import RunEvent, kind_of
 from tether_runtime.store.db import Conn
 
 # A run event's kind -> the webhook event type it becomes.

@@ -13,11 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tether_proto import wire
+
+from tether_runtime.domain.records import RunRow
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import RunRow
 from tether_runtime.store.runs import WAKE_CHANNEL
 
-ACTIVE_STATUSES = ("waiting", "queued", "running", "interrupted")
+# Every status but the terminal ones (migration 0018 spells them out in SQL).
+ACTIVE_STATUSES = tuple(s for s in wire.RUN_STATUS.names if s not in wire.TERMINAL_RUN_STATUSES)
 # No policy at all: the run is queued beside any active one (store tests and tools that seed
 # runs; never an agent's `concurrent_runs`).
 PARALLEL = "parallel"

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tether_runtime.domain.records import RunRow
 from tether_runtime.store.db import Conn
-from tether_runtime.store.records import RunRow
 
 WAKE_CHANNEL = "tether_wake"
 

@@ -1,1 +1,0 @@
-"""The agent inside a run: a model, a set of tools, a policy."""

@@ -1,0 +1,235 @@
+"""StartRun, GetRun, ListAgents and the conversation calls: ownership checks, then the store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field, replace
+
+from tether_common.auth import Principal
+from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
+from tether_common.ids import new_id, new_id_after
+from tether_common.input_parsers import encode_page_token, idempotency_key, page_token
+
+from tether_runtime import metrics
+from tether_runtime.domain import events as ev
+from tether_runtime.domain.records import ConversationRow, MessageRow
+from tether_runtime.domain.views import AgentView, RunView
+from tether_runtime.engine import concurrent_runs
+from tether_runtime.engine.agent import context
+from tether_runtime.engine.agents import AgentRegistry
+from tether_runtime.engine.checkpoint import started as started_checkpoint
+from tether_runtime.engine.resume import load_owned_run, request_hash, stored_answer
+from tether_runtime.store import (
+    conversations,
+    event_log,
+    event_partitions,
+    idempotency,
+    interrupts,
+    run_admission,
+)
+from tether_runtime.store.db import Conn, Pool
+
+MAX_TEXT = 8000
+MAX_TITLE = 200
+# Until agents carry their own description (the SDK's Agent does), the one shipped agent's.
+
+
+def _acting(principal: Principal) -> None:
+    if not principal.may_act():
+        raise PermissionDenied("this token may only read a stream")
+
+
+async def owned_conversation(conn: Conn, principal: Principal, conv_id: str) -> ConversationRow:
+    conv = await conversations.get(conn, conv_id)
+    if conv is None or conv.user_id != principal.user_id:
+        raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+    return conv
+
+
+async def create_conversation(pool: Pool, principal: Principal, title: str) -> ConversationRow:
+    _acting(principal)
+    if len(title) > MAX_TITLE:
+        raise InvalidArgument(f"title is longer than {MAX_TITLE} characters")
+    async with pool.acquire() as conn:
+        return await conversations.create(
+            conn, principal.user_id, title.strip() or "New conversation"
+        )
+
+
+async def get_conversation(pool: Pool, principal: Principal, conv_id: str) -> ConversationRow:
+    _acting(principal)
+    async with pool.acquire() as conn:
+        return await owned_conversation(conn, principal, conv_id)
+
+
+async def list_conversations(
+    pool: Pool, principal: Principal, page_size: int, token: str
+) -> tuple[list[ConversationRow], str]:
+    _acting(principal)
+    size = min(max(page_size or 50, 1), 200)
+    async with pool.acquire() as conn:
+        rows = await conversations.list_for_user(
+            conn, principal.user_id, size + 1, _after(token, f"conversations:{principal.user_id}")
+        )
+    more = len(rows) > size
+    rows = rows[:size]
+    bound = f"conversations:{principal.user_id}"
+    return rows, encode_page_token({"id": rows[-1].id}, bound) if more else ""
+
+
+async def list_messages(
+    pool: Pool, principal: Principal, conv_id: str, page_size: int, token: str
+) -> tuple[list[MessageRow], str]:
+    _acting(principal)
+    size = min(max(page_size or 100, 1), 500)
+    async with pool.acquire() as conn:
+        await owned_conversation(conn, principal, conv_id)
+        rows = await conversations.messages(
+            conn, conv_id, size + 1, _after(token, f"messages:{conv_id}")
+        )
+    more = len(rows) > size
+    rows = rows[:size]
+    return rows, encode_page_token({"id": rows[-1].id}, f"messages:{conv_id}") if more else ""
+
+
+def _after(token: str, bound: str) -> str | None:
+    """The id a page of conversations or messages continues after: a token this API issued for
+    the same listing (a raw id, or one from another listing, is INVALID_ARGUMENT)."""
+    position = page_token(token, bound, ("id",))
+    return None if position is None else position["id"]
+
+
+@dataclass
+class StreamedStart:
+    """A start whose caller streams the run from its first event (StartRunAndStreamEvents).
+    `ready` (the stream's subscription being confirmed) is awaited just before the run is
+    stored: when it says yes, every batch published after the commit reaches the stream, so the
+    run's first event, encoded once here, is handed back in `first` and the stream need not read
+    it back from Postgres. Left None for a replayed start, or when `ready` said no."""
+
+    ready: asyncio.Future[bool]
+    first: bytes | None = field(default=None, init=False)
+
+    async def confirmed(self) -> bool:
+        return await asyncio.shield(self.ready)  # a retried start awaits the same answer
+
+
+async def start_run(
+    pool: Pool,
+    agents: AgentRegistry,
+    principal: Principal,
+    conv_id: str,
+    text: str,
+    key: str,
+    agent: str,
+    trace_context: dict[str, str],
+    *,
+    run_id: str = "",
+    streamed: StreamedStart | None = None,
+) -> tuple[RunView, bool, list[str]]:
+    """The run, whether it is a replay of an earlier start with the same key, and the runs of
+    the conversation that were active when it was stored (none for a replay)."""
+    _acting(principal)
+    text = text.strip()
+    if not text:
+        raise InvalidArgument("text is required")
+    if len(text) > MAX_TEXT:
+        raise InvalidArgument(f"text is longer than {MAX_TEXT} characters")
+    idempotency_key(key, required=False)
+    agent = agents.resolve(agent)  # AGENT_NOT_FOUND, never a fallback
+    scope = f"start:{principal.user_id}"
+    rhash = request_hash(conv_id, text, agent)
+    run_id = run_id or new_id("run")  # a caller already listening for the run names it
+    message_id = new_id("msg")
+    # The first event commits with the run itself: a client's stream has something at once,
+    # whatever the workers are doing.
+    ((_, _, kind, encoded),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
+    async with pool.acquire() as conn:
+        if key:
+            replay = await stored_answer(conn, scope, key, rhash)
+            if replay is not None:
+                return replay, True, []
+        # The run's starting state, stored with it: its context as of now, and its answer's id
+        # (sorting after the question). Read outside the ownership check, which the insert does;
+        # on another user's conversation nothing is stored and nothing of this is returned.
+        budget = context.budget_for(agents.get(agent))
+        messages, cut = await context.initial_context(
+            conn, conv_id, message_id, text, budget=budget
+        )
+        checkpoint = started_checkpoint(new_id_after("msg", message_id), messages, cut)
+        # (its Redis round trip overlapped the context read above)
+        confirmed = streamed is not None and await streamed.confirmed()
+        # The conversation is locked first, so the agent's concurrent_runs policy reads its
+        # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
+        # idempotency key must commit with it.
+        async with conn.transaction() if key else contextlib.nullcontext():
+            admission = await run_admission.start(
+                conn,
+                concurrent_runs.policy_of(agents.get(agent)),
+                run_id,
+                conv_id,
+                principal.user_id,
+                message_id,
+                text,
+                agent,
+                trace_context,
+                (kind, encoded),
+                checkpoint,
+            )
+            if admission is None:
+                raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+            run = concurrent_runs.admitted(admission)
+            view = RunView.of(run)
+            if key and not await idempotency.store(
+                conn, scope, key, rhash, {"run": view.to_json()}
+            ):
+                # A concurrent twin stored the key first: undo ours, answer with theirs.
+                raise _Retry()
+    # Not published: no stream can be following a run whose id was unknown until now but the
+    # caller's own (handed the event in `streamed.first`), and any stream opened from here on
+    # reads Postgres (after its subscription is confirmed).
+    if streamed is not None and confirmed:
+        streamed.first = encoded
+    metrics.RUNS_STARTED.inc()
+    return view, False, admission.active
+
+
+class _Retry(Exception):
+    pass
+
+
+async def start_run_once(
+    pool: Pool,
+    agents: AgentRegistry,
+    principal: Principal,
+    conv_id: str,
+    text: str,
+    key: str,
+    agent: str,
+    trace_context: dict[str, str],
+    *,
+    run_id: str = "",
+    streamed: StreamedStart | None = None,
+) -> tuple[RunView, bool, list[str]]:
+    args = (pool, agents, principal, conv_id, text, key, agent, trace_context)
+    try:
+        return await start_run(*args, run_id=run_id, streamed=streamed)
+    except _Retry:
+        return await start_run(*args, run_id=run_id, streamed=streamed)
+
+
+async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:
+    async with pool.acquire() as conn:
+        run = await load_owned_run(conn, principal, run_id)
+        pending = await interrupts.pending_for_run(conn, run_id)
+        # Retention drops only finished runs' events: one more query for those alone.
+        expired = run.terminal and await event_partitions.events_expired(conn, run_id)
+    return replace(RunView.of(run, pending), events_expired=expired)
+
+
+def list_agents(agents: AgentRegistry, principal: Principal) -> tuple[list[AgentView], str]:
+    """The loaded agents, sorted by name, and the default one: for any acting caller (a stream
+    token reads one run only)."""
+    _acting(principal)
+    return agents.views(), agents.default

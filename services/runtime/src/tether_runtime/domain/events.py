@@ -1,0 +1,155 @@
+"""Building RunEvents: the one place the engine touches the event schema. Events are stored as the
+serialized protobuf and published in batches, so a stream passes them on without re-encoding."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_proto import wire
+
+RunEvent = events_pb2.RunEvent
+TERMINAL = wire.TERMINAL_EVENT_TYPES
+# The store's names are the wire's (tether_proto.wire): decision "approved" is DECISION_APPROVED.
+DECISIONS = wire.DECISION.values
+KINDS = wire.INTERRUPT_KIND.values
+
+
+def timestamp(dt: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(dt)
+    return ts
+
+
+def run_started(conversation_id: str) -> RunEvent:
+    return RunEvent(run_started=events_pb2.RunStarted(conversation_id=conversation_id))
+
+
+def text_delta(message_id: str, delta: str) -> RunEvent:
+    return RunEvent(text_delta=events_pb2.TextDelta(message_id=message_id, delta=delta))
+
+
+def tool_started(call_id: str, tool: str, args_summary: str) -> RunEvent:
+    return RunEvent(
+        tool_started=events_pb2.ToolStarted(call_id=call_id, tool=tool, args_summary=args_summary)
+    )
+
+
+def tool_finished(call_id: str, tool: str, ok: bool, summary: str) -> RunEvent:
+    status = events_pb2.TOOL_STATUS_SUCCESS if ok else events_pb2.TOOL_STATUS_ERROR
+    return RunEvent(
+        tool_finished=events_pb2.ToolFinished(
+            call_id=call_id, tool=tool, status=status, summary=summary
+        )
+    )
+
+
+def tool_progress(call_id: str, tool: str, fraction: float, text: str) -> RunEvent:
+    # Clamped here, once, so no stream or browser has to guard against a tool's odd number.
+    fraction = min(max(fraction, 0.0), 1.0) if fraction == fraction else 0.0  # NaN -> 0
+    return RunEvent(
+        tool_progress=events_pb2.ToolProgress(
+            call_id=call_id, tool=tool, fraction=fraction, text=text
+        )
+    )
+
+
+def payload_message(payload: dict[str, Any]) -> resources_pb2.InterruptPayload:
+    schema = payload.get("input_schema")
+    return resources_pb2.InterruptPayload(
+        options=[
+            resources_pb2.InterruptOption(
+                value=str(o.get("value", "")),
+                label=str(o.get("label", "")),
+                description=str(o.get("description", "")),
+            )
+            for o in payload.get("options") or []
+        ],
+        input_schema_json=json.dumps(schema, sort_keys=True) if schema else "",
+        risk=payload.get("risk", ""),
+        target=payload.get("target", ""),
+        tool=payload.get("tool", ""),
+        parameter_summary=payload.get("parameter_summary", ""),
+        reason=payload.get("reason", ""),
+        title=payload.get("title", ""),
+        details=payload.get("details", ""),
+        preview=payload.get("preview", ""),
+    )
+
+
+def interrupt(
+    interrupt_id: str, kind: str, payload: dict[str, Any], expires_at: datetime
+) -> RunEvent:
+    return RunEvent(
+        interrupt=events_pb2.InterruptRaised(
+            interrupt_id=interrupt_id,
+            kind=KINDS[kind],
+            payload=payload_message(payload),
+            expire_time=timestamp(expires_at),
+        )
+    )
+
+
+def interrupt_resolved(interrupt_id: str, decision: str, resolved_by: str = "") -> RunEvent:
+    return RunEvent(
+        interrupt_resolved=events_pb2.InterruptResolved(
+            interrupt_id=interrupt_id, decision=DECISIONS[decision], resolved_by=resolved_by
+        )
+    )
+
+
+def done(
+    message_id: str, input_tokens: int = 0, output_tokens: int = 0, model_steps: int = 0
+) -> RunEvent:
+    usage = resources_pb2.TokenUsage(
+        input_tokens=input_tokens, output_tokens=output_tokens, model_steps=model_steps
+    )
+    return RunEvent(done=events_pb2.Done(message_id=message_id, usage=usage))
+
+
+def error(code: str, message: str) -> RunEvent:
+    return RunEvent(error=events_pb2.Error(code=code, message=message))
+
+
+def cancelled(reason: str) -> RunEvent:
+    return RunEvent(cancelled=events_pb2.Cancelled(reason=reason))
+
+
+def reset(run: resources_pb2.Run) -> RunEvent:
+    return RunEvent(run_id=run.id, reset=events_pb2.Reset(run=run))
+
+
+def kind_of(ev: RunEvent) -> str:
+    return ev.WhichOneof("event") or ""
+
+
+def is_terminal(ev: RunEvent) -> bool:
+    return kind_of(ev) in TERMINAL
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def batch_from_encoded(encoded: Sequence[bytes]) -> bytes:
+    """The bytes of a StreamRunEventsResponse whose `events` (field 1) are these encoded RunEvents,
+    built by concatenation: no decode, no re-encode."""
+    return b"".join(b"\x0a" + _varint(len(e)) + e for e in encoded)
+
+
+def split_batch(data: bytes) -> list[RunEvent]:
+    from tether.runtime.v1 import runtime_service_pb2
+
+    return list(runtime_service_pb2.StreamRunEventsResponse.FromString(data).events)

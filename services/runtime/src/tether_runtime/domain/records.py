@@ -1,0 +1,183 @@
+"""Typed rows: what the store hands the engine, so no asyncpg Record leaks past the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from tether_proto import wire
+from tether_proto.wire import ToolCallStatus
+
+TERMINAL_STATUSES = wire.TERMINAL_RUN_STATUSES
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    conversation_id: str
+    user_id: str
+    user_message_id: str
+    agent: str
+    status: str
+    checkpoint: dict[str, Any]
+    lease_owner: str | None
+    lease_epoch: int
+    cancel_requested: bool
+    cancel_reason: str
+    last_sequence: int
+    step_streamed: int
+    trace_context: dict[str, Any]
+    # Claims since the run last paused or started fresh, this worker's included (migration 0003).
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> RunRow:
+        return cls(
+            id=r["id"],
+            conversation_id=r["conversation_id"],
+            user_id=r["user_id"],
+            user_message_id=r["user_message_id"],
+            agent=r["agent"],
+            status=r["status"],
+            checkpoint=r["checkpoint"] or {},
+            lease_owner=r["lease_owner"],
+            lease_epoch=r["lease_epoch"],
+            cancel_requested=r["cancel_requested"],
+            cancel_reason=r["cancel_reason"],
+            last_sequence=r["last_sequence"],
+            step_streamed=r["step_streamed"],
+            trace_context=r["trace_context"] or {},
+            attempts=r["attempts"],
+            created_at=r["created_at"],
+            updated_at=r["updated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class InterruptRow:
+    id: str
+    run_id: str
+    call_id: str
+    kind: str
+    status: str
+    action: str
+    scope: str
+    payload: dict[str, Any]
+    expires_at: datetime
+    resolved_at: datetime | None
+    resolved_by: str | None
+    decision: str | None
+    input: str | None
+    # The approval policy the card was raised with (migration 0011); None: the owner decides.
+    approval_grant: str | None = None
+    self_approval: bool = True
+    approvals_required: int = 1
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> InterruptRow:
+        return cls(
+            id=r["id"],
+            run_id=r["run_id"],
+            call_id=r["call_id"],
+            kind=r["kind"],
+            status=r["status"],
+            action=r["action"],
+            scope=r["scope"],
+            payload=r["payload"],
+            expires_at=r["expires_at"],
+            resolved_at=r["resolved_at"],
+            resolved_by=r["resolved_by"],
+            decision=r["decision"],
+            input=r["input"],
+            approval_grant=r.get("approval_grant"),
+            self_approval=r.get("self_approval", True),
+            approvals_required=r.get("approvals_required", 1),
+        )
+
+
+@dataclass(frozen=True)
+class ToolCallRow:
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    status: ToolCallStatus
+    result_summary: str | None
+    result: dict[str, Any] | None
+    idempotency_key: str
+    claimed_epoch: int | None
+    approved_by: str | None
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> ToolCallRow:
+        return cls(
+            run_id=r["run_id"],
+            call_id=r["call_id"],
+            tool=r["tool"],
+            args=r["args"],
+            status=ToolCallStatus(r["status"]),
+            result_summary=r["result_summary"],
+            result=r["result"],
+            idempotency_key=r["idempotency_key"],
+            claimed_epoch=r["claimed_epoch"],
+            approved_by=r["approved_by"],
+        )
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    id: str
+    user_id: str
+    title: str
+    facts: dict[str, Any]
+    summary: str
+    summary_through: str
+    """The newest message the model-written summary covers ('': none yet; migration 0006)."""
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> ConversationRow:
+        return cls(
+            id=r["id"],
+            user_id=r["user_id"],
+            title=r["title"],
+            facts=r["facts"] or {},
+            summary=r["summary"],
+            summary_through=r["summary_through"],
+            version=r["version"],
+            created_at=r["created_at"],
+            updated_at=r["updated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    id: str
+    conversation_id: str
+    run_id: str | None
+    role: str
+    content: str
+    tool_call_id: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> MessageRow:
+        return cls(
+            id=r["id"],
+            conversation_id=r["conversation_id"],
+            run_id=r["run_id"],
+            role=r["role"],
+            content=r["content"],
+            tool_call_id=r["tool_call_id"],
+            created_at=r["created_at"],
+        )

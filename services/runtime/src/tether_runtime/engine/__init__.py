@@ -1,0 +1,1 @@
+"""Executing runs: workers, the run loop, model steps, the tool-call machines, checkpoints, questions, resume, the driven-agent host."""

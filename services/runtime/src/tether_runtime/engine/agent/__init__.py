@@ -1,0 +1,1 @@
+"""The agent inside a run: its context, compaction, summaries and token counts."""

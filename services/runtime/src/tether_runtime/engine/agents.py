@@ -1,0 +1,144 @@
+"""The agents this process runs, loaded from configuration (DESIGN section 10): TETHER_AGENTS
+(`module:attribute`, comma-separated) and the `tether.agents` entry-point group. The engine knows
+an agent only through the public SDK; it imports none by name."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from contextlib import AsyncExitStack
+from importlib import metadata
+
+from tether_common.config import Settings
+from tether_common.errors import AgentNotFound
+from tether_sdk import Agent, AgentDefinitionError, Host
+
+from tether_runtime.domain.views import AgentToolView, AgentView
+from tether_runtime.engine.loaded_agent import AgentLoadError, LoadedAgent
+from tether_runtime.engine.model_choice import ModelConfigError, make_model
+
+log = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "tether.agents"
+
+
+def _import(spec: str) -> object:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AgentLoadError(f"{spec!r} is not 'module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure is reported with its cause
+        raise AgentLoadError(f"cannot import {module_name!r}: {err}") from err
+    obj: object = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AgentLoadError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def discover(settings: Settings) -> list[tuple[Agent, str]]:
+    """Every configured agent (TETHER_AGENTS, then the entry points), checked; AgentLoadError on
+    the first that is wrong."""
+    found: list[tuple[object, str]] = []
+    for spec in settings.agents:
+        found.append((_import(spec), f"TETHER_AGENTS={spec}"))
+    if settings.agent_entry_points:
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+            except Exception as err:  # noqa: BLE001
+                raise AgentLoadError(f"entry point {ep.name} = {ep.value}: {err}") from err
+            found.append((obj, f"entry point {ep.name} = {ep.value}"))
+    out: list[tuple[Agent, str]] = []
+    names: dict[str, str] = {}
+    for obj, source in found:
+        if not isinstance(obj, Agent):
+            raise AgentLoadError(f"{source} is a {type(obj).__name__}, not a tether_sdk.Agent")
+        try:
+            obj.check()
+        except AgentDefinitionError as err:
+            raise AgentLoadError(f"{source}: {err}") from err
+        if obj.name in names:
+            if any(a is obj for a, _ in out):
+                continue  # the same agent named twice (TETHER_AGENTS and its entry point)
+            raise AgentLoadError(
+                f"two agents are named {obj.name!r}: {names[obj.name]} and {source}"
+            )
+        names[obj.name] = source
+        out.append((obj, source))
+    return out
+
+
+class AgentRegistry:
+    def __init__(self, loaded: list[LoadedAgent], default: str) -> None:
+        self.agents = {a.name: a for a in loaded}
+        self.default = default
+        self._stack = AsyncExitStack()
+
+    @classmethod
+    def load(cls, settings: Settings) -> AgentRegistry:
+        found = discover(settings)
+        try:
+            loaded = [LoadedAgent(a, src, make_model(a, settings)) for a, src in found]
+        except ModelConfigError as err:
+            raise AgentLoadError(str(err)) from err
+        plan = settings.conformance_plan
+        if plan:
+            # `tether conformance` only: one tool of one agent, driven and watched (never in
+            # production; see conformance.py).
+            from tether_runtime.engine.conformance import rig
+
+            loaded = rig(loaded, plan, production=settings.env == "production")
+        names = sorted(a.name for a in loaded)
+        default = settings.default_agent if settings.default_agent in names else ""
+        if not default and len(names) == 1:
+            default = names[0]
+        return cls(loaded, default)
+
+    async def start(self, database_url: str, *, transaction_pooler: bool = False) -> None:
+        """Open each agent's resources (its lifespan) once for this process."""
+        host = Host(database_url=database_url, transaction_pooler=transaction_pooler)
+        for a in self.agents.values():
+            if a.agent.lifespan is not None:
+                a.state = await self._stack.enter_async_context(a.agent.lifespan(host))
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+        for a in self.agents.values():
+            aclose = getattr(a.model, "aclose", None)
+            if aclose is not None:
+                await aclose()  # a provider's HTTP client
+
+    def resolve(self, name: str) -> str:
+        """The agent a run asks for ('' is the default), or AGENT_NOT_FOUND."""
+        name = name or self.default
+        if name not in self.agents:
+            known = ", ".join(sorted(self.agents)) or "none"
+            if not name:
+                raise AgentNotFound(f"name an agent: no default is configured (loaded: {known})")
+            raise AgentNotFound(f"no agent named {name!r} is loaded (loaded: {known})")
+        return name
+
+    def get(self, name: str) -> LoadedAgent:
+        return self.agents[self.resolve(name)]
+
+    def views(self) -> list[AgentView]:
+        return [view_of(a.agent) for _, a in sorted(self.agents.items())]
+
+
+def view_of(agent: Agent) -> AgentView:
+    return AgentView(
+        name=agent.name,
+        description=agent.description,
+        tools=tuple(
+            AgentToolView(
+                name=t.name,
+                description=t.description,
+                effect=str(t.effect),
+                action=t.action,
+                risk=t.risk if t.effect == "write" else "",
+            )
+            for t in agent.tools
+        ),
+    )

@@ -1,0 +1,94 @@
+"""An interrupt's card: what a person is shown before deciding (a confirmation, an unknown
+outcome, a question), each field masked and cut to its one limit, and the raising of the
+interrupt that carries it: persisted with the checkpoint and the run's `interrupted` status in
+one transaction, announced after, and the run pauses. Every kind of card, native or a driven
+agent's, goes through here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
+
+from tether_common.ids import new_id
+from tether_common.redaction import redact, redact_value
+from tether_sdk import Approval
+
+from tether_runtime.domain import events as ev
+from tether_runtime.engine.run_context import RunContext
+from tether_runtime.engine.run_outcomes import Paused
+from tether_runtime.store import interrupts, runs
+from tether_runtime.store.db import Conn
+from tether_runtime.streams.run_writer import Apply
+
+FIELDS = ("title", "risk", "target", "tool", "parameter_summary", "reason", "details", "preview")
+LIMITS = {
+    # A card's fields.
+    "title": 200,
+    "risk": 200,
+    "target": 300,
+    "tool": 200,
+    "parameter_summary": 500,
+    "reason": 200,
+    "details": 2000,
+    "preview": 4000,
+    # A question's option (value, label, description), each.
+    "option": 500,
+    # What events and the audit log say of a call: its summary, its progress, a reason.
+    "summary": 500,
+    "progress": 200,
+    "audit_reason": 500,
+}
+
+
+def cut(limit: str, text: object) -> str:
+    """`text` masked, then cut to the limit named (masked first: a cut could split a secret
+    and leave a prefix the masking no longer recognizes)."""
+    return redact(str(text or ""))[: LIMITS[limit]]
+
+
+def card(**fields: object) -> dict[str, Any]:
+    """A card of every field, each masked and cut; a field not given is empty."""
+    return {f: cut(f, fields.get(f)) for f in FIELDS}
+
+
+async def pause(
+    ctx: RunContext,
+    call_id: str,
+    kind: str,
+    payload: dict[str, Any],
+    before: Apply,
+    *,
+    action: str = "",
+    scope: str = "",
+    approval: Approval | None = None,
+    interrupt_id: str | None = None,
+) -> NoReturn:
+    """Raise the interrupt showing `payload` for the call: `before` (the call's row: proposed,
+    or marked unknown), the interrupt, the checkpoint and the run's `interrupted` status in one
+    transaction, then its `interrupt` event; the run pauses. Every field is masked once more,
+    whatever raised the card (the model's `reason` included)."""
+    interrupt_id = interrupt_id or new_id("int")
+    expires = datetime.now(UTC) + timedelta(seconds=ctx.interrupt_ttl_s)
+    payload = redact_value(payload)
+    save = ctx.save()
+    run_id, epoch = ctx.run_id, ctx.epoch
+
+    async def apply(conn: Conn) -> None:
+        await before(conn)
+        await interrupts.create_interrupt(
+            conn,
+            interrupt_id,
+            run_id,
+            call_id,
+            kind,
+            action,
+            scope,
+            payload,
+            expires,
+            approval,
+        )
+        await save(conn)
+        await runs.finish(conn, run_id, epoch, "interrupted")
+
+    await ctx.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
+    raise Paused()

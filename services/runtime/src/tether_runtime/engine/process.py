@@ -1,0 +1,35 @@
+"""What an executing run needs from its process: the stores, the settings, the tool gate and the
+loaded agents. Built once per process by `server.run_server`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tether_common.config import Settings
+
+from tether_runtime.engine.agent.summaries import Summaries
+from tether_runtime.engine.agents import AgentRegistry
+from tether_runtime.policy.gate import ToolGate
+from tether_runtime.store.db import Pool
+from tether_runtime.streams.bus import EventBus
+from tether_runtime.streams.event_sink import EventSink
+
+
+@dataclass
+class Engine:
+    pool: Pool
+    bus: EventBus
+    settings: Settings
+    gate: ToolGate
+    agents: AgentRegistry
+    sink: EventSink = field(init=False)
+    summaries: Summaries = field(init=False)
+    """Background summaries of conversations (agent/summaries.py)."""
+
+    def __post_init__(self) -> None:
+        self.sink = EventSink(self.pool, self.bus)
+        self.summaries = Summaries(self.pool)
+
+    async def close(self) -> None:
+        """Stop the engine's background work (before the pool closes)."""
+        await self.summaries.close()

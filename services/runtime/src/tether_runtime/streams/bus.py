@@ -1,0 +1,243 @@
+"""Redis fan-out. Publishing happens after commit and may fail: Postgres stays the truth, and
+streams fill any gap from it. Each process keeps ONE subscriber connection and fans out in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from tether_common import redis_conn
+
+from tether_runtime.domain.events import batch_from_encoded
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills from Postgres
+SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
+
+
+def channel(run_id: str) -> str:
+    return f"tether:run:{run_id}"
+
+
+class Subscription:
+    """One stream's view of a run's live batches. `overflowed` means some were dropped."""
+
+    def __init__(self, run_id: str, subscribed: asyncio.Event) -> None:
+        self.run_id = run_id
+        # Set once Redis confirmed the channel's subscription: from then on nothing published
+        # for the run can pass this process by, so a read of Postgres after it misses nothing.
+        self.subscribed = subscribed
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_LIMIT)
+        self.overflowed = False
+        # The last sequence the stream sent, and when it last heard anything: what the
+        # positioning check compares with Postgres.
+        self.position = 0
+        self.last_heard = 0.0
+
+    def nudge(self) -> None:
+        """Ask the stream to compare its position with Postgres (an empty message)."""
+        self.offer(b"")
+
+    def offer(self, data: bytes) -> None:
+        try:
+            self.queue.put_nowait(data)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+
+class EventBus:
+    def __init__(self, url: str, **client_options: Any) -> None:
+        self._url = url
+        self._pub = redis_conn.connect(
+            url, socket_timeout=2, socket_connect_timeout=2, **client_options
+        )
+        self._subs: dict[str, set[Subscription]] = defaultdict(set)
+        self._confirmed: dict[str, asyncio.Event] = {}
+        self._pubsub: aioredis.client.PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._dirty: set[str] = set()  # channels whose subscription Redis has yet to hear of
+        self._flusher: asyncio.Future[None] | None = None
+        self.publish_failures = 0
+        # Fault injection for the chaos suite, off by default: TETHER_FAULT_DROP_PUBLISH_EVERY=N
+        # silently skips every Nth publish, as if Redis had lost the message. Never in production.
+        drop = os.environ.get("TETHER_FAULT_DROP_PUBLISH_EVERY", "0") or "0"
+        self._drop_every = 0 if os.environ.get("TETHER_ENV") == "production" else int(drop)
+        self._published = 0
+
+    async def start(self) -> None:
+        self._reader = asyncio.create_task(self._read_forever(), name="bus-reader")
+
+    async def close(self) -> None:
+        for task in (self._reader, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+        await self._pub.aclose()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._pub.ping())
+        except redis_conn.ERRORS:
+            return False
+
+    async def publish(self, run_id: str, encoded: list[bytes]) -> None:
+        """Announce committed events. A failure is logged, never raised: the events are safe in
+        Postgres and every stream's positioning check will find them."""
+        if not encoded or self._fault_drops(run_id):
+            return
+        try:
+            await self._send(self._pub, channel(run_id), batch_from_encoded(encoded))
+        except redis_conn.ERRORS as err:
+            self.publish_failures += 1
+            log.warning("publish failed; streams will refill from Postgres: %s", err)
+
+    def _send(self, target: Any, name: str, data: bytes) -> Any:
+        """PUBLISH on a client or a pipeline (a Redis Cluster's bus says SPUBLISH instead)."""
+        return target.publish(name, data)
+
+    def subscriptions(self) -> list[Subscription]:
+        return [sub for subs in self._subs.values() for sub in subs]
+
+    def _fault_drops(self, run_id: str) -> bool:
+        if self._drop_every <= 0:
+            return False
+        self._published += 1
+        if self._published % self._drop_every:
+            return False
+        log.warning("fault injection: publish dropped", extra={"run_id": run_id})
+        return True
+
+    async def publish_many(self, batches: list[tuple[str, list[bytes]]]) -> None:
+        """Announce several runs' committed events in one pipelined round trip."""
+        batches = [
+            (run_id, encoded)
+            for run_id, encoded in batches
+            if encoded and not self._fault_drops(run_id)
+        ]
+        if not batches:
+            return
+        if len(batches) == 1:
+            await self.publish(*batches[0])
+            return
+        try:
+            async with self._pub.pipeline(transaction=False) as pipe:
+                for run_id, encoded in batches:
+                    self._send(pipe, channel(run_id), batch_from_encoded(encoded))
+                await pipe.execute()
+        except redis_conn.ERRORS as err:
+            self.publish_failures += 1
+            log.warning("publish failed; streams will refill from Postgres: %s", err)
+
+    @contextlib.contextmanager
+    def subscribe(self, run_id: str) -> Iterator[Subscription]:
+        name = channel(run_id)
+        first = not self._subs[name]
+        if first:
+            self._confirmed[name] = asyncio.Event()
+        sub = Subscription(run_id, self._confirmed[name])
+        self._subs[name].add(sub)
+        if first:
+            self._changed(name)
+        try:
+            yield sub
+        finally:
+            subs = self._subs.get(name)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[name]
+                    self._confirmed.pop(name, None)
+                    self._changed(name)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the subscriber connection is up (it connects in the background)."""
+        ps = self._pubsub
+        return ps is not None and getattr(ps, "connection", None) is not None
+
+    async def confirmed(self, sub: Subscription) -> bool:
+        """Wait (briefly) until Redis confirmed the subscription. Without it, a batch published
+        between a stream's read of Postgres and its SUBSCRIBE reaching Redis would pass the stream
+        by, and if it held the run's last events nothing would arrive to reveal the gap before
+        the positioning check. Returns at once, False, while Redis is unreachable."""
+        if sub.subscribed.is_set():
+            return True
+        if not self.connected:
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SUBSCRIBE_WAIT_S):
+                await sub.subscribed.wait()
+        return sub.subscribed.is_set()
+
+    def _changed(self, name: str) -> None:
+        """A channel gained its first or lost its last local stream: tell Redis soon. Changes
+        made while a round trip is in flight go out together, as ONE SUBSCRIBE (and one
+        UNSUBSCRIBE), so a burst of new streams waits for one command, not one each."""
+        self._dirty.add(name)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_changes())
+
+    async def _flush_changes(self) -> None:
+        async with self._lock:
+            while self._dirty:
+                names, self._dirty = self._dirty, set()
+                ps = self._pubsub
+                if ps is None or getattr(ps, "connection", None) is None:
+                    return  # the reader subscribes to everything current when it (re)connects
+                # What Redis must hear is the channel's state now, whatever happened meanwhile.
+                wanted = sorted(n for n in names if n in self._subs)
+                unwanted = sorted(n for n in names if n not in self._subs)
+                try:
+                    if wanted:
+                        await ps.subscribe(*wanted)
+                    if unwanted:
+                        await ps.unsubscribe(*unwanted)
+                except redis_conn.ERRORS as err:
+                    log.warning("pubsub change failed: %s", err)
+
+    async def _read_forever(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                async with self._lock:
+                    client = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
+                    self._pubsub = client.pubsub()
+                    # A placeholder channel keeps the connection in subscribe mode while idle.
+                    await self._pubsub.subscribe("tether:hello", *list(self._subs))
+                backoff = 0.1
+                while True:
+                    msg = await self._pubsub.get_message(timeout=1.0)
+                    if msg is None:
+                        continue
+                    name = msg["channel"].decode()
+                    if msg["type"] != "message":
+                        if msg["type"] == "subscribe" and name in self._confirmed:
+                            self._confirmed[name].set()
+                        continue
+                    now = time.monotonic()
+                    for sub in list(self._subs.get(name, ())):
+                        sub.last_heard = now
+                        sub.offer(msg["data"])
+            except asyncio.CancelledError:
+                raise
+            except redis_conn.ERRORS as err:
+                log.warning("pubsub connection lost, reconnecting: %s", err)
+                ps, self._pubsub = self._pubsub, None
+                if ps is not None:
+                    with contextlib.suppress(Exception):
+                        await ps.aclose()  # type: ignore[no-untyped-call]
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
