@@ -1,5 +1,6 @@
 """ResumeRun in invariant 5's order: idempotency, the conditional claim, reject, expiry,
-re-authorization, resource reload, cancel. Each test drives a real runtime process over gRPC."""
+re-authorization, resource reload, cancel. Each test drives a real runtime over gRPC (served in the
+test process: conftest.py)."""
 
 from __future__ import annotations
 
