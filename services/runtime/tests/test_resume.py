@@ -1,6 +1,5 @@
 """ResumeRun in invariant 5's order: idempotency, the conditional claim, reject, expiry,
-re-authorization, resource reload, cancel. Each test drives a real runtime over gRPC (served in the
-test process: conftest.py)."""
+re-authorization, resource reload, cancel. Each test drives a real runtime process over gRPC."""
 
 from __future__ import annotations
 

@@ -9,9 +9,8 @@ import urllib.request
 
 import pytest
 from tether_testkit.client import Client, token, types
-from tether_testkit.in_process import in_process_runtime
 from tether_testkit.inventory import abnormal_service
-from tether_testkit.processes import free_port
+from tether_testkit.processes import free_port, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
 
@@ -28,17 +27,18 @@ def violations(metrics_url: str, mode: str) -> float:
 async def test_side_door_through_resume(private_env, private_db, mode):
     db = private_db
     port = free_port()
-    served = in_process_runtime(
+    proc = start_runtime(
         {
             **private_env,
             "TETHER_TOOL_GATE": mode,
             "TETHER_TOOL_DENY": "opspilot:delete_instance",
             "TETHER_METRICS_ADDR": f"127.0.0.1:{port}",
-        }
+        },
+        name=f"runtime-gate-{mode}",
     )
     metrics_url = f"http://127.0.0.1:{port}/metrics"
-    async with served as runtime:
-        c = Client(runtime.addr, token(TEST_SECRET, "alice"))
+    try:
+        c = Client(proc.addr, token(TEST_SECRET, "alice"))
         service, instance = await abnormal_service(db)
         victim = (await abnormal_service(db))[1]
         conv = await c.conversation()
@@ -67,3 +67,5 @@ async def test_side_door_through_resume(private_env, private_db, mode):
         # no instance.delete) stops it.
         assert outcome["outcome"] == ("blocked" if mode == "enforce" else "denied")
         await c.close()
+    finally:
+        proc.terminate()

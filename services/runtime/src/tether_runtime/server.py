@@ -8,8 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -64,31 +63,6 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
     setup_tracing("tether-runtime")
-    serving = await serve(settings, tls)
-    freeze_startup_objects()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await serving.stop()
-
-
-@dataclass(frozen=True)
-class Serving:
-    """A runtime serving in this event loop: the port its API is bound to, and `stop`, which
-    drains it (health NOT_SERVING first) and closes every store."""
-
-    port: int
-    stop: Callable[[], Awaitable[None]]
-
-
-async def serve(settings: Settings, tls: grpc.ServerCredentials | None) -> Serving:
-    """Start one pod's servers and workers in the running event loop: what `run_server` runs
-    between a process's set-up (logging, tracing, signals) and its stop, and what tests start in
-    their own process (TETHER_GRPC_ADDR with port 0: any free port, in `Serving.port`). `tls` is
-    `server_credentials(settings)`; `settings` checked."""
     hooks = WebhookSettings.from_env()
     log.info(
         "runtime starting", extra={"settings": settings.public_view(), "webhooks": asdict(hooks)}
@@ -153,6 +127,7 @@ async def serve(settings: Settings, tls: grpc.ServerCredentials | None) -> Servi
         await deliveries.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    freeze_startup_objects()
     log.info(
         "runtime serving",
         extra={
@@ -163,26 +138,28 @@ async def serve(settings: Settings, tls: grpc.ServerCredentials | None) -> Servi
             "grpc_poller_sockets_unblocked": unblocked,
         },
     )
-
-    async def stop() -> None:
-        log.info("runtime draining")
-        await health_servicer.enter_graceful_shutdown()
-        if deliveries is not None:
-            await deliveries.stop()
-        if worker is not None:
-            await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
-        await server.stop(grace=settings.drain_s / 2)
-        if probes is not None:
-            await probes.stop(grace=None)
-        await engine.close()
-        await following.aclose()
-        await verifier.aclose()
-        await bus.close()
-        await agents.close()
-        await pool.close()
-        log.info("runtime stopped")
-
-    return Serving(port, stop)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("runtime draining")
+    await health_servicer.enter_graceful_shutdown()
+    if deliveries is not None:
+        await deliveries.stop()
+    if worker is not None:
+        await worker.stop(grace_s=min(5.0, settings.drain_s / 2))
+    await server.stop(grace=settings.drain_s / 2)
+    if probes is not None:
+        await probes.stop(grace=None)
+    await engine.close()
+    await following.aclose()
+    await verifier.aclose()
+    await bus.close()
+    await agents.close()
+    await pool.close()
+    log.info("runtime stopped")
 
 
 def main() -> None:
