@@ -1,4 +1,5 @@
-"""Issue #35, findings 2-4: numbers, times and page tokens a client sends are parsed within bounds
+"""Issue #35, findings 2-4 (and the page tokens of conversations and messages, which the fuzzers
+found): numbers, times and page tokens a client sends are parsed within bounds
 (tether_common.input_parsers) and refused with 400 / INVALID_ARGUMENT, never a 500 / INTERNAL,
 through a real gateway and runtime; and the idempotency key is 1-128 characters on both sides."""
 
@@ -16,6 +17,7 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether.runtime.v1 import runtime_service_pb2_grpc
 from tether_common.input_parsers import MAX_IDEMPOTENCY_KEY
 from tether_testkit.client import Client, token
 from tether_testkit.processes import Proc, start_gateway
@@ -213,3 +215,48 @@ async def test_the_idempotency_key_limit_is_the_same_at_gateway_and_runtime(
     resume = {"interruptId": "int_x", "decision": "approve", "idempotencyKey": too_long}
     async with http.post(f"{gateway}/v1/runs/run_x/resume", json=resume, headers=bearer(user)) as r:
         assert r.status == 400, await r.text()
+
+
+def test_conversation_and_message_pages_take_only_tokens_they_issued(runtime: Proc) -> None:
+    """A page token of ListConversations / ListMessages is one the API issued for the same
+    listing: pages walk every conversation once; a raw id, a deep token or another user's token
+    is INVALID_ARGUMENT (they were read as a raw id before)."""
+    md = tuple((k.lower(), v) for k, v in bearer(new_user("f3c")).items())
+    other = tuple((k.lower(), v) for k, v in bearer(new_user("f3d")).items())
+    with grpc.insecure_channel(runtime.addr) as channel:
+        stub = runtime_service_pb2_grpc.RuntimeServiceStub(channel)
+        made = {
+            stub.CreateConversation(
+                pb.CreateConversationRequest(title=f"c{i}"), metadata=md
+            ).conversation.id
+            for i in range(5)
+        }
+        seen: list[str] = []
+        token = ""
+        while True:
+            page = stub.ListConversations(
+                pb.ListConversationsRequest(page_size=2, page_token=token), metadata=md
+            )
+            seen += [c.id for c in page.conversations]
+            token = page.next_page_token
+            if not token:
+                break
+        assert sorted(seen) == sorted(made)
+        first = stub.ListConversations(pb.ListConversationsRequest(page_size=2), metadata=md)
+        for bad, who in (
+            (first.next_page_token, other),
+            (first.conversations[-1].id, md),
+            (DEEP_TOKEN, md),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ListConversations(
+                    pb.ListConversationsRequest(page_size=2, page_token=bad), metadata=who
+                )
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        conv = sorted(made)[0]
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListMessages(
+                pb.ListMessagesRequest(conversation_id=conv, page_token=DEEP_TOKEN),
+                metadata=md,
+            )
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
