@@ -20,6 +20,7 @@ from tether_common.grpc_poller import unblock_completion_poller
 from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
+from tether_runtime.api.interceptor import RuntimeInterceptor
 from tether_runtime.api.revoked_tokens import follow_revocations
 from tether_runtime.api.servicer import RuntimeServicer, register
 from tether_runtime.engine.agents import AgentRegistry
@@ -98,10 +99,12 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     # Tokens signed out on any gateway pod are refused here too (no Redis: nothing to follow).
     following = contextlib.AsyncExitStack()
     await following.enter_async_context(follow_revocations(verifier, settings.redis_url))
-    server = grpc.aio.server(options=server_options(settings))
+    server = grpc.aio.server(
+        options=server_options(settings), interceptors=[RuntimeInterceptor(verifier)]
+    )
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
-        register(server, RuntimeServicer(engine, verifier))
+        register(server, RuntimeServicer(engine))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection(server, settings, (SERVICE_NAME, health.SERVICE_NAME))

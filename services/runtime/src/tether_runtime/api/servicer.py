@@ -1,88 +1,42 @@
-"""The gRPC servicer: authenticate, translate proto <-> domain, call the engine, map errors.
-No business rule lives here."""
+"""The gRPC servicer: translate proto <-> domain and call the engine. Authentication, tracing,
+the latency metric and the error contract are the interceptor's (interceptor.py); no business
+rule lives here."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
-import asyncpg
 import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
-from opentelemetry import trace
 from tether.runtime.v1 import runtime_service_pb2 as pb
-from tether_common.auth import ON_BEHALF_METADATA, Principal, TokenVerifier, bearer_from_header
-from tether_common.errors import (
-    ERROR_DOMAIN,
-    STATUS_BY_REASON,
-    InvalidArgument,
-    TetherError,
-    Unavailable,
-)
+from tether_common.auth import Principal
 from tether_common.ids import new_id
 from tether_common.input_parsers import timestamp
-from tether_common.tracing import context_from, inject_carrier
+from tether_common.tracing import inject_carrier
 from tether_proto import wire
 
-from tether_runtime import metrics
 from tether_runtime.api import approvals as approvals_api
 from tether_runtime.api import audit as audit_api
 from tether_runtime.api import convert, erasure, run_listing
 from tether_runtime.api import runs as runs_api
+from tether_runtime.api.caller import caller
 from tether_runtime.api.event_stream import EventStream
+from tether_runtime.api.interceptor import opened
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.views import RunView
 from tether_runtime.engine import concurrent_runs, resume
 from tether_runtime.engine.process import Engine
 from tether_runtime.store.audit import AuditContext
-from tether_runtime.store.db import STORE_DOWN
-
-log = logging.getLogger(__name__)
-tracer = trace.get_tracer("tether.runtime")
-T = TypeVar("T")
 
 # The decisions a caller may send (those with an answer word), by their stored name ("approved").
 DECISION_IN = {d: wire.DECISION.name[d] for d in wire.ANSWER_OF}
 
 
-async def abort(context: grpc.aio.ServicerContext[Any, Any], err: TetherError) -> None:
-    code_name, _ = STATUS_BY_REASON.get(err.reason, ("INTERNAL", 500))
-    info = error_details_pb2.ErrorInfo(
-        reason=err.reason, domain=ERROR_DOMAIN, metadata=err.metadata
-    )
-    detail = any_pb2.Any()
-    detail.Pack(info)
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code_name), message=err.message, details=[detail]
-    )
-    await context.abort_with_status(rpc_status.to_status(status))  # type: ignore[attr-defined]
-
-
 class RuntimeServicer:
-    def __init__(self, engine: Engine, verifier: TokenVerifier) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.e = engine
-        self.verifier = verifier
         self.stream = EventStream(engine.pool, engine.bus, engine.settings.stream_quiet_check_s)
-
-    async def _principal(self, context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> Principal:
-        """The caller; a service with the on-behalf capability may name the user it acts for
-        (`x-tether-on-behalf-of`), and is then that user, still a service (it cannot approve)."""
-        md = dict(context.invocation_metadata() or ())
-        principal = await self.verifier.verify(bearer_from_header(md.get("authorization")))
-        user = md.get(ON_BEHALF_METADATA)
-        if user is None:
-            return principal
-        acting = principal.acting_for(user)  # PERMISSION_DENIED without the capability
-        log.info(
-            "service acting on behalf of a user",
-            extra={"caller_service": principal.service, "on_behalf_of": acting.user_id, "rpc": rpc},
-        )
-        return acting
 
     @staticmethod
     def _audit_context(context: grpc.aio.ServicerContext[Any, Any]) -> AuditContext:
@@ -92,103 +46,53 @@ class RuntimeServicer:
         forwarded = str(md.get("x-forwarded-for", ""))
         return AuditContext(client_address=forwarded or peer, details={"peer": peer[:300]})
 
-    async def _call(
-        self,
-        context: grpc.aio.ServicerContext[Any, Any],
-        name: str,
-        fn: Callable[[Principal], Awaitable[T]],
-    ) -> T:
-        start = time.perf_counter()
-        code = "OK"
-        parent = context_from(context.invocation_metadata() or ())
-        span = tracer.start_span(
-            f"RuntimeService/{name}", context=parent, kind=trace.SpanKind.SERVER
-        )
-        try:
-            with trace.use_span(span, end_on_exit=True):
-                return await fn(await self._principal(context, name))
-        except TetherError as err:
-            code = err.reason
-            await abort(context, err)
-            raise  # abort raises; this keeps the type checker honest
-        except asyncpg.CharacterNotInRepertoireError as err:
-            # A NUL in a text field: Postgres text cannot hold it. The caller's input, not our bug.
-            code = "INVALID_ARGUMENT"
-            bad = InvalidArgument("a text field holds a character that cannot be stored (NUL)")
-            await abort(context, bad)
-            raise bad from err
-        except STORE_DOWN as err:
-            code = "UNAVAILABLE"
-            log.warning("%s: store unavailable: %s", name, err)
-            await abort(context, Unavailable("the store is unavailable; retry"))
-            raise
-        except Exception:
-            code = "INTERNAL"
-            log.exception("%s failed", name)
-            await abort(context, TetherError("internal error"))
-            raise
-        finally:
-            metrics.GRPC_LATENCY.labels(method=name, code=code).observe(time.perf_counter() - start)
-
     async def CreateConversation(
         self, request: pb.CreateConversationRequest, context: Any
     ) -> pb.CreateConversationResponse:
-        async def run(p: Principal) -> pb.CreateConversationResponse:
-            conv = await runs_api.create_conversation(self.e.pool, p, request.title)
-            return pb.CreateConversationResponse(conversation=convert.conversation_pb(conv))
-
-        return await self._call(context, "CreateConversation", run)
+        p = caller()
+        conv = await runs_api.create_conversation(self.e.pool, p, request.title)
+        return pb.CreateConversationResponse(conversation=convert.conversation_pb(conv))
 
     async def GetConversation(
         self, request: pb.GetConversationRequest, context: Any
     ) -> pb.GetConversationResponse:
-        async def run(p: Principal) -> pb.GetConversationResponse:
-            conv = await runs_api.get_conversation(self.e.pool, p, request.conversation_id)
-            return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
-
-        return await self._call(context, "GetConversation", run)
+        p = caller()
+        conv = await runs_api.get_conversation(self.e.pool, p, request.conversation_id)
+        return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
 
     async def DeleteConversation(
         self, request: pb.DeleteConversationRequest, context: Any
     ) -> pb.DeleteConversationResponse:
-        async def run(p: Principal) -> pb.DeleteConversationResponse:
-            erased = await erasure.delete_conversation(self.e.pool, p, request.conversation_id)
-            return pb.DeleteConversationResponse(deleted_runs=len(erased.runs))
-
-        return await self._call(context, "DeleteConversation", run)
+        p = caller()
+        erased = await erasure.delete_conversation(self.e.pool, p, request.conversation_id)
+        return pb.DeleteConversationResponse(deleted_runs=len(erased.runs))
 
     async def ListConversations(
         self, request: pb.ListConversationsRequest, context: Any
     ) -> pb.ListConversationsResponse:
-        async def run(p: Principal) -> pb.ListConversationsResponse:
-            rows, token = await runs_api.list_conversations(
-                self.e.pool, p, request.page_size, request.page_token
-            )
-            return pb.ListConversationsResponse(
-                conversations=[convert.conversation_pb(c) for c in rows], next_page_token=token
-            )
-
-        return await self._call(context, "ListConversations", run)
+        p = caller()
+        rows, token = await runs_api.list_conversations(
+            self.e.pool, p, request.page_size, request.page_token
+        )
+        return pb.ListConversationsResponse(
+            conversations=[convert.conversation_pb(c) for c in rows], next_page_token=token
+        )
 
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: Any
     ) -> pb.ListMessagesResponse:
-        async def run(p: Principal) -> pb.ListMessagesResponse:
-            rows, token = await runs_api.list_messages(
-                self.e.pool, p, request.conversation_id, request.page_size, request.page_token
-            )
-            return pb.ListMessagesResponse(
-                messages=[convert.message_pb(m) for m in rows], next_page_token=token
-            )
-
-        return await self._call(context, "ListMessages", run)
+        p = caller()
+        rows, token = await runs_api.list_messages(
+            self.e.pool, p, request.conversation_id, request.page_size, request.page_token
+        )
+        return pb.ListMessagesResponse(
+            messages=[convert.message_pb(m) for m in rows], next_page_token=token
+        )
 
     async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
-        async def run(p: Principal) -> pb.StartRunResponse:
-            view, replayed = await self._start(p, request, context)
-            return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
-
-        return await self._call(context, "StartRun", run)
+        p = caller()
+        view, replayed = await self._start(p, request, context)
+        return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
 
     async def _start(
         self,
@@ -217,120 +121,103 @@ class RuntimeServicer:
         return view, replayed
 
     async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
-        async def run(p: Principal) -> pb.ResumeRunResponse:
-            view, replayed = await resume.resume_run(
-                self.e.pool,
-                self.e.bus,
-                p,
-                request.run_id,
-                request.interrupt_id,
-                DECISION_IN.get(request.decision, ""),
-                request.input,
-                request.idempotency_key,
-                inject_carrier(),
-                audit_ctx=self._audit_context(context),
-            )
-            return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
-
-        return await self._call(context, "ResumeRun", run)
+        p = caller()
+        view, replayed = await resume.resume_run(
+            self.e.pool,
+            self.e.bus,
+            p,
+            request.run_id,
+            request.interrupt_id,
+            DECISION_IN.get(request.decision, ""),
+            request.input,
+            request.idempotency_key,
+            inject_carrier(),
+            audit_ctx=self._audit_context(context),
+        )
+        return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
 
     async def GetRun(self, request: pb.GetRunRequest, context: Any) -> pb.GetRunResponse:
-        async def run(p: Principal) -> pb.GetRunResponse:
-            view = await runs_api.get_run(self.e.pool, p, request.run_id)
-            return pb.GetRunResponse(run=convert.run_pb(view))
-
-        return await self._call(context, "GetRun", run)
+        p = caller()
+        view = await runs_api.get_run(self.e.pool, p, request.run_id)
+        return pb.GetRunResponse(run=convert.run_pb(view))
 
     async def CancelRun(self, request: pb.CancelRunRequest, context: Any) -> pb.CancelRunResponse:
-        async def run(p: Principal) -> pb.CancelRunResponse:
-            view = await resume.cancel_run(
-                self.e.pool,
-                self.e.bus,
-                p,
-                request.run_id,
-                request.reason,
-                audit_ctx=self._audit_context(context),
-            )
-            return pb.CancelRunResponse(run=convert.run_pb(view))
-
-        return await self._call(context, "CancelRun", run)
+        p = caller()
+        view = await resume.cancel_run(
+            self.e.pool,
+            self.e.bus,
+            p,
+            request.run_id,
+            request.reason,
+            audit_ctx=self._audit_context(context),
+        )
+        return pb.CancelRunResponse(run=convert.run_pb(view))
 
     async def ListAgents(
         self, request: pb.ListAgentsRequest, context: Any
     ) -> pb.ListAgentsResponse:
-        async def run(p: Principal) -> pb.ListAgentsResponse:
-            agents, default = runs_api.list_agents(self.e.agents, p)
-            return pb.ListAgentsResponse(
-                agents=[convert.agent_pb(a) for a in agents], default_agent=default
-            )
-
-        return await self._call(context, "ListAgents", run)
+        p = caller()
+        agents, default = runs_api.list_agents(self.e.agents, p)
+        return pb.ListAgentsResponse(
+            agents=[convert.agent_pb(a) for a in agents], default_agent=default
+        )
 
     async def ListRuns(self, request: pb.ListRunsRequest, context: Any) -> pb.ListRunsResponse:
-        async def run(p: Principal) -> pb.ListRunsResponse:
-            views, token = await run_listing.list_runs(
-                self.e.pool,
-                p,
-                conversation_id=request.conversation_id,
-                # An enum value this runtime does not know is refused, not read as "any".
-                status=wire.RUN_STATUS.name.get(request.status, str(request.status))
-                if request.status
-                else "",
-                agent=request.agent,
-                user_id=request.user_id,
-                since=timestamp(request.start_time, request.HasField("start_time"), "start_time"),
-                until=timestamp(request.end_time, request.HasField("end_time"), "end_time"),
-                page_size=request.page_size,
-                page_token=request.page_token,
-            )
-            return pb.ListRunsResponse(
-                runs=[convert.run_pb(v) for v in views], next_page_token=token
-            )
-
-        return await self._call(context, "ListRuns", run)
+        p = caller()
+        views, token = await run_listing.list_runs(
+            self.e.pool,
+            p,
+            conversation_id=request.conversation_id,
+            # An enum value this runtime does not know is refused, not read as "any".
+            status=wire.RUN_STATUS.name.get(request.status, str(request.status))
+            if request.status
+            else "",
+            agent=request.agent,
+            user_id=request.user_id,
+            since=timestamp(request.start_time, request.HasField("start_time"), "start_time"),
+            until=timestamp(request.end_time, request.HasField("end_time"), "end_time"),
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListRunsResponse(runs=[convert.run_pb(v) for v in views], next_page_token=token)
 
     async def ListAuditRecords(
         self, request: pb.ListAuditRecordsRequest, context: Any
     ) -> pb.ListAuditRecordsResponse:
-        async def run(p: Principal) -> pb.ListAuditRecordsResponse:
-            rows, token = await audit_api.list_records(
-                self.e.pool,
-                p,
-                timestamp(request.start_time, request.HasField("start_time"), "start_time"),
-                timestamp(request.end_time, request.HasField("end_time"), "end_time"),
-                request.actor,
-                request.page_size,
-                request.page_token,
-            )
-            return pb.ListAuditRecordsResponse(
-                audit_records=[audit_api.record_pb(r) for r in rows], next_page_token=token
-            )
-
-        return await self._call(context, "ListAuditRecords", run)
+        p = caller()
+        rows, token = await audit_api.list_records(
+            self.e.pool,
+            p,
+            timestamp(request.start_time, request.HasField("start_time"), "start_time"),
+            timestamp(request.end_time, request.HasField("end_time"), "end_time"),
+            request.actor,
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListAuditRecordsResponse(
+            audit_records=[audit_api.record_pb(r) for r in rows], next_page_token=token
+        )
 
     async def ListPendingApprovals(
         self, request: pb.ListPendingApprovalsRequest, context: Any
     ) -> pb.ListPendingApprovalsResponse:
-        async def run(p: Principal) -> pb.ListPendingApprovalsResponse:
-            found, token = await approvals_api.list_pending(
-                self.e.pool, p, request.page_size, request.page_token
-            )
-            return pb.ListPendingApprovalsResponse(
-                pending_approvals=[approvals_api.pending_pb(a) for a in found],
-                next_page_token=token,
-            )
-
-        return await self._call(context, "ListPendingApprovals", run)
+        p = caller()
+        found, token = await approvals_api.list_pending(
+            self.e.pool, p, request.page_size, request.page_token
+        )
+        return pb.ListPendingApprovalsResponse(
+            pending_approvals=[approvals_api.pending_pb(a) for a in found],
+            next_page_token=token,
+        )
 
     async def StreamRunEvents(
         self, request: pb.StreamRunEventsRequest, context: Any
     ) -> AsyncIterator[bytes]:
         """Yields the *encoded* StreamRunEventsResponse: stored events pass through as bytes."""
         after = max(request.after_sequence, 0)
-        view: RunView = await self._call(
-            context, "StreamRunEvents", lambda p: self.stream.open(p, request.run_id, after)
-        )
-        async for item in self._send(self.stream.follow(view, after), context):
+        view = await self.stream.open(caller(), request.run_id, after)
+        opened()
+        async for item in _messages(self.stream.follow(view, after)):
             yield item
 
     async def StartRunAndStreamEvents(
@@ -343,13 +230,10 @@ class RuntimeServicer:
         with self.stream.listen(run_id) as sub:
             streamed = runs_api.StreamedStart(asyncio.ensure_future(self.stream.bus.confirmed(sub)))
             try:
-                view, replayed = await self._call(
-                    context,
-                    "StartRunAndStreamEvents",
-                    lambda p: self._start(p, request, context, run_id, streamed),
-                )
+                view, replayed = await self._start(caller(), request, context, run_id, streamed)
             finally:
                 streamed.ready.cancel()  # (a no-op once it answered)
+            opened()
             head = pb.StartRunAndStreamEventsResponse(
                 run=convert.run_pb(view), replayed=replayed
             ).SerializeToString()
@@ -359,32 +243,21 @@ class RuntimeServicer:
                 if view.id == run_id
                 else self.stream.follow(view, 0)
             )
-            async for item in self._send(items, context):
+            async for item in _messages(items):
                 yield head + item if head else item
                 head = b""
 
-    async def _send(
-        self,
-        items: AsyncIterator[list[bytes] | bytes | RunView],
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[bytes]:
-        """Each item of an event stream as one encoded message (a batch of events)."""
-        try:
-            async for item in items:
-                if isinstance(item, bytes):
-                    yield item
-                elif isinstance(item, RunView):
-                    reset = ev.reset(convert.run_pb(item)).SerializeToString()
-                    yield ev.batch_from_encoded([reset])
-                else:
-                    yield ev.batch_from_encoded(item)
-        except STORE_DOWN as err:
-            # The store went away for longer than the stream's own retries: the caller resumes
-            # from its last sequence (the gateway does so transparently on UNAVAILABLE).
-            log.warning("event stream: store unavailable: %s", err)
-            await abort(
-                context, Unavailable("the store is unavailable; resume from the last event")
-            )
+
+async def _messages(items: AsyncIterator[list[bytes] | bytes | RunView]) -> AsyncIterator[bytes]:
+    """Each item of an event stream as one encoded message (a batch of events)."""
+    async for item in items:
+        if isinstance(item, bytes):
+            yield item
+        elif isinstance(item, RunView):
+            reset = ev.reset(convert.run_pb(item)).SerializeToString()
+            yield ev.batch_from_encoded([reset])
+        else:
+            yield ev.batch_from_encoded(item)
 
 
 def register(server: grpc.aio.Server, servicer: RuntimeServicer) -> None:
