@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from tether_common import backoff as policy
 from tether_proto import wire
 
 TERMINAL_TYPES = wire.TERMINAL_EVENT_TYPES
@@ -47,24 +47,31 @@ class GaveUp(Exception):
     """The gateway stayed unreachable for longer than the caller's patience."""
 
 
+RETRY = policy.Backoff(0.25, 5.0, jitter=policy.NO_JITTER)
+
+
 @dataclass
 class Backoff:
-    """0.25 s doubling to 5 s between attempts; gives up after `patience_s` without success."""
+    """0.25 s doubling to 5 s between attempts; gives up after `patience_s` without success
+    (counted from the first failure since the last success)."""
 
     patience_s: float = 120.0
-    attempt: int = 0
-    since: float = 0.0
+    _retries: policy.Retries | None = None
+
+    @property
+    def attempt(self) -> int:
+        return self._retries.failures if self._retries else 0
 
     def reset(self) -> None:
-        self.attempt = 0
+        self._retries = None
 
     def next_delay(self, err: BaseException) -> float:
-        if self.attempt == 0:
-            self.since = time.monotonic()
-        self.attempt += 1
-        if time.monotonic() - self.since > self.patience_s:
+        if self._retries is None:
+            self._retries = policy.Retries(RETRY, self.patience_s)
+        delay = self._retries.next_delay()
+        if delay is None:
             raise GaveUp(f"the gateway is unreachable ({describe(err)})") from err
-        return float(min(0.25 * 2 ** (self.attempt - 1), 5.0))
+        return delay
 
 
 def describe(err: BaseException) -> str:

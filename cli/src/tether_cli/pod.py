@@ -30,6 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from tether_common.backoff import NO_JITTER, Backoff
 from tether_common.config import Settings
 
 from tether_cli.embedded._process import die_with_parent, free_port
@@ -148,7 +149,7 @@ class Pod:
             )  # fmt: skip
             self._failure = 1
             return False
-        backoff = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, quick - 1))
+        backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S, jitter=NO_JITTER).delay(quick)
         log.warning(
             "%s process %d (pid %d) exited with %s after %.1fs; restarting in %.1fs",
             self.service, child.slot, child.proc.pid, code, lived, backoff,

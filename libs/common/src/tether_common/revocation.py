@@ -15,6 +15,7 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 
 from tether_common import redis_conn
+from tether_common.backoff import NO_JITTER, Backoff, Retries
 from tether_common.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "tether:revoked"
 KEY_PREFIX = "tether:revoked:"
 MAX_JTI_CHARS = 256
-_RECONNECT_S = (0.2, 0.5, 1.0, 2.0)
+_RECONNECT = Backoff(0.2, 2.0, jitter=NO_JITTER)
 _PRUNE_EVERY_S = 60.0
 _LOAD_BATCH = 500
 
@@ -86,7 +87,7 @@ class Revocations:
         """Keep this copy current until cancelled: subscribe, then load the whole list (in that
         order, so nothing revoked in between is missed), then apply each message. A lost
         connection is re-established and the list loaded again."""
-        attempt = 0
+        reconnects = Retries(_RECONNECT)
         while True:
             redis = redis_of()
             if redis is None:
@@ -98,15 +99,13 @@ class Revocations:
                     await pubsub.subscribe(CHANNEL)
                     await self._load(redis)
                     self.synced.set()
-                    attempt = 0
+                    reconnects.reset()
                     await self._listen(pubsub)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                delay = _RECONNECT_S[min(attempt, len(_RECONNECT_S) - 1)]
-                attempt += 1
                 log.warning("revocation channel lost (%s); reconnecting", type(err).__name__)
-                await asyncio.sleep(delay)
+                await reconnects.pause()
                 with contextlib.suppress(Exception):  # a cluster whose master died: its replica
                     await redis_conn.refresh_slots(redis)
 

@@ -16,6 +16,7 @@ from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_client import channel as client_channel
 from tether_client.rpc import EOF_MARK, EventCall, RuntimeApi, StartStreamCall
+from tether_common.backoff import NO_JITTER, Backoff
 from tether_common.config import Settings
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
@@ -216,6 +217,7 @@ class OpenedRun:
 # A runtime pod that drains ends its streams (UNAVAILABLE / CANCELLED): reopen on another pod.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 MAX_RETRIES = 5
+REOPEN = Backoff(0.1, 0.5, jitter=NO_JITTER)  # 0.1 s, doubling, at most 0.5 s
 
 
 async def follow_events(
@@ -253,4 +255,4 @@ async def follow_events(
         if retries >= MAX_RETRIES:
             return
         retries += 1
-        await asyncio.sleep(0.1 * retries)
+        await asyncio.sleep(REOPEN.delay(retries))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -15,6 +14,7 @@ from functools import partial
 from typing import TypeVar
 
 from tether_common.auth import Principal
+from tether_common.backoff import HALF_JITTER, Backoff, Retries
 
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
@@ -27,6 +27,7 @@ from tether_runtime.streams.bus import EventBus, Subscription
 
 PAGE = 2000
 READ_PAUSE_S = 0.5  # the longest pause between a stream's reads while the store is away
+READ_BACKOFF = Backoff(0.1, READ_PAUSE_S, jitter=HALF_JITTER)
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -162,15 +163,14 @@ class EventStream:
         would get meanwhile). It retries for as long as the client stays connected, at most
         READ_PAUSE_S apart (jittered): a pause doubled through a 5 s restart up to 2 s kept a
         stream waiting up to that long after the store was back."""
-        delay = 0.1
+        retries = Retries(READ_BACKOFF)
         while True:
             try:
                 async with self.pool.acquire() as conn:
                     return await query(conn)
             except STORE_ERRORS as err:
                 log.warning("event stream: store unavailable, retrying: %s", err)
-                await asyncio.sleep(random.uniform(0.5, 1.0) * delay)
-                delay = min(delay * 2, READ_PAUSE_S)
+                await retries.pause()
 
 
 async def _page(conn: Conn, *, run_id: str, after: int) -> list[tuple[int, bytes]]:

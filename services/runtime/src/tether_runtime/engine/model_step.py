@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether_common.backoff import HALF_JITTER, Backoff
 from tether_sdk import ModelError, ModelRequest, ProvideInput, SelectOption, ToolCall, Usage
 
 from tether_runtime import metrics
@@ -49,8 +49,7 @@ class StepResult:
 
 def backoff_s(attempt: int, first: float, ceiling: float, retry_after: float | None) -> float:
     """Full jitter over a doubling window, at least what the provider asked for."""
-    window = min(ceiling, first * (2 ** (attempt - 1)))
-    wait = random.uniform(window / 2, window)  # noqa: S311 - jitter, not a secret
+    wait = Backoff(first, ceiling, jitter=HALF_JITTER).delay(attempt)
     if retry_after is not None:
         wait = max(wait, retry_after)
     return wait

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from opentelemetry import trace
+from tether_common.backoff import NO_JITTER, Backoff
 from tether_common.ids import new_id
 from tether_common.redaction import redact
 from tether_proto.wire import ToolCallStatus
@@ -470,8 +471,8 @@ class ToolCalls:
             raise Uncertain(f"{tool.name} failed") from err
 
     async def _backoff(self, attempt: int) -> None:
-        base = self.x.loaded.agent.limits.retry_backoff_s
-        await asyncio.sleep(min(base * 2 ** (attempt - 1), max(0.0, self.x.time_left())))
+        policy = Backoff(self.x.loaded.agent.limits.retry_backoff_s, jitter=NO_JITTER)
+        await policy.pause(attempt, left_s=self.x.time_left())
 
     async def _finish(
         self,

@@ -12,11 +12,11 @@ It raises Paused when a person must decide."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
+from tether_common.backoff import NO_JITTER, Backoff
 from tether_common.ids import new_id
 from tether_proto.wire import ToolCallStatus
 from tether_sdk import Reconciled, ToolError, TransientError
@@ -222,5 +222,5 @@ class WriteCall:
         )
 
     async def _backoff(self, attempt: int) -> None:
-        wait = min(self.w.backoff_s * 2 ** (attempt - 1), max(0.0, self.ctx.time_left()))
-        await asyncio.sleep(wait)
+        policy = Backoff(self.w.backoff_s, jitter=NO_JITTER)  # doubling from the agent's first
+        await policy.pause(attempt, left_s=self.ctx.time_left())

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg
+from tether_common.backoff import Backoff
 
 from tether_runtime.store.statement_count import CountingConnection
 
@@ -46,6 +46,10 @@ RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
+# 4 to 20 ms after the first collision, doubling: 0.01 * 2**attempt, jittered from a fifth of it.
+COLLISION_BACKOFF = Backoff(0.02, jitter=(0.2, 1.0))
+
+
 async def retrying(
     pool: asyncpg.Pool,
     fn: Callable[[asyncpg.Connection], Awaitable[T]],
@@ -68,7 +72,7 @@ async def retrying(
         except RETRYABLE:
             if attempt >= attempts:
                 raise
-            await asyncio.sleep(random.uniform(0.002, 0.01) * 2**attempt)
+            await asyncio.sleep(COLLISION_BACKOFF.delay(attempt))
     raise AssertionError("unreachable")  # the loop returns or raises
 
 

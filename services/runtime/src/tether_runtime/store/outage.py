@@ -7,28 +7,16 @@ returning server is not met by all of them at the same instant."""
 
 from __future__ import annotations
 
-import asyncio
-import random
-import time
+from tether_common.backoff import HALF_JITTER, Backoff, Retries
 
 FIRST_PAUSE_S = 0.05
 MAX_PAUSE_S = 0.25
+RIDE_OUT = Backoff(FIRST_PAUSE_S, MAX_PAUSE_S, jitter=HALF_JITTER)
 
 
-class Outage:
+class Outage(Retries):
     """One outage as one caller sees it: `await pause()` after each failure; False once the
     window (`ride_out_s` from the first failure) is spent, and the caller gives up."""
 
     def __init__(self, ride_out_s: float) -> None:
-        self.deadline = time.monotonic() + ride_out_s
-        self._pause = FIRST_PAUSE_S
-        self.retries = 0
-
-    async def pause(self) -> bool:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            return False
-        await asyncio.sleep(min(left, random.uniform(0.5, 1.0) * self._pause))
-        self._pause = min(self._pause * 2, MAX_PAUSE_S)
-        self.retries += 1
-        return True
+        super().__init__(RIDE_OUT, ride_out_s)

@@ -14,12 +14,15 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from tether_common import redis_conn
+from tether_common.backoff import NO_JITTER, Backoff, Retries
 
 from tether_runtime.domain.events import batch_from_encoded
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills from Postgres
+# A lost Redis connection is made again after 0.1 s, doubling to 2 s while Redis stays away.
+RECONNECT = Backoff(0.1, 2.0, jitter=NO_JITTER)
 SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
 
 
@@ -209,7 +212,7 @@ class EventBus:
                     log.warning("pubsub change failed: %s", err)
 
     async def _read_forever(self) -> None:
-        backoff = 0.1
+        reconnects = Retries(RECONNECT)
         while True:
             try:
                 async with self._lock:
@@ -217,7 +220,7 @@ class EventBus:
                     self._pubsub = client.pubsub()
                     # A placeholder channel keeps the connection in subscribe mode while idle.
                     await self._pubsub.subscribe("tether:hello", *list(self._subs))
-                backoff = 0.1
+                reconnects.reset()
                 while True:
                     msg = await self._pubsub.get_message(timeout=1.0)
                     if msg is None:
@@ -239,5 +242,4 @@ class EventBus:
                 if ps is not None:
                     with contextlib.suppress(Exception):
                         await ps.aclose()  # type: ignore[no-untyped-call]
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                await reconnects.pause()

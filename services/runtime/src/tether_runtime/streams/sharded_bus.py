@@ -31,11 +31,10 @@ from redis.event import (
 )
 from tether_common import redis_conn
 
-from tether_runtime.streams.bus import SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
+from tether_runtime.streams.bus import RECONNECT, SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
 
 log = logging.getLogger(__name__)
 
-_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 # The most one publish may hold up the run that made it, as the plain bus's 2 s socket timeout
 # does. The cluster client retries a command through a refreshed slot map, which is what carries
 # a publish over a failover; against a frozen master (no reset, no answer) each try would wait
@@ -249,8 +248,8 @@ class ShardedEventBus(EventBus):
                 log.warning("sharded pubsub on %s lost, re-homing: %r", shard.name, err)
                 shard.down = True
                 await _close(shard)
-                await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
                 attempt += 1
+                await asyncio.sleep(RECONNECT.delay(attempt))
                 self._count_quiet(shard.channels)
                 await self._rebalance()
 
@@ -319,8 +318,8 @@ class ShardedEventBus(EventBus):
     async def _rehome_forever(self) -> None:
         attempt = 0
         while self._homeless:
-            await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
             attempt += 1
+            await asyncio.sleep(RECONNECT.delay(attempt))
             await self._rebalance()
 
 

@@ -14,12 +14,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import time
 from collections import Counter as Tally
 
 import aiohttp
 from prometheus_client import Counter
+from tether_common.backoff import Backoff
 from tether_common.ids import new_id
 
 from tether_runtime.store import outbox
@@ -45,8 +45,8 @@ def encode(payload: dict[str, object]) -> bytes:
 def backoff_s(settings: WebhookSettings, attempts: int) -> float:
     """The wait after the `attempts`-th failed attempt: exponential, capped, with jitter (so
     the deliveries of an endpoint that came back do not all retry in step)."""
-    base = min(settings.backoff_max_s, settings.backoff_base_s * 2.0 ** max(attempts - 1, 0))
-    return min(settings.backoff_max_s, base * random.uniform(0.5, 1.5))
+    policy = Backoff(settings.backoff_base_s, settings.backoff_max_s, jitter=(0.5, 1.5))
+    return policy.delay(attempts)
 
 
 class DeliveryLoop:
