@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
 import grpc
+import pytest
 from gw_fake_runtime import delta, done
 from tether.runtime.v1 import events_pb2
 from tether_gateway.run_feed import RING_FRAMES, FeedRegistry, RunFeed
@@ -93,14 +94,22 @@ async def until(cond: Callable[[], bool]) -> None:
     raise AssertionError("condition not reached")
 
 
-def registry(client: Client, upstream: list[int]) -> FeedRegistry:
-    runtime: Any = client
-    return FeedRegistry(lambda: runtime, linger_s=0.05, on_upstream=upstream.append)
+Rig = tuple[Client, list[int], FeedRegistry]
 
 
-async def test_behind_the_ring_is_a_dedicated_feed_then_joins_the_shared_one() -> None:
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    """A registry on scripted calls; `upstream` records the open-calls gauge's moves."""
     client, upstream = Client(), []
-    feeds = registry(client, upstream)
+    runtime: Any = client
+    feeds = FeedRegistry(lambda: runtime, linger_s=0.05, on_upstream=upstream.append)
+    yield client, upstream, feeds
+    feeds.close_all()
+    await until(lambda: sum(upstream) == 0)  # no feed's task outlives its test
+
+
+async def test_behind_the_ring_is_a_dedicated_feed_then_joins_the_shared_one(rig: Rig) -> None:
+    client, upstream, feeds = rig
     first = Recorder()
     shared = feeds.subscribe(RUN, first, 0, TOKEN)
     assert shared.shared and feeds.feeds[RUN] is shared and first.feeds == [shared]
@@ -146,9 +155,8 @@ async def test_behind_the_ring_is_a_dedicated_feed_then_joins_the_shared_one() -
     assert shared.closed and RUN not in feeds.feeds
 
 
-async def test_a_dedicated_feed_closes_when_its_subscriber_leaves_or_is_dropped() -> None:
-    client, upstream = Client(), []
-    feeds = registry(client, upstream)
+async def test_a_dedicated_feed_closes_when_its_subscriber_leaves_or_is_dropped(rig: Rig) -> None:
+    client, upstream, feeds = rig
     feeds.subscribe(RUN, Recorder(), 500, TOKEN)
     await until(lambda: len(client.calls) == 1)
     client.calls[0].push(deltas(501, 1999))
@@ -171,9 +179,8 @@ async def test_a_dedicated_feed_closes_when_its_subscriber_leaves_or_is_dropped(
     assert gone not in feeds.feeds[RUN].subscribers and slow not in feeds.feeds[RUN].subscribers
 
 
-async def test_no_shared_feed_left_the_caught_up_one_opens_it_at_its_position() -> None:
-    client, upstream = Client(), []
-    feeds = registry(client, upstream)
+async def test_no_shared_feed_left_the_caught_up_one_opens_it_at_its_position(rig: Rig) -> None:
+    client, upstream, feeds = rig
     first = Recorder()
     shared = feeds.subscribe(RUN, first, 1000, TOKEN)
     await until(lambda: len(client.calls) == 1)
@@ -195,9 +202,8 @@ async def test_no_shared_feed_left_the_caught_up_one_opens_it_at_its_position() 
     await until(lambda: sum(upstream) == 0)
 
 
-async def test_a_dedicated_feed_whose_upstream_fails_ends_its_subscriber() -> None:
-    client, upstream = Client(), []
-    feeds = registry(client, upstream)
+async def test_a_dedicated_feed_whose_upstream_fails_ends_its_subscriber(rig: Rig) -> None:
+    client, upstream, feeds = rig
     feeds.subscribe(RUN, Recorder(), 100, TOKEN)
     behind = Recorder()
     dedicated = feeds.subscribe(RUN, behind, 1, TOKEN)
