@@ -217,6 +217,9 @@ class RunFeed:
         return end
 
     def _remember(self, frames: list[tuple[int, bytes]]) -> None:
+        if not self.ring_frames:  # an empty ring (a dedicated feed's) holds nothing past `last`
+            self.floor = self.last
+            return
         ring = self.ring
         for item in frames:
             ring.append(item)
