@@ -14,7 +14,9 @@ from tether_common.auth import issue_token
 from tether_common.errors import InvalidArgument
 from tether_common.event_json import sse_frame
 from tether_common.input_parsers import resume_point as parse_resume_point
+from tether_gateway.run_feed import RunFeed
 from tether_gateway.sse import SSE_HEADERS
+from tether_gateway.state import STATE
 
 
 @pytest.mark.parametrize(
@@ -292,6 +294,18 @@ async def test_far_behind_catches_up_then_joins_the_feed(
         await asyncio.sleep(0.02)
     assert [after for _, after in fake.stream_calls] == [3, 1]
     assert len(fake.live["run_1"]) == 1, "the catch-up stream kept its own upstream"
+    # Both connections now follow the run's one shared feed (the catch-up one was a dedicated
+    # RunFeed, handed over), and the upstream gauge counts that feed alone.
+    gw = client.app[STATE]
+    shared = gw.feeds.feeds["run_1"]
+    assert type(shared) is RunFeed and shared.shared and len(shared.subscribers) == 2
+    assert {s._feed for s in gw.streams} == {shared}
+    for _ in range(100):  # the catch-up feed's task ends a moment after its call
+        metrics = await (await client.get("/metrics")).text()
+        if "tether_gateway_sse_upstream_streams 1.0" in metrics:
+            break
+        await asyncio.sleep(0.02)
+    assert "tether_gateway_sse_upstream_streams 1.0" in metrics
     fake.append(delta("run_1", 4, "y"))
     fake.append(done("run_1", 5))
     rest = (head + await asyncio.wait_for(behind.read(), 5)).decode()

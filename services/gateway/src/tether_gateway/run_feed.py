@@ -5,12 +5,16 @@ A RunFeed encodes each event once (`sse_frame`) and keeps the most recent frames
 ring. A connection joins with its resume point `after`: the ring's frames past `after` are copied
 into its buffer and it is added to the fan-out in the same synchronous step (no await between),
 so it sees every later frame exactly once, in order, with no gap. A resume point older than the
-ring, or ahead of the run (a `reset`), is served by a dedicated stream instead (sse.py).
+ring gets a dedicated feed: the same class with an empty ring and one subscriber, its own upstream
+call from that point, which hands its subscriber over to the run's shared feed once that feed's
+ring reaches back to its position (a far-behind resume costs an upstream call only while it
+catches up).
 
 The upstream call reopens from its last sequence when the runtime ends it without a terminal
 event (UNAVAILABLE/CANCELLED). A feed closes after delivering the run's terminal event, when its
-upstream fails for good, or a few seconds after its last subscriber left (a client that was
-dropped or lost its connection and comes back meanwhile is served from the ring)."""
+upstream fails for good, or (shared) a few seconds after its last subscriber left (a client that
+was dropped or lost its connection and comes back meanwhile is served from the ring); a dedicated
+feed closes as soon as its subscriber leaves or is handed over."""
 
 from __future__ import annotations
 
@@ -48,9 +52,13 @@ class Subscriber(Protocol):
     def source_ended(self, error: BaseException | None) -> None:
         """No more frames will come (the run ended, or the upstream failed for good)."""
 
+    def joined(self, feed: RunFeed) -> None:
+        """`feed` serves this connection from now on (on joining, and on a hand-over)."""
+
 
 class RunFeed:
-    """The shared upstream of one run: a ring of recent frames and the connections following it."""
+    """The upstream of one run: a ring of recent frames and the connections following it. Shared
+    (the registry's feed of the run), or dedicated (`shared=False`: no ring, one subscriber)."""
 
     def __init__(
         self,
@@ -59,11 +67,13 @@ class RunFeed:
         token: Credential,
         after: int,
         *,
+        shared: bool = True,
         ring_frames: int = RING_FRAMES,
         ring_bytes: int = RING_BYTES,
     ) -> None:
         self.registry = registry
         self.run_id = run_id
+        self.shared = shared
         self.token = token  # the freshest joiner's token, used when the upstream reopens
         self.floor = after  # the ring holds every event with floor < sequence <= last
         self.last = after
@@ -92,6 +102,7 @@ class RunFeed:
         backlog = [frame for seq, frame in self.ring if seq > after]
         # A resume point ahead of this feed (it lags the runtime by a moment) skips up to it.
         self.subscribers[sub] = max(after, self.last)
+        sub.joined(self)
         if backlog and not sub.offer(b"".join(backlog), len(backlog)):
             self.leave(sub)
 
@@ -100,7 +111,9 @@ class RunFeed:
         self._linger_if_idle()
 
     def _linger_if_idle(self) -> None:
-        if not self.subscribers and not self.closed and self._linger is None:
+        if not self.subscribers and not self.shared:
+            self.close()  # nobody else can join a dedicated feed
+        elif not self.subscribers and not self.closed and self._linger is None:
             loop = asyncio.get_running_loop()
             self._linger = loop.call_later(self.registry.linger_s, self._idle_close)
 
@@ -156,6 +169,21 @@ class RunFeed:
                 if self._deliver(events):
                     self.close()
                     return
+                if self.closed or self._hand_over():
+                    return  # a dedicated feed's subscriber left, or follows the shared feed
+
+    def _hand_over(self) -> bool:
+        """A dedicated feed whose subscriber has caught up with what the run's shared feed holds
+        (or whose run has no shared feed left) moves it there and closes. Synchronous: nothing
+        arrives between the two."""
+        if self.shared or not self.subscribers:
+            return False
+        [(sub, position)] = self.subscribers.items()
+        if self.registry.join_shared(self.run_id, sub, position, self.token) is None:
+            return False
+        self.subscribers.clear()
+        self.close()
+        return True
 
     def _deliver(self, events: Sequence[events_pb2.RunEvent]) -> bool:
         """Encode a batch once, keep it in the ring, fan it out. True after the terminal event."""
@@ -189,6 +217,9 @@ class RunFeed:
         return end
 
     def _remember(self, frames: list[tuple[int, bytes]]) -> None:
+        if not self.ring_frames:  # an empty ring (a dedicated feed's) holds nothing past `last`
+            self.floor = self.last
+            return
         ring = self.ring
         for item in frames:
             ring.append(item)
@@ -239,11 +270,21 @@ class FeedRegistry:
         if self._on_upstream is not None:
             self._on_upstream(delta)
 
-    def subscribe(
+    def subscribe(self, run_id: str, sub: Subscriber, after: int, token: Credential) -> RunFeed:
+        """Join the run's shared feed, or, when its ring does not reach back to `after`, a
+        dedicated feed of the connection's own from `after` (handed over once caught up)."""
+        feed = self.join_shared(run_id, sub, after, token)
+        if feed is None:
+            feed = RunFeed(self, run_id, token, after, shared=False, ring_frames=0, ring_bytes=0)
+            feed.join(sub, after, token)
+            feed.start()
+        return feed
+
+    def join_shared(
         self, run_id: str, sub: Subscriber, after: int, token: Credential
     ) -> RunFeed | None:
-        """Join the run's feed (creating it when there is none); None when the existing feed's
-        ring does not reach back to `after` (the caller then streams on its own)."""
+        """Join the run's shared feed (creating it when there is none); None when the existing
+        feed's ring does not reach back to `after`."""
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = RunFeed(self, run_id, token, after)

@@ -1,28 +1,28 @@
-"""SSE (DESIGN section 6): each connection follows its run's shared feed (one StreamRunEvents call
-per run per process, run_feed.py) or a dedicated call of its own; `retry:` first, pre-encoded
-frames written coalesced, heartbeats when idle, a bounded per-connection buffer, drain on exit;
-a `reauthenticate` frame and the end when the token that opened it expires or is revoked.
+"""SSE (DESIGN section 6): each connection follows one source, its run's feed (run_feed.py: the
+run's shared StreamRunEvents call, or a dedicated one while a far-behind resume catches up);
+`retry:` first, pre-encoded frames written coalesced, heartbeats when idle, a bounded
+per-connection buffer, drain on exit; a `reauthenticate` frame and the end when the token that
+opened it expires or is revoked.
 
 The one SSE writer of the gateway: a stream that is not a run's (the approvals inbox) brings its
-own `source` and gets the same writer, disconnect handling and stream-slot release."""
+own `source` (run as a SourceTask, a source like a feed) and gets the same writer, disconnect
+handling and stream-slot release."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from aiohttp import web
 from tether.runtime.v1 import resources_pb2
-from tether_common.event_json import TERMINAL_TYPES, sse_frame
 
-from tether_gateway.run_feed import TERMINAL_STATUSES, RunFeed
-from tether_gateway.runtime_client import Credential, follow_events
+from tether_gateway.run_feed import TERMINAL_STATUSES
+from tether_gateway.runtime_client import Credential
 from tether_gateway.state import GatewayState
 from tether_gateway.stream_grants import Reason, reauthenticate_frame
 
@@ -43,6 +43,34 @@ _SNDBUF_MIN, _SNDBUF_MAX = 4096, 256 * 1024
 Source = Callable[["EventStream"], Coroutine[Any, Any, None]]
 
 
+class Feed(Protocol):
+    """What a connection follows: a run's feed (run_feed.RunFeed) or a SourceTask. It offers
+    the connection frames and ends it (`source_ended`) until the connection leaves it."""
+
+    def leave(self, sub: EventStream) -> None: ...
+
+
+class SourceTask:
+    """A stream's own `source` coroutine as a feed: leaving it cancels it; its end ends the stream."""
+
+    def __init__(self, stream: EventStream, source: Source) -> None:
+        self.task = asyncio.create_task(source(stream))
+        self.task.add_done_callback(lambda task: self._done(task, stream))
+        stream.joined(self)
+
+    def leave(self, sub: EventStream) -> None:
+        self.task.cancel()
+
+    @staticmethod
+    def _done(task: asyncio.Task[None], stream: EventStream) -> None:
+        err = None if task.cancelled() else task.exception()
+        if isinstance(err, grpc.aio.AioRpcError):
+            log.warning("event stream ended by the runtime: %s", err.code().name)
+        elif err is not None:
+            log.error("event stream failed", exc_info=err)
+        stream.source_ended(None)
+
+
 class SlowClient(Exception):
     """The client stopped reading and its queued bytes passed the per-connection limit."""
 
@@ -53,13 +81,12 @@ def is_finished(run: resources_pb2.Run, after: int) -> bool:
 
 
 class EventStream:
-    """One SSE connection, fed by its run's shared feed (run_feed.py) or, when the feed cannot
-    serve its resume point (older than the feed's ring), by a dedicated gRPC event stream of its
-    own until it has caught up with the feed. A resume point ahead of the run gets `head` (a `reset` built from the caller's GetRun)
-    first and then follows the feed from the run's real position; `ended`: nothing follows.
-    `source`, for a stream that is not a run's: a coroutine that feeds it (`offer`) and ends it
-    by returning; it should stop once `client_gone()` (the writer notices only at its next
-    write, a heartbeat at most)."""
+    """One SSE connection, fed by its run's feed (run_feed.py: the shared one, or a dedicated
+    one until a resume point older than the shared ring has caught up). A resume point ahead
+    of the run gets `head` (a `reset` built from the caller's GetRun) first and then follows the
+    feed from the run's real position; `ended`: nothing follows. `source`, for a stream that is
+    not a run's: a coroutine that feeds it (`offer`) and ends it by returning; it should stop
+    once `client_gone()` (the writer notices only at its next write, a heartbeat at most)."""
 
     def __init__(
         self,
@@ -97,13 +124,14 @@ class EventStream:
         self._stopping = False
         self._dropped = False
         self._source_done = False
-        self._feed: RunFeed | None = None
-        self._pump_task: asyncio.Task[None] | None = None
+        self._feed: Feed | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._reauthenticating = False
 
     def stop(self) -> None:
+        """End the stream (the gateway drains): it sends nothing more, so it leaves its feed now."""
         self._stopping = True
+        self._leave()
         self._wake()
 
     def stopping(self) -> bool:
@@ -133,7 +161,15 @@ class EventStream:
             timer.cancel()
             self._waiter = None
 
-    # -- the source side: a shared feed (offer/source_ended) or the dedicated pump --
+    # -- the source side: a feed calls joined, then offer until source_ended --
+
+    def joined(self, feed: Feed) -> None:
+        self._feed = feed
+
+    def _leave(self) -> None:
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            feed.leave(self)
 
     def offer(self, data: bytes, count: int) -> bool:
         """Queue frames for this connection; False when it is dropped as a slow reader."""
@@ -157,11 +193,7 @@ class EventStream:
         if self._reauthenticating or self._dropped:
             return
         self._reauthenticating = True
-        if self._feed is not None:
-            self._feed.leave(self)
-            self._feed = None
-        if self._pump_task is not None and not self._pump_task.done():
-            self._pump_task.cancel()
+        self._leave()
         frame = reauthenticate_frame(reason)
         self._chunks.append(frame)
         self._queued += len(frame)
@@ -211,61 +243,10 @@ class EventStream:
             self._push(self.head, 1)
         if self.ended:
             self.source_ended(None)
-            return
-        if self.source is not None:
-            self._pump_task = asyncio.create_task(self.source(self))
-            self._pump_task.add_done_callback(lambda _: self.source_ended(None))
-            return
-        feed = self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
-        if feed is not None:
-            self._feed = feed
-            return
-        self.gw.metrics.sse_upstream.inc()
-        self._pump_task = asyncio.create_task(self._pump())
-        self._pump_task.add_done_callback(self._pump_finished)
-
-    def _pump_finished(self, task: asyncio.Task[None]) -> None:
-        self.gw.metrics.sse_upstream.dec()
-        if self._feed is None:  # not handed over to the run's feed: the source is done
-            self.source_ended(None)
-
-    def _hand_over(self, after: int) -> bool:
-        """Once the dedicated stream has caught up to what the run's feed holds (or no feed is
-        left), follow the feed instead: a far-behind resume costs its own upstream only while it
-        catches up, not for the run's life. Synchronous: nothing arrives between the two."""
-        if self._dropped or self._stopping:
-            return False
-        feed = self.gw.feeds.subscribe(self.run_id, self, after, self.token)
-        if feed is None:
-            return False
-        self._feed = feed
-        return True
-
-    async def _pump(self) -> None:
-        after = self.after
-        stream = follow_events(self.gw.client, self.run_id, self.token, lambda: after)
-        async with contextlib.aclosing(stream):
-            async for events in stream:
-                frames: list[bytes] = []
-                end = False
-                for ev in events:
-                    kind = ev.WhichOneof("event")
-                    if kind == "reset":
-                        # The client redraws from this state; the log continues after it.
-                        after = ev.reset.run.last_sequence
-                        end = ev.reset.run.status in TERMINAL_STATUSES
-                    elif ev.sequence <= after:
-                        continue  # already sent on this connection
-                    else:
-                        after = ev.sequence
-                        end = kind in TERMINAL_TYPES
-                    frames.append(sse_frame(ev))
-                    if end:
-                        break
-                if frames:
-                    self._push(b"".join(frames), len(frames))
-                if end or self._hand_over(after):
-                    return
+        elif self.source is not None:
+            SourceTask(self, self.source)
+        else:
+            self.gw.feeds.subscribe(self.run_id, self, self.after, self.token)
 
     # -- the client side --
 
@@ -316,19 +297,7 @@ class EventStream:
         finally:
             self._unwatch_grant()
             self._chunks = []
-            if self._feed is not None:
-                self._feed.leave(self)
-            if self._pump_task is not None and not self._pump_task.done():
-                self._pump_task.cancel()
-        pump = self._pump_task
-        if pump is None:
-            return
-        results = await asyncio.gather(pump, return_exceptions=True)
-        err = results[0]
-        if isinstance(err, grpc.aio.AioRpcError):
-            log.warning("event stream ended by the runtime: %s", err.code().name)
-        elif isinstance(err, Exception) and not isinstance(err, SlowClient):
-            log.error("event stream failed", exc_info=err)
+            self._leave()
 
 
 def _cap_send_buffer(request: web.Request, budget: int) -> None:

@@ -1,0 +1,221 @@
+"""RunFeed and FeedRegistry against scripted upstream calls: a resume point older than the
+shared ring is served by the same kind of source, a dedicated RunFeed with an empty ring, which
+hands its one subscriber over to the shared feed (with the ring's backlog) once it has caught up:
+no gap, no duplicate, one upstream call per feed, none left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+from gw_fake_runtime import delta, done
+from tether.runtime.v1 import events_pb2
+from tether_gateway.run_feed import RING_FRAMES, FeedRegistry, RunFeed
+
+RUN = "run_1"
+TOKEN: Any = "token"
+
+
+class Call:
+    """One scripted StreamRunEvents call: the test pushes its batches."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.batches: asyncio.Queue[Any] = asyncio.Queue()
+        self.cancelled = False
+
+    def push(self, events: list[events_pb2.RunEvent]) -> None:
+        self.batches.put_nowait(SimpleNamespace(events=events))
+
+    async def read(self) -> Any:
+        return await self.batches.get()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Client:
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+
+    async def stream_events(self, request: Any, token: Any) -> Call:
+        call = Call(request.after_sequence)
+        self.calls.append(call)
+        return call
+
+
+class Recorder:
+    """A subscriber (what sse.EventStream is to a feed) that keeps what it is offered."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.count = 0
+        self.feeds: list[RunFeed] = []
+        self.ended = False
+        self.accept = True
+
+    def offer(self, data: bytes, count: int) -> bool:
+        if not self.accept:
+            return False
+        self.data += data
+        self.count += count
+        return True
+
+    def source_ended(self, error: BaseException | None) -> None:
+        self.ended = True
+
+    def joined(self, feed: RunFeed) -> None:
+        self.feeds.append(feed)
+
+    def ids(self) -> list[int]:
+        ids = [int(m) for m in re.findall(rb"^id: (\d+)$", self.data, re.M)]
+        assert len(ids) == self.count
+        return ids
+
+
+# The run's log, each event built once: the same event read by two calls is the same bytes.
+LOG = [delta(RUN, seq, f"d{seq}") for seq in range(1, 2001)]
+
+
+def deltas(first: int, last: int) -> list[events_pb2.RunEvent]:
+    return LOG[first - 1 : last]
+
+
+async def until(cond: Callable[[], bool]) -> None:
+    for _ in range(300):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+Rig = tuple[Client, list[int], FeedRegistry]
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    """A registry on scripted calls; `upstream` records the open-calls gauge's moves."""
+    client, upstream = Client(), []
+    runtime: Any = client
+    feeds = FeedRegistry(lambda: runtime, linger_s=0.05, on_upstream=upstream.append)
+    yield client, upstream, feeds
+    feeds.close_all()
+    await until(lambda: sum(upstream) == 0)  # no feed's task outlives its test
+
+
+async def test_behind_the_ring_is_a_dedicated_feed_then_joins_the_shared_one(rig: Rig) -> None:
+    client, upstream, feeds = rig
+    first = Recorder()
+    shared = feeds.subscribe(RUN, first, 0, TOKEN)
+    assert shared.shared and feeds.feeds[RUN] is shared and first.feeds == [shared]
+    await until(lambda: len(client.calls) == 1)
+    client.calls[0].push(deltas(1, 1100))
+    await until(lambda: shared.last == 1100)
+    floor = 1100 - RING_FRAMES
+    assert shared.floor == floor and not shared.covers(10)
+
+    behind = Recorder()
+    dedicated = feeds.subscribe(RUN, behind, 10, TOKEN)
+    # The same source type: a RunFeed of its own, with no ring, this one subscriber, from 10.
+    assert type(dedicated) is RunFeed and dedicated is not shared and not dedicated.shared
+    assert (dedicated.ring_frames, dedicated.ring_bytes) == (0, 0)
+    assert dedicated.subscribers == {behind: 10} and behind.feeds == [dedicated]
+    assert feeds.feeds[RUN] is shared  # the registry's feed of the run is still the shared one
+    await until(lambda: len(client.calls) == 2)
+    own = client.calls[1]
+    assert own.after == 10 and sum(upstream) == 2
+
+    own.push(deltas(11, 50))  # still below the shared ring's floor: it keeps its own call
+    await until(lambda: dedicated.last == 50)
+    assert len(dedicated.ring) == 0 and dedicated.subscribers == {behind: 50}
+    assert behind.feeds == [dedicated] and not own.cancelled
+    shared_call = client.calls[0]
+    shared_call.push(deltas(1101, 1110))  # the run goes on meanwhile
+    await until(lambda: shared.last == 1110)
+    assert behind.ids() == list(range(11, 51))
+
+    own.push(deltas(51, 1050))  # caught up with the ring: handed over, with 1051..1110 from it
+    await until(lambda: dedicated.closed)
+    assert behind.feeds == [dedicated, shared] and shared.subscribers[behind] == 1110
+    assert not dedicated.subscribers and not behind.ended
+    await until(lambda: own.cancelled and sum(upstream) == 1)
+    assert len(client.calls) == 2
+
+    shared_call.push([*deltas(1111, 1119), done(RUN, 1120)])
+    await until(lambda: first.ended and behind.ended)
+    assert first.ids() == list(range(1, 1121))
+    assert behind.ids() == list(range(11, 1121))  # every event after 10, in order, once
+    assert first.data.endswith(behind.data)  # byte for byte what the shared feed sent
+    await until(lambda: sum(upstream) == 0)
+    assert shared.closed and RUN not in feeds.feeds
+
+
+async def test_a_dedicated_feed_closes_when_its_subscriber_leaves_or_is_dropped(rig: Rig) -> None:
+    client, upstream, feeds = rig
+    feeds.subscribe(RUN, Recorder(), 500, TOKEN)
+    await until(lambda: len(client.calls) == 1)
+    client.calls[0].push(deltas(501, 1999))
+    await until(lambda: feeds.feeds[RUN].last == 1999)
+
+    gone, slow = Recorder(), Recorder()
+    left = feeds.subscribe(RUN, gone, 600, TOKEN)
+    dropped = feeds.subscribe(RUN, slow, 700, TOKEN)
+    assert not left.shared and not dropped.shared and sum(upstream) == 3
+    await until(lambda: len(client.calls) == 3)
+    calls = {call.after: call for call in client.calls}
+    left.leave(gone)  # the client went away: no linger, its upstream call ends now
+    assert left.closed and not gone.ended
+    slow.accept = False
+    calls[700].push(deltas(701, 720))  # the connection refuses it (a slow reader)
+    await until(lambda: dropped.closed)
+    assert slow.ids() == [] and not dropped.subscribers
+    await until(lambda: calls[600].cancelled and calls[700].cancelled)
+    await until(lambda: sum(upstream) == 1)  # only the shared feed's call is left
+    assert gone not in feeds.feeds[RUN].subscribers and slow not in feeds.feeds[RUN].subscribers
+
+
+async def test_no_shared_feed_left_the_caught_up_one_opens_it_at_its_position(rig: Rig) -> None:
+    client, upstream, feeds = rig
+    first = Recorder()
+    shared = feeds.subscribe(RUN, first, 1000, TOKEN)
+    await until(lambda: len(client.calls) == 1)
+    behind = Recorder()
+    dedicated = feeds.subscribe(RUN, behind, 1, TOKEN)
+    await until(lambda: len(client.calls) == 2)
+    shared.leave(first)
+    await until(lambda: shared.closed)  # everybody left it: closed after the linger
+    assert RUN not in feeds.feeds
+    client.calls[1].push(deltas(2, 30))
+    await until(lambda: dedicated.closed)
+    reopened = feeds.feeds[RUN]
+    assert behind.feeds == [dedicated, reopened] and reopened.shared
+    await until(lambda: len(client.calls) == 3)
+    assert client.calls[2].after == 30
+    client.calls[2].push([*deltas(29, 31), done(RUN, 32)])  # an overlap is delivered once
+    await until(lambda: behind.ended)
+    assert behind.ids() == list(range(2, 33))
+    await until(lambda: sum(upstream) == 0)
+
+
+async def test_a_dedicated_feed_whose_upstream_fails_ends_its_subscriber(rig: Rig) -> None:
+    client, upstream, feeds = rig
+    feeds.subscribe(RUN, Recorder(), 100, TOKEN)
+    behind = Recorder()
+    dedicated = feeds.subscribe(RUN, behind, 1, TOKEN)
+    await until(lambda: len(client.calls) == 2)
+
+    async def fail() -> Any:
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.PERMISSION_DENIED, grpc.aio.Metadata(), grpc.aio.Metadata()
+        )
+
+    client.calls[1].read = fail  # type: ignore[method-assign]
+    client.calls[1].push([])
+    await until(lambda: behind.ended)
+    assert dedicated.closed and RUN in feeds.feeds
+    await until(lambda: sum(upstream) == 1)
