@@ -132,10 +132,14 @@ def test_an_agent_outside_the_source_tree_by_tether_agents(tmp_path: Path) -> No
     env = env_with_path(
         {"TETHER_AGENTS": "mailer_pkg:agent", "TETHER_TOOL_DENY": "mailer:purge"}, tmp_path
     )
+    # Two agents and no TETHER_DEFAULT_AGENT: no default (a run naming none is refused);
+    # the core configuration names no agent.
+    assert json.loads(tether_cli("agents", "--json", env=env).stdout)["default"] == ""
+    env["TETHER_DEFAULT_AGENT"] = "opspilot"
     out = tether_cli("agents", env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    # Both the configured one and the installed one; the default stays opspilot.
+    # Both the configured one and the installed one; the default is the configured opspilot.
     assert "mailer\n  from: TETHER_AGENTS=mailer_pkg:agent\n  Reads and sends email.\n" in text
     assert "opspilot (default)" in text
     section = text[text.index("mailer\n") : text.index("opspilot (default)")]

@@ -78,10 +78,10 @@ class Settings(BaseSettings):
 
     env: Literal["dev", "production"] = "dev"
     database_url: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/tether", validation_alias="DATABASE_URL"
+        default="postgresql://postgres@127.0.0.1:5432/tether", validation_alias="DATABASE_URL"
     )
     # Default: this in dev, empty (no Redis) in production.
-    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
     embedded_stores: bool = False
     grpc_addr: str = "127.0.0.1:50051"
     http_addr: str = "127.0.0.1:8080"
@@ -135,7 +135,7 @@ class Settings(BaseSettings):
     # created this long ago and has finished; 0 keeps events forever.
     event_retention_s: float = 30 * 86400.0
     tool_gate_mode: Literal["observe", "enforce"] = Field(
-        "enforce", validation_alias="TETHER_TOOL_GATE"
+        default="enforce", validation_alias="TETHER_TOOL_GATE"
     )
     # "agent:tool" pairs the tool gate refuses (an operator's switch for one tool, fleet-wide).
     tool_deny: Annotated[frozenset[str], NoDecode] = frozenset()
@@ -160,14 +160,14 @@ class Settings(BaseSettings):
     scripted_delay_s: float = 0.02
     # Text deltas arriving within this window become one text_delta event (0: one per delta).
     # Set in milliseconds: TETHER_COALESCE_MS.
-    coalesce_s: float = Field(0.04, validation_alias=COALESCE_MS)
+    coalesce_s: float = Field(default=0.04, validation_alias=COALESCE_MS)
     openai_base_url: str = ""
-    openai_api_key: str = Field("", repr=False)
+    openai_api_key: str = Field(default="", repr=False)
     # A mounted secret holding the key (wins over TETHER_OPENAI_API_KEY).
     openai_api_key_file: str = ""
     openai_model: str = "gpt-4o-mini"
     anthropic_base_url: str = ""
-    anthropic_api_key: str = Field("", repr=False)
+    anthropic_api_key: str = Field(default="", repr=False)
     anthropic_api_key_file: str = ""
     anthropic_model: str = "claude-sonnet-4-5"
     stream_quiet_check_s: float = 1.0
@@ -192,13 +192,13 @@ class Settings(BaseSettings):
     trust_traceparent: bool = False
     # Issue #16, stream tokens and the gateway's service identity (gateway only). The stream
     # token key: empty in dev means derived from jwt_secret (stream_tokens.stream_token_key).
-    stream_token_secret: str = Field("", repr=False)
+    stream_token_secret: str = Field(default="", repr=False)
     stream_token_ttl_s: float = 120.0
     oidc_client_id: str = ""
-    oidc_client_secret: str = Field("", repr=False)
+    oidc_client_secret: str = Field(default="", repr=False)
     oidc_client_secret_file: str = ""
     log_level: str = "INFO"
-    service_name: str = Field("tether", validation_alias="OTEL_SERVICE_NAME")
+    service_name: str = Field(default="tether", validation_alias="OTEL_SERVICE_NAME")
     # --- deployment: what a pod exposes (deploy/k8s/README.md) ---
     # Gateway: serve POST /v1/dev/token (a token for any user name). Set only by `tether dev`
     # and tests; refused in production; never implied by TETHER_ENV.
