@@ -225,7 +225,9 @@ def test_migrate_with_a_bad_agent_is_exit_2_with_the_reason_before_touching_the_
 
 def test_each_write_tool_shows_who_may_approve_it(tmp_path: Path) -> None:
     write_package(tmp_path, "payments_pkg", PAYMENTS)
-    env = env_with_path({"TETHER_AGENTS": "payments_pkg:agent"}, tmp_path)
+    env = env_with_path(
+        {"TETHER_AGENTS": "payments_pkg:agent", "TETHER_DEFAULT_AGENT": "opspilot"}, tmp_path
+    )
     out = tether_cli("agents", env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
