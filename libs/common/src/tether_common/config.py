@@ -198,7 +198,8 @@ class Settings(BaseSettings):
     oidc_client_secret: str = Field(default="", repr=False)
     oidc_client_secret_file: str = ""
     log_level: str = "INFO"
-    service_name: str = Field(default="tether", validation_alias="OTEL_SERVICE_NAME")
+    # OpenTelemetry's service.name; empty: the process's own (tether-runtime, tether-gateway).
+    service_name: str = Field(default="", validation_alias="OTEL_SERVICE_NAME")
     # --- deployment: what a pod exposes (deploy/k8s/README.md) ---
     # Gateway: serve POST /v1/dev/token (a token for any user name). Set only by `tether dev`
     # and tests; refused in production; never implied by TETHER_ENV.

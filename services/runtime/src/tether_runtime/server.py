@@ -62,7 +62,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     production_guard.check(settings)
     tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
-    setup_tracing("tether-runtime")
+    setup_tracing(settings.service_name or "tether-runtime")  # OTEL_SERVICE_NAME
     hooks = WebhookSettings.of(settings)
     log.info(
         "runtime starting", extra={"settings": settings.public_view(), "webhooks": asdict(hooks)}
