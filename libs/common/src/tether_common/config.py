@@ -263,8 +263,8 @@ class Settings(BaseSettings):
             return data
         given = {k: v for k, v in data.items() if v != "" or _is_text(cls, k)}
         production = given.get("env") == "production"
-        for name in ("redis_url", "jwt_secret"):
-            if name not in given and name.upper() not in given:
+        for name in ("redis_url", "jwt_secret"):  # keyed by REDIS_URL when read from env
+            if name not in given and cls.model_fields[name].validation_alias not in given:
                 given[name] = "" if production else cls.model_fields[name].default
         given.setdefault("grpc_reflection", not production)
         given.setdefault(
