@@ -39,6 +39,9 @@ def base_env(database_url: str, redis_url: str) -> dict[str, str]:
         "REDIS_URL": redis_url,
         "TETHER_JWT_SECRET": TEST_SECRET,
         "TETHER_ENV": "dev",
+        # The suites' runs that name no agent are OpsPilot's, also beside another loaded agent
+        # (the core configuration names no agent: TETHER_DEFAULT_AGENT is empty by default).
+        "TETHER_DEFAULT_AGENT": "opspilot",
         "TETHER_SCRIPTED_DELAY_S": "0.002",
         "TETHER_LEASE_TTL_S": "3",
         "TETHER_POLL_INTERVAL_S": "0.5",

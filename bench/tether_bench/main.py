@@ -44,8 +44,8 @@ from tether_bench.stats import median_of
 BENCH_DIR = Path(__file__).resolve().parents[1]
 
 # The LangGraph agent of the benchmark, loaded besides the native agents (the default agent stays
-# the native one).
-LANGGRAPH_ENV = {"TETHER_AGENTS": "tether_bench.lggraph:agent"}
+# the native one: the core configuration names none).
+LANGGRAPH_ENV = {"TETHER_AGENTS": "tether_bench.lggraph:agent", "TETHER_DEFAULT_AGENT": "opspilot"}
 
 # Sizes per mode. `quick` must finish well under 60 s on 2 cores and still produce every figure.
 MODES: dict[str, dict[str, Any]] = {

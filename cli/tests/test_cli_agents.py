@@ -132,10 +132,14 @@ def test_an_agent_outside_the_source_tree_by_tether_agents(tmp_path: Path) -> No
     env = env_with_path(
         {"TETHER_AGENTS": "mailer_pkg:agent", "TETHER_TOOL_DENY": "mailer:purge"}, tmp_path
     )
+    # Two agents and no TETHER_DEFAULT_AGENT: no default (a run naming none is refused);
+    # the core configuration names no agent.
+    assert json.loads(tether_cli("agents", "--json", env=env).stdout)["default"] == ""
+    env["TETHER_DEFAULT_AGENT"] = "opspilot"
     out = tether_cli("agents", env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    # Both the configured one and the installed one; the default stays opspilot.
+    # Both the configured one and the installed one; the default is the configured opspilot.
     assert "mailer\n  from: TETHER_AGENTS=mailer_pkg:agent\n  Reads and sends email.\n" in text
     assert "opspilot (default)" in text
     section = text[text.index("mailer\n") : text.index("opspilot (default)")]
@@ -221,7 +225,9 @@ def test_migrate_with_a_bad_agent_is_exit_2_with_the_reason_before_touching_the_
 
 def test_each_write_tool_shows_who_may_approve_it(tmp_path: Path) -> None:
     write_package(tmp_path, "payments_pkg", PAYMENTS)
-    env = env_with_path({"TETHER_AGENTS": "payments_pkg:agent"}, tmp_path)
+    env = env_with_path(
+        {"TETHER_AGENTS": "payments_pkg:agent", "TETHER_DEFAULT_AGENT": "opspilot"}, tmp_path
+    )
     out = tether_cli("agents", env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout

@@ -13,7 +13,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-SCRUBBED = ("DATABASE_URL", "REDIS_URL", "TETHER_ENV", "TETHER_RUNTIME_TARGET", "TETHER_JWT_SECRET")
+SCRUBBED = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "TETHER_ENV",
+    "TETHER_RUNTIME_TARGET",
+    "TETHER_JWT_SECRET",
+    "TETHER_DEFAULT_AGENT",
+)
 
 
 def _addr() -> str:
@@ -45,6 +52,9 @@ def test_a_dead_service_stops_everything_with_a_failure(tmp_path: Path) -> None:
             time.sleep(0.2)
         children = psutil.Process(dev.pid).children(recursive=True)
         runtime = next(p for p in children if "tether_cli.main runtime" in " ".join(p.cmdline()))
+        # `tether dev` is OpsPilot's demo: its runs default to OpsPilot beside the mailer (the
+        # core configuration names no agent).
+        assert runtime.environ()["TETHER_DEFAULT_AGENT"] == "opspilot"
         runtime.send_signal(signal.SIGKILL)
         assert dev.wait(60) == 1
     finally:

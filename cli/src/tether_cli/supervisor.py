@@ -26,6 +26,7 @@ DEV_USER = "alice"
 DEV_TOKEN_TTL_S = 7 * 24 * 3600.0
 SERVICES = ("runtime", "gateway")
 MAIL_SINK = "mail-sink"
+DEV_DEFAULT_AGENT = "opspilot"
 
 
 def listen_addr(name: str, default: str) -> tuple[str, bool]:
@@ -63,13 +64,14 @@ class Supervisor:
         self.mailer = mailer
         self.embedded = embedded
         self.dev_dir = dev_dir
-        self.grpc_addr, grpc_moved = listen_addr("TETHER_GRPC_ADDR", Settings.grpc_addr)
-        self.http_addr, http_moved = listen_addr("TETHER_HTTP_ADDR", Settings.http_addr)
+        defaults = Settings()
+        self.grpc_addr, grpc_moved = listen_addr("TETHER_GRPC_ADDR", defaults.grpc_addr)
+        self.http_addr, http_moved = listen_addr("TETHER_HTTP_ADDR", defaults.http_addr)
         self.moved = [
             (what, default, addr)
             for what, default, addr, moved in (
-                ("gateway (HTTP)", Settings.http_addr, self.http_addr, http_moved),
-                ("runtime (gRPC)", Settings.grpc_addr, self.grpc_addr, grpc_moved),
+                ("gateway (HTTP)", defaults.http_addr, self.http_addr, http_moved),
+                ("runtime (gRPC)", defaults.grpc_addr, self.grpc_addr, grpc_moved),
             )
             if moved
         ]
@@ -82,6 +84,9 @@ class Supervisor:
             "TETHER_RUNTIME_TARGET": os.environ.get("TETHER_RUNTIME_TARGET") or self.grpc_addr,
             # The web UI's sign-in by user name (POST /v1/dev/token): only `tether dev` serves it.
             "TETHER_DEV_LOGIN": "1",
+            # `tether dev` is OpsPilot's demo (the mailer is loaded beside it): a run that names
+            # no agent is OpsPilot's, unless TETHER_DEFAULT_AGENT says otherwise.
+            "TETHER_DEFAULT_AGENT": settings.default_agent or DEV_DEFAULT_AGENT,
         }
         if embedded:
             self.env["TETHER_EMBEDDED_STORES"] = "1"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -51,6 +50,6 @@ def make_client(
     aiohttp_client: Callable[[Any], Awaitable[TestClient[Any, Any]]], settings: Settings
 ) -> Callable[..., Awaitable[TestClient[Any, Any]]]:
     async def make(**changes: Any) -> TestClient[Any, Any]:
-        return await aiohttp_client(create_app(dataclasses.replace(settings, **changes)))
+        return await aiohttp_client(create_app(settings.model_copy(update=changes)))
 
     return make

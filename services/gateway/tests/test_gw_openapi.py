@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -31,8 +30,8 @@ def doc_routes() -> set[tuple[str, str]]:
 def test_document_matches_routes(settings: Settings) -> None:
     # The document lists every route a gateway may serve, the dev sign-in included (which only
     # a gateway with TETHER_DEV_LOGIN=1, started by `tether dev`, serves).
-    assert doc_routes() == app_routes(dataclasses.replace(settings, dev_login=True))
-    assert doc_routes() - app_routes(dataclasses.replace(settings, dev_login=False)) == {
+    assert doc_routes() == app_routes(settings.model_copy(update={"dev_login": True}))
+    assert doc_routes() - app_routes(settings.model_copy(update={"dev_login": False})) == {
         ("post", "/v1/dev/token")
     }
 

@@ -5,7 +5,6 @@ auth, the token cached until shortly before it expires)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -73,12 +72,12 @@ def test_the_dev_key_is_derived_never_the_user_key_and_production_needs_its_own(
     dev = Settings(jwt_secret=USER_KEY)
     key = stream_token_key(dev)
     assert key and key != USER_KEY
-    assert stream_token_key(dataclasses.replace(dev, stream_token_secret="s" * 40)) == "s" * 40
+    assert stream_token_key(dev.model_copy(update={"stream_token_secret": "s" * 40})) == "s" * 40
     prod = Settings(env="production", jwt_secret="")
     assert stream_token_key(prod) == ""
     assert stream_tokens.production_problems(prod)
-    assert stream_tokens.production_problems(dataclasses.replace(prod, stream_token_secret="s"))
-    ok = dataclasses.replace(prod, stream_token_secret="s" * 40)
+    assert stream_tokens.production_problems(prod.model_copy(update={"stream_token_secret": "s"}))
+    ok = prod.model_copy(update={"stream_token_secret": "s" * 40})
     assert stream_tokens.production_problems(ok) == []
     assert service_identity.production_problems(ok), "no client credentials"
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 from tether.runtime.v1 import runtime_service_pb2 as pb
+from tether_common.config import Settings
+from tether_common.errors import AgentNotFound
+from tether_runtime.engine.agents import AgentRegistry
 from tether_testkit.client import Client, reason, token
 from tether_testkit.secrets import TEST_SECRET
 
@@ -93,3 +96,22 @@ async def test_a_stream_token_may_not_list_agents(runtime) -> None:
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     finally:
         await c.close()
+
+
+def test_the_default_agent_is_configured_or_the_only_one_never_a_name_in_the_core() -> None:
+    # One agent loaded: a run naming none is that one's.
+    assert AgentRegistry.load(Settings()).resolve("") == "opspilot"
+    two = Settings.from_env({"TETHER_AGENTS": "tether_testkit.approvals_agent:agent"})
+    registry = AgentRegistry.load(two)
+    assert sorted(registry.agents) == ["foureyes", "opspilot"]
+    # Two and no TETHER_DEFAULT_AGENT: refused, saying what to do.
+    with pytest.raises(AgentNotFound) as info:
+        registry.resolve("")
+    assert str(info.value) == "name an agent: no default is configured (loaded: foureyes, opspilot)"
+    assert registry.resolve("foureyes") == "foureyes"
+    chosen = AgentRegistry.load(two.model_copy(update={"default_agent": "opspilot"}))
+    assert chosen.resolve("") == "opspilot"
+    # A configured default that is not loaded is no default (never a fallback to another).
+    absent = AgentRegistry.load(two.model_copy(update={"default_agent": "mailer"}))
+    with pytest.raises(AgentNotFound):
+        absent.resolve("")

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 from tether_client.webhooks import sign, verify
+from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
@@ -159,9 +160,11 @@ def test_settings_refuse_nonsense() -> None:
         {"TETHER_WEBHOOK_PER_ENDPOINT": "nan"},
         {"TETHER_WEBHOOK_POLL_S": "soon"},
     ):
-        with pytest.raises(UnsafeSettings):
-            WebhookSettings.from_env(env)
-    assert WebhookSettings.from_env({"TETHER_WEBHOOK_DELIVERY": "0"}).deliver is False
+        with pytest.raises(UnsafeSettings, match=next(iter(env))):
+            Settings.from_env(env)
+    off = WebhookSettings.of(Settings.from_env({"TETHER_WEBHOOK_DELIVERY": "0"}))
+    assert off.deliver is False
+    assert WebhookSettings.of(Settings()) == WebhookSettings()
 
 
 def test_runtime_signs_what_the_client_verifies() -> None:

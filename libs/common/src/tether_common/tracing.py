@@ -60,8 +60,7 @@ def setup_tracing(service_name: str) -> None:
     if _configured or not enabled():
         return
     _configured = True
-    name = os.environ.get("OTEL_SERVICE_NAME", service_name)
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     path = os.environ.get("TETHER_TRACE_FILE")
     if path:
         provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(path)))

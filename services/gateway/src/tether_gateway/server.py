@@ -54,7 +54,7 @@ async def run_server(settings: Settings) -> None:
     if settings.env == "production":
         for problem in service_identity.production_problems(settings):
             log.warning("%s", problem)
-    setup_tracing("tether-gateway")
+    setup_tracing(settings.service_name or "tether-gateway")  # OTEL_SERVICE_NAME
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
     runner = web.AppRunner(

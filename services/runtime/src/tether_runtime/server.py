@@ -63,8 +63,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     production_guard.check(settings)
     tls = server_credentials(settings)  # an unreadable certificate stops the pod before it starts
     setup_logging("tether-runtime", settings.log_level)
-    setup_tracing("tether-runtime")
-    hooks = WebhookSettings.from_env()
+    setup_tracing(settings.service_name or "tether-runtime")  # OTEL_SERVICE_NAME
+    hooks = WebhookSettings.of(settings)
     log.info(
         "runtime starting", extra={"settings": settings.public_view(), "webhooks": asdict(hooks)}
     )
@@ -89,7 +89,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
             "DATABASE_URL goes through a transaction pooler: no statement cache, and the "
             "idle-in-transaction limit is the pooler's (idle_transaction_timeout) or the role's"
         )
-    bus = event_bus(settings.redis_url)
+    drop_every = 0 if settings.env == "production" else settings.fault_drop_publish_every
+    bus = event_bus(settings.redis_url, drop_every=drop_every)
     await bus.start()
     await agents.start(settings.database_url, transaction_pooler=settings.db_pooler != "none")
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -57,7 +56,7 @@ class Subscription:
 
 
 class EventBus:
-    def __init__(self, url: str, **client_options: Any) -> None:
+    def __init__(self, url: str, *, drop_every: int = 0, **client_options: Any) -> None:
         self._url = url
         self._pub = redis_conn.connect(
             url, socket_timeout=2, socket_connect_timeout=2, **client_options
@@ -70,10 +69,10 @@ class EventBus:
         self._dirty: set[str] = set()  # channels whose subscription Redis has yet to hear of
         self._flusher: asyncio.Future[None] | None = None
         self.publish_failures = 0
-        # Fault injection for the chaos suite, off by default: TETHER_FAULT_DROP_PUBLISH_EVERY=N
-        # silently skips every Nth publish, as if Redis had lost the message. Never in production.
-        drop = os.environ.get("TETHER_FAULT_DROP_PUBLISH_EVERY", "0") or "0"
-        self._drop_every = 0 if os.environ.get("TETHER_ENV") == "production" else int(drop)
+        # Fault injection for the chaos suite, off by default: `drop_every` N (the setting
+        # TETHER_FAULT_DROP_PUBLISH_EVERY, never in production) silently skips every Nth
+        # publish, as if Redis had lost the message.
+        self._drop_every = drop_every
         self._published = 0
 
     async def start(self) -> None:

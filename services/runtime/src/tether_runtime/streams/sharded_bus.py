@@ -77,13 +77,13 @@ class _Rehome(AsyncEventListenerInterface):
 
 
 class ShardedEventBus(EventBus):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, drop_every: int = 0) -> None:
         # The publishing client re-reads the slot map when a command meets a dead or demoted
         # master; it tells us, and channels follow their slots at once, before the subscriber
         # connection to that master has even noticed (a blackholed node may never say so).
         slots_changed = EventDispatcher()
         slots_changed.register_listeners({AsyncAfterSlotsCacheRefreshEvent: [_Rehome(self)]})
-        super().__init__(url, event_dispatcher=slots_changed)
+        super().__init__(url, drop_every=drop_every, event_dispatcher=slots_changed)
         self._shards: dict[str, _Shard] = {}
         self._owner: dict[str, str] = {}  # channel -> the shard that holds it
         self._homeless: set[str] = set()  # wanted channels no known master owns yet
@@ -341,6 +341,8 @@ async def _close(shard: _Shard) -> None:
             await client.aclose()
 
 
-def event_bus(url: str) -> EventBus:
-    """The bus REDIS_URL asks for: sharded through a `redis+cluster://` URL, else the plain one."""
-    return ShardedEventBus(url) if redis_conn.is_cluster(url) else EventBus(url)
+def event_bus(url: str, *, drop_every: int = 0) -> EventBus:
+    """The bus REDIS_URL asks for: sharded through a `redis+cluster://` URL, else the plain one
+    (`drop_every`: the chaos suite's lost publishes, streams/bus.py)."""
+    bus = ShardedEventBus if redis_conn.is_cluster(url) else EventBus
+    return bus(url, drop_every=drop_every)

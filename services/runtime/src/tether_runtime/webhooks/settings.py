@@ -1,25 +1,11 @@
-"""The delivery loop's settings, read from the environment (README, "Webhooks")."""
+"""The delivery loop's settings (README, "Webhooks"): a view of the process's Settings, which
+read and check them (TETHER_WEBHOOK_*)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tether_common.errors import UnsafeSettings
-
-
-def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
-    raw = env.get(name, "")
-    if raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError as err:
-        raise UnsafeSettings(f"{name}={raw!r} is not a number") from err
-    if not value >= minimum:  # also refuses NaN
-        raise UnsafeSettings(f"{name} must be at least {minimum:g}, not {raw}")
-    return value
+from tether_common.config import Settings
 
 
 @dataclass(frozen=True)
@@ -44,15 +30,14 @@ class WebhookSettings:
         return self.timeout_s * 2 + 1.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings:
-        e = os.environ if env is None else env
+    def of(cls, settings: Settings) -> WebhookSettings:
         return cls(
-            deliver=e.get("TETHER_WEBHOOK_DELIVERY", "1") not in ("0", "false"),
-            poll_s=_number(e, "TETHER_WEBHOOK_POLL_S", cls.poll_s, 0.01),
-            timeout_s=_number(e, "TETHER_WEBHOOK_TIMEOUT_S", cls.timeout_s, 0.1),
-            max_attempts=int(_number(e, "TETHER_WEBHOOK_MAX_ATTEMPTS", cls.max_attempts, 1)),
-            backoff_base_s=_number(e, "TETHER_WEBHOOK_BACKOFF_S", cls.backoff_base_s, 0.0),
-            backoff_max_s=_number(e, "TETHER_WEBHOOK_BACKOFF_MAX_S", cls.backoff_max_s, 0.0),
-            per_endpoint=int(_number(e, "TETHER_WEBHOOK_PER_ENDPOINT", cls.per_endpoint, 1)),
-            max_in_flight=int(_number(e, "TETHER_WEBHOOK_MAX_IN_FLIGHT", cls.max_in_flight, 1)),
+            deliver=settings.webhook_delivery,
+            poll_s=settings.webhook_poll_s,
+            timeout_s=settings.webhook_timeout_s,
+            max_attempts=settings.webhook_max_attempts,
+            backoff_base_s=settings.webhook_backoff_s,
+            backoff_max_s=settings.webhook_backoff_max_s,
+            per_endpoint=settings.webhook_per_endpoint,
+            max_in_flight=settings.webhook_max_in_flight,
         )
