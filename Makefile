@@ -15,7 +15,7 @@ PROTOS := $(shell find proto -name '*.proto')
 GEN_STAMP := libs/proto/src/tether/.generated
 WIRE_PY := $(wildcard libs/proto/src/tether_proto/*.py)
 
-.PHONY: setup gen lint fmt typecheck test test-deps run token bench bench-quick bench-langgraph chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
+.PHONY: test-fast setup gen lint fmt typecheck test test-deps run token bench bench-quick bench-langgraph chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
 
 setup: .venv/.synced node_modules/.installed
 
@@ -85,6 +85,15 @@ TEST_WORKERS ?= 2
 TEST_PATH := $(dir $(UV)):$(PATH)
 test: test-deps gen node_modules/.installed
 	PATH="$(TEST_PATH)" $(PY) pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
+
+# The tests that start no process (every test not marked `process`, outside the integration
+# suites), in the same two workers: under 90 s here. tether_testkit.no_processes fails any of
+# them that starts one, so the marks stay true. `make test` runs these and all the rest.
+FAST_TESTS := libs/proto/tests libs/client/tests libs/common/tests libs/sdk/tests libs/langgraph/tests \
+	services/gateway/tests services/runtime/tests cli/tests tests/deploy tests/docs
+test-fast: gen
+	$(PY) pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile -p tether_testkit.no_processes \
+		-m "not process" $(FAST_TESTS)
 
 run: gen
 	$(PY) tether dev

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tether_testkit.agent_packages import declare_entry_point, env_with_path, write_package
 from tether_testkit.processes import tether_cli
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 MAILER = '''
 from tether_sdk import Agent, Reconciled, ScriptedModel, ToolContext, tool

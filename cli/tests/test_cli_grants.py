@@ -8,12 +8,15 @@ import subprocess
 import uuid
 
 import grpc
+import pytest
 from tether.runtime.v1 import events_pb2
 from tether_runtime import policy
 from tether_testkit.client import Client, token, types
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import tether_cli
 from tether_testkit.secrets import TEST_SECRET
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 
 async def run_tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,9 +8,12 @@ import asyncio
 import subprocess
 import uuid
 
+import pytest
 from tether_runtime import policy
 from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import tether_cli
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 BAD = "payment-api-2"
 

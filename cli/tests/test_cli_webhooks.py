@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tether_testkit.processes import tether_cli
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 SECRET = "operator-secret-0123456789"
 

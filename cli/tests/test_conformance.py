@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TESTS_DIR = str(Path(__file__).resolve().parents[2] / "tests")
 POINTS = ("before", "during", "after")

@@ -22,6 +22,7 @@ ADDRS = dev_env.DevAddresses(
 )
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 def test_sourced_by_bash_it_sets_the_addresses_and_puts_tether_on_path(tmp_path: Path) -> None:
     env_file = dev_env.write(tmp_path, ADDRS, {"TETHER_AGENTS": "a:b, c:d", "HOME": "/x"})
     assert env_file == tmp_path / "env"

@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 SCRUBBED = (
     "DATABASE_URL",
     "REDIS_URL",

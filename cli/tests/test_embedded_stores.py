@@ -9,9 +9,12 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 from tether_cli.embedded import EmbeddedPostgres, EmbeddedRedis
 from tether_cli.embedded.postgres import POSTGRES_BIN_PATH
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 
 def _psql(dsn: str, sql: str) -> str:

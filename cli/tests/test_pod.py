@@ -29,18 +29,21 @@ def _pod(script: str, processes: int = 2) -> Pod:
     return pod
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_a_crash_loop_stops_the_pod_with_an_error() -> None:
     pod = _pod("import sys; sys.exit(1)")
     assert await pod.run() == 1
     assert max(c.quick_deaths for c in pod.children.values()) == pod_mod.MAX_QUICK_DEATHS - 1
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_a_refused_configuration_stops_the_pod_without_restarts() -> None:
     pod = _pod("import sys; sys.exit(2)")
     assert await pod.run() == 2
     assert all(c.quick_deaths == 0 for c in pod.children.values())
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_sigterm_drains_every_child_and_a_dead_one_was_replaced(tmp_path: Path) -> None:
     # Slot 0 dies once (first start), then serves; every child records the SIGTERM it gets.
     script = (

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+# The manifests are rendered by kustomize (a process): `make test` only, not test-fast.
+pytestmark = pytest.mark.process
+
 Docs = list[dict[str, Any]]
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = ("dev", "production")

@@ -10,6 +10,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = REPO / "proto" / "baseline" / "tether-v1.binpb"
 BUF = REPO / "node_modules" / ".bin" / "buf"

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "ensure_test_deps"
 TOOLS = ("id", "curl", "jq", "pgbouncer", "redis-server", "redis-cli")
@@ -41,6 +43,7 @@ def test_make_test_runs_the_check_before_pytest() -> None:
     assert installs == [], f".ci/run installs what make test must bring itself: {installs}"
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 def test_present_chromium_passes(tmp_path: Path) -> None:
     fake = tmp_path / "chromium"
     fake.write_text("#!/bin/sh\n")
@@ -50,6 +53,7 @@ def test_present_chromium_passes(tmp_path: Path) -> None:
     assert out.stderr == ""
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 def test_missing_tools_that_cannot_be_installed_stop_with_the_command(tmp_path: Path) -> None:
     out = _run(tmp_path, tmp_path / "nowhere" / "chromium", present=False)
     assert out.returncode == 1

@@ -214,6 +214,7 @@ def _command_for(block: Block, scratch: Path, n: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.process  # starts a process: not in test-fast
 def test_every_readme_command_runs_in_order_against_tether_dev(tmp_path: Path) -> None:
     view = _checkout(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}

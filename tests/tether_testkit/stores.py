@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from tether_testkit import templates
+from tether_testkit.no_processes import store_processes
 
 
 def _docker_answers() -> bool:
@@ -43,7 +44,9 @@ def _postgres_server() -> Iterator[str]:
     if env:
         yield env
         return
-    if _docker_answers():
+    with store_processes():
+        in_docker = _docker_answers()
+    if in_docker:
         from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("postgres:16-alpine", driver=None) as pg:
@@ -53,11 +56,13 @@ def _postgres_server() -> Iterator[str]:
 
     with tempfile.TemporaryDirectory(prefix="tether-test-pg-") as folder:
         server = EmbeddedPostgres(folder)
-        dsn = server.start()
+        with store_processes():
+            dsn = server.start()
         try:
             yield dsn
         finally:
-            server.stop()
+            with store_processes():
+                server.stop()
 
 
 @contextlib.contextmanager
@@ -66,7 +71,9 @@ def redis_url() -> Iterator[str]:
     if env:
         yield env
         return
-    if _docker_answers():
+    with store_processes():
+        in_docker = _docker_answers()
+    if in_docker:
         from testcontainers.redis import RedisContainer
 
         with RedisContainer("redis:7-alpine") as rc:
@@ -76,11 +83,13 @@ def redis_url() -> Iterator[str]:
 
     with tempfile.TemporaryDirectory(prefix="tether-test-redis-") as folder:
         server = EmbeddedRedis(folder)
-        url = server.start()
+        with store_processes():
+            url = server.start()
         try:
             yield url
         finally:
-            server.stop()
+            with store_processes():
+                server.stop()
 
 
 def with_database(dsn: str, name: str) -> str:

@@ -11,8 +11,11 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import pytest
 from approval_graph import build
 from tether_langgraph.checkpointer import TetherCheckpointer
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 HERE = Path(__file__).parent
 

@@ -24,7 +24,7 @@ from tether_testkit.secrets import TEST_SECRET
 # A runtime loading a graph imports langchain and langgraph: slower to start on a busy machine.
 STARTUP_S = 90
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(120)]
 
 # A user's graph package: one node writes, then asks three questions, then writes again.
 GRAPH = '''

@@ -6,12 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from langgraph.graph import START, MessagesState, StateGraph
 from tether_langgraph import GraphAgent
 from tether_runtime.engine import driven
 from tether_sdk import Agent, ScriptedModel
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 def test_the_runtime_imports_no_langgraph_unless_a_graph_agent_is_loaded() -> None:
     code = (
         "import sys\n"

@@ -28,6 +28,7 @@ def test_write_writes_both_files_and_main_takes_one_folder(tmp_path: Path) -> No
     assert wire_js.main([]) == 2
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 def test_the_js_module_holds_the_python_names() -> None:
     """Run by node: what the module exports is tether_proto.wire's, value for value."""
     node = shutil.which("node")

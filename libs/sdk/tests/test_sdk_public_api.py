@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
 import tether_sdk
 
 PUBLIC = [
@@ -55,6 +56,7 @@ def test_every_public_name_is_importable_and_none_is_private() -> None:
     assert not [n for n in PUBLIC if n.startswith("_")]
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 def test_the_sdk_imports_nothing_of_the_engine() -> None:
     import subprocess
     import sys

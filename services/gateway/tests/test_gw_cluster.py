@@ -22,6 +22,8 @@ from tether_gateway.stream_slots import StreamSlots, _key
 from tether_testkit.processes import tether_cli
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterNodes]:

@@ -7,6 +7,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 JS_TESTS = Path(__file__).parent / "js"
 
 

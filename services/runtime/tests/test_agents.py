@@ -19,6 +19,7 @@ async def alice(runtime):
     await c.close()
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_list_agents_names_opspilot_with_its_tools_and_effects(alice) -> None:
     resp = await alice.stub.ListAgents(pb.ListAgentsRequest(), metadata=alice.md, timeout=10)
     assert resp.default_agent == "opspilot"
@@ -49,6 +50,7 @@ async def test_list_agents_names_opspilot_with_its_tools_and_effects(alice) -> N
     assert all(t.description for t in agent.tools)
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_list_agents_needs_a_token(runtime) -> None:
     c = Client(runtime.addr, "not-a-token")
     try:
@@ -59,6 +61,7 @@ async def test_list_agents_needs_a_token(runtime) -> None:
         await c.close()
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_an_unknown_agent_is_agent_not_found_and_stores_nothing(alice, db) -> None:
     conv = await alice.conversation()
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -88,6 +91,7 @@ async def test_an_unknown_agent_is_agent_not_found_and_stores_nothing(alice, db)
     assert (await alice.start(conv, "hello again")).run.agent == "opspilot"
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_a_stream_token_may_not_list_agents(runtime) -> None:
     c = Client(runtime.addr, token(TEST_SECRET, "alice", scope="stream", run_id="run_x"))
     try:

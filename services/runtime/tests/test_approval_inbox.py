@@ -108,6 +108,7 @@ async def _page(c: Client, **fields: object) -> pb.ListPendingApprovalsResponse:
     return await c.stub.ListPendingApprovals(req, metadata=c.md, timeout=10)
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_list_pending_approvals_pages(approver, runtime, database_url, pool) -> None:
     approver_id, approver = approver
     grant = own_grant()

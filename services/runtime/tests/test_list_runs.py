@@ -12,6 +12,8 @@ from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_testkit.client import Client, reason, token, types
 from tether_testkit.secrets import TEST_SECRET
 
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 
 @pytest.fixture
 async def user(runtime):

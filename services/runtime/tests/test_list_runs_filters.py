@@ -68,6 +68,7 @@ async def three_runs(clients, db: Any) -> tuple[Client, str, str, list[str]]:
     return owner, owner_id, conv, ids
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_agent_and_time_filters(three_runs) -> None:
     owner, _, _, (jan, jun, now) = three_runs
     assert [r.id for r in (await _list(owner, agent="ledger")).runs] == [jan]
@@ -87,6 +88,7 @@ async def test_agent_and_time_filters(three_runs) -> None:
     assert (await _refused(owner, agent="a" * 201)).code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_page_tokens_are_bound_to_their_filters(three_runs) -> None:
     owner, _, _, (jan, jun, now) = three_runs
     first = await _list(owner, agent="opspilot", page_size=1)
@@ -112,6 +114,7 @@ async def test_page_tokens_are_bound_to_their_filters(three_runs) -> None:
     assert (await _refused(owner, page_size=-1)).code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_other_users_runs_take_runs_read_on_everything(three_runs, clients, db) -> None:
     _, owner_id, conv, (jan, jun, now) = three_runs
     viewer, viewer_id = clients("viewer")

@@ -13,6 +13,8 @@ from tether_testkit.client import Client, assert_dense, reason, token, types
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.secrets import TEST_SECRET
 
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 APPROVE = events_pb2.DECISION_APPROVED
 REJECT = events_pb2.DECISION_REJECTED
 

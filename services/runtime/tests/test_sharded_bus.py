@@ -87,6 +87,7 @@ async def _shard_subscribers(cluster: RedisClusterNodes, run_id: str) -> int:
     return int(counts[1])
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_runs_fan_out_over_sharded_pubsub_with_one_connection_per_master(
     shared: RedisClusterNodes, shared_bus: ShardedEventBus
 ) -> None:
@@ -115,6 +116,7 @@ async def test_runs_fan_out_over_sharded_pubsub_with_one_connection_per_master(
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_a_confirmed_subscription_misses_nothing_published_after(
     shared_bus: ShardedEventBus,
 ) -> None:
@@ -126,6 +128,7 @@ async def test_a_confirmed_subscription_misses_nothing_published_after(
             assert await asyncio.wait_for(sub.queue.get(), 5) == _batch(b"\x08\x01")
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_a_killed_master_s_streams_move_to_its_promoted_replica(
     cluster: RedisClusterNodes, bus: ShardedEventBus
 ) -> None:
@@ -151,6 +154,7 @@ async def test_a_killed_master_s_streams_move_to_its_promoted_replica(
         assert replica.port in {s.port for s in bus._shards.values()}
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_streams_of_a_lost_shard_are_due_for_the_positioning_check(
     cluster: RedisClusterNodes, bus: ShardedEventBus
 ) -> None:
@@ -169,6 +173,7 @@ async def test_streams_of_a_lost_shard_are_due_for_the_positioning_check(
             assert spared.last_heard == 1e12
 
 
+@pytest.mark.process  # starts a process: not in test-fast
 async def test_a_planned_switch_over_moves_the_channels_with_their_slots(
     cluster: RedisClusterNodes, bus: ShardedEventBus
 ) -> None:

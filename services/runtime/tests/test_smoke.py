@@ -1,8 +1,11 @@
 """The demo's headline flow over gRPC: stream to the interrupt, approve, stream to done."""
 
+import pytest
 from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.secrets import TEST_SECRET
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 
 async def test_restart_the_abnormal_payment_api_instance(runtime, db):

@@ -10,6 +10,8 @@ from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_testkit.client import Client, assert_dense, reason, token, types
 from tether_testkit.secrets import TEST_SECRET
 
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 
 async def test_the_first_message_carries_the_run_and_every_event_follows(runtime, db) -> None:
     c = Client(runtime.addr, token(TEST_SECRET, "alice"))

@@ -13,6 +13,8 @@ from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import free_port, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
+
 
 def violations(metrics_url: str, mode: str) -> float:
     body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import secrets
 
+import pytest
 from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_testkit.client import Client, token, types
 from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import start_runtime
 from tether_testkit.secrets import TEST_SECRET
+
+pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
 
 def traceparent() -> tuple[str, str]:
