@@ -1,6 +1,6 @@
 """The grants' scope rule as a table (store/grants.py): every form of it is held to these cases,
 `grants.matches` (the checks), `grants.matches_sql` and the approvals inbox's query
-(services/runtime/tests/test_grants.py, test_approval_inbox.py)."""
+(services/runtime/tests/policy/test_grants.py, test_approval_inbox.py)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ COMMITTED_SECRET_SHA256 = frozenset(
         "d99c0a026d545ef70880be60384bf53a9353cd3de2eadcd8de1c01635531c1a5",
         # libs/client/tests/test_webhooks_verify.py (a receiver's webhook secret)
         "0dfa31348971e1293ef4bd9afbcdd817a5c7ff19993d135140750674e611ed9f",
-        # services/runtime/tests/test_webhook_outbox.py (a test fixture)
+        # services/runtime/tests/webhooks/test_webhook_outbox.py (a test fixture)
         "506334017ae7d65f5f6c2f1fe7dd92089e4b8e706a542b2fd7e4c16748ce7812",
     }
 )
