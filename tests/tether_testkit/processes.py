@@ -1,4 +1,5 @@
-"""Real Tether processes for tests: each on its own free port, with its own log file, killable."""
+"""Real Tether processes for tests: each on its own free port, with its own log file, killable.
+The runtime and the gateway are forked from a warm parent (tether_testkit.forkserver)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tether_testkit import forkserver
+
 LOG_DIR = Path(os.environ.get("TETHER_TEST_LOG_DIR", tempfile.gettempdir())) / "tether-test-logs"
 
 
@@ -29,7 +32,7 @@ def free_port() -> int:
 @dataclass
 class Proc:
     name: str
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | forkserver.ForkedProcess
     log_path: Path
     addr: str
     env: dict[str, str] = field(default_factory=dict)
@@ -76,6 +79,9 @@ def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
     full_env = {**os.environ, **env}
+    if forkserver.enabled() and args[0] == "-m":
+        forked = forkserver.spawn(args[1], args[2:], full_env, log_path)
+        return Proc(name=name, popen=forked, log_path=log_path, addr=addr, env=env)
     with open(log_path, "wb") as log:
         popen = subprocess.Popen(
             [sys.executable, *args], env=full_env, stdout=log, stderr=subprocess.STDOUT

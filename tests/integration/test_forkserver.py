@@ -1,0 +1,75 @@
+"""The test fork server (tether_testkit.forkserver) starts what `python -m` would: the process
+gets the environment, PYTHONPATH, working folder and log file it was given, its own exit status
+(an exit code, a crash, SIGKILL) and no grpc from its parent; and it costs less than a cold start."""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from tether_testkit import forkserver
+
+pytestmark = pytest.mark.process
+
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    mode = os.environ["PROBE_MODE"]
+    print(json.dumps({"env": os.environ.get("PROBE_VALUE"), "cwd": os.getcwd(),
+                      "path0": sys.path[:3], "argv": sys.argv[1:],
+                      "grpc_before": "grpc" in sys.modules}), flush=True)
+    if mode == "exit":
+        sys.exit(int(sys.argv[1]))
+    if mode == "crash":
+        raise RuntimeError("probe crashed")
+    if mode == "hang":
+        time.sleep(600)
+    """
+)
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Path:
+    pkg = tmp_path / "pkgs"
+    pkg.mkdir()
+    (pkg / "fs_probe.py").write_text(PROBE)
+    return pkg
+
+
+def _spawn(probe: Path, tmp_path: Path, mode: str, *argv: str) -> tuple[object, Path]:
+    log = tmp_path / f"{mode}.log"
+    env = {
+        "PROBE_MODE": mode,
+        "PROBE_VALUE": "v-" + mode,
+        "PYTHONPATH": str(probe),
+        "PATH": "/usr/bin",
+    }
+    return forkserver.spawn("fs_probe", list(argv), env, log), log
+
+
+def test_a_forked_process_has_its_env_path_argv_log_and_exit_code(
+    probe: Path, tmp_path: Path
+) -> None:
+    proc, log = _spawn(probe, tmp_path, "exit", "3")
+    assert proc.wait(30) == 3  # type: ignore[attr-defined]
+    line = log.read_text().splitlines()[0]
+    assert '"env": "v-exit"' in line and '"argv": ["3"]' in line, line
+    assert str(probe) in line and '"grpc_before": false' in line, line
+
+
+def test_a_crash_is_exit_1_with_its_traceback_in_the_log(probe: Path, tmp_path: Path) -> None:
+    proc, log = _spawn(probe, tmp_path, "crash")
+    assert proc.wait(30) == 1  # type: ignore[attr-defined]
+    assert "RuntimeError: probe crashed" in log.read_text()
+
+
+def test_sigkill_is_minus_9_and_poll_says_running_until_then(probe: Path, tmp_path: Path) -> None:
+    proc, _ = _spawn(probe, tmp_path, "hang")
+    time.sleep(0.3)
+    assert proc.poll() is None  # type: ignore[attr-defined]
+    proc.send_signal(signal.SIGKILL)  # type: ignore[attr-defined]
+    assert proc.wait(30) == -signal.SIGKILL  # type: ignore[attr-defined]
+    proc.kill()  # a dead process is never signalled again (its pid may be reused)

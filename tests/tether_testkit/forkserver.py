@@ -1,0 +1,268 @@
+"""Tether's processes for tests, forked from a warm parent: the runtime and the gateway spend 2-3 s
+of CPU importing their libraries at every start, and the suite starts a few hundred of them on 2
+cores. One fork server per test process imports those libraries once (redis, aiohttp, pydantic,
+asyncpg, OpenTelemetry, ...: none of Tether's own modules, none that read the environment when
+imported, and never grpc, whose core is not safe to fork once started) and forks each process from
+there. The child is still a real process of its own: its own pid, environment, log file and exit
+status, killed by SIGKILL like any other. `TETHER_TEST_FORKSERVER=0` starts every process with
+plain `subprocess.Popen` instead.
+
+The wire between a test process and its fork server is one JSON line each way per request on the
+server's stdin/stdout. The server ends when the test process does (its stdin closes), and its
+children with it."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# What the server imports once: the heavy third-party libraries both services load. Nothing here
+# may import grpc (checked at the server's start).
+WARM = (
+    "asyncio",
+    "uvloop",
+    "redis.asyncio",
+    "redis.asyncio.cluster",
+    "aiohttp",
+    "aiohttp.web",
+    "pydantic",
+    "pydantic_settings",
+    "asyncpg",
+    "jwt",
+    "cryptography.hazmat.primitives.asymmetric.rsa",
+    "jsonschema",
+    "prometheus_client",
+    "psutil",
+    "yaml",
+    "google.protobuf.descriptor_pool",
+    "google.protobuf.json_format",
+    "opentelemetry.trace",
+    "opentelemetry.sdk.trace",
+    "opentelemetry.sdk.resources",
+    "detect_secrets.plugins.aws",
+    "detect_secrets.plugins.keyword",
+    "detect_secrets.plugins.jwt",
+)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(sig: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
+
+# -- the server side ------------------------------------------------------------------------------
+
+
+_SERVER_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _sys_path(cwd: str, pythonpath: str) -> list[str]:
+    """The sys.path `python -m` would have in `cwd` with this PYTHONPATH: the folder, PYTHONPATH's
+    entries, then the interpreter's own (the server's, less its script folder and PYTHONPATH)."""
+    own = [p for p in sys.path[1:] if p not in _SERVER_PYTHONPATH]
+    return [cwd, *[p for p in pythonpath.split(os.pathsep) if p], *own]
+
+
+def _child(request: Mapping[str, Any], wire: tuple[int, int]) -> None:
+    """In the forked child: become the requested process, then exit with its status."""
+    code = 1
+    try:
+        _die_with_parent(signal.SIGKILL)
+        for fd in wire:
+            os.close(fd)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdio
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[:] = _sys_path(request["cwd"], request["env"].get("PYTHONPATH", ""))
+        importlib.invalidate_caches()  # files written since the server started (agent packages)
+        module, argv = request["module"], request["argv"]
+        sys.argv = [module, *argv]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            if not isinstance(exit_.code, int | None):
+                print(exit_.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - a crash is the process's exit status, as for a process
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    """The fork server: warm up, then answer one request per line until stdin closes (the test
+    process ended, however it ended); its children die with it (each has PR_SET_PDEATHSIG). The
+    server itself takes no death signal: it would fire when the *thread* that started it ends,
+    and tests start processes from worker threads."""
+    for name in WARM:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    assert "grpc" not in sys.modules, "the fork server must not import grpc"
+    # The wire moves off fds 0 and 1, so a child's stdio never lands on it (nor a stray print).
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    statuses: dict[int, int] = {}
+    reader = os.fdopen(wire_in, "r", closefd=False)
+    writer = os.fdopen(wire_out, "w", buffering=1, closefd=False)
+    writer.write(json.dumps({"ready": os.getpid()}) + "\n")
+    for line in reader:
+        request = json.loads(line)
+        op = request["op"]
+        if op == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                _child(request, (wire_in, wire_out))
+            answer: dict[str, Any] = {"pid": pid}
+        elif op == "poll":
+            pid = request["pid"]
+            if pid not in statuses:
+                with contextlib.suppress(ChildProcessError):
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        statuses[pid] = os.waitstatus_to_exitcode(status)
+            answer = {"code": statuses.get(pid)}
+        else:
+            answer = {"error": f"unknown op {op!r}"}
+        writer.write(json.dumps(answer) + "\n")
+
+
+# -- the test side --------------------------------------------------------------------------------
+
+
+class ForkServer:
+    """The test process's fork server, started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+
+    def _ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", "from tether_testkit.forkserver import serve; serve()"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": _testkit_path()},
+                )
+                self._read()  # {"ready": pid}
+            stdin = self._proc.stdin
+            assert stdin is not None
+            stdin.write(json.dumps(request) + "\n")
+            stdin.flush()
+            return self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the test fork server died")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def spawn(
+        self, module: str, argv: list[str], env: Mapping[str, str], log: Path
+    ) -> ForkedProcess:
+        answer = self._ask(
+            {
+                "op": "spawn",
+                "module": module,
+                "argv": argv,
+                "env": dict(env),
+                "log": str(log),
+                "cwd": os.getcwd(),
+            }
+        )
+        return ForkedProcess(self, int(answer["pid"]), [sys.executable, "-m", module, *argv])
+
+    def status(self, pid: int) -> int | None:
+        code = self._ask({"op": "poll", "pid": pid})["code"]
+        return None if code is None else int(code)
+
+
+def _testkit_path() -> str:
+    here = str(Path(__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([here, rest]) if rest else here
+
+
+class ForkedProcess:
+    """What tests use of `subprocess.Popen`, for a process the fork server started: its pid, its
+    exit status (`poll`, `wait`, `returncode`) and signals."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
+        self._server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.02)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # never signal a pid that may be reused
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+_server: ForkServer | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get("TETHER_TEST_FORKSERVER", "1") != "0"
+
+
+def spawn(module: str, argv: list[str], env: Mapping[str, str], log: Path) -> ForkedProcess:
+    global _server
+    if _server is None:
+        _server = ForkServer()
+    return _server.spawn(module, argv, env, log)
