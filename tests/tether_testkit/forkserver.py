@@ -22,6 +22,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -84,13 +85,16 @@ def _child(request: Mapping[str, Any], wire: tuple[int, int]) -> None:
         _die_with_parent(signal.SIGKILL)
         for fd in wire:
             os.close(fd)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        err = os.open(
+            request.get("stderr") or request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(null)
-        os.close(log)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in {null, out, err}:
+            os.close(fd)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdio
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
@@ -194,8 +198,14 @@ class ForkServer:
         return answer
 
     def spawn(
-        self, module: str, argv: list[str], env: Mapping[str, str], log: Path
+        self,
+        module: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        log: Path,
+        stderr: Path | None = None,
     ) -> ForkedProcess:
+        """`log` takes the process's stdout, and its stderr too unless `stderr` is given."""
         answer = self._ask(
             {
                 "op": "spawn",
@@ -203,6 +213,7 @@ class ForkServer:
                 "argv": argv,
                 "env": dict(env),
                 "log": str(log),
+                "stderr": str(stderr) if stderr else "",
                 "cwd": os.getcwd(),
             }
         )
@@ -261,8 +272,28 @@ def enabled() -> bool:
     return os.environ.get("TETHER_TEST_FORKSERVER", "1") != "0"
 
 
-def spawn(module: str, argv: list[str], env: Mapping[str, str], log: Path) -> ForkedProcess:
+def spawn(
+    module: str, argv: list[str], env: Mapping[str, str], log: Path, stderr: Path | None = None
+) -> ForkedProcess:
     global _server
     if _server is None:
         _server = ForkServer()
-    return _server.spawn(module, argv, env, log)
+    return _server.spawn(module, argv, env, log, stderr)
+
+
+def run(
+    module: str, argv: list[str], env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([python, -m, module, *argv], capture_output=True, text=True)`, forked."""
+    with tempfile.TemporaryDirectory(prefix="tether-fork-run-") as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        proc = spawn(module, argv, env, out, err)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            raise
+        return subprocess.CompletedProcess(
+            proc.args, code, out.read_text(errors="replace"), err.read_text(errors="replace")
+        )

@@ -65,7 +65,10 @@ class Proc:
 def tether_cli(
     *args: str, env: Mapping[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """`tether ARGS` as a user runs it (a subprocess), this environment plus `env`."""
+    """`tether ARGS` as a user runs it (a process: forked from the warm parent, or a subprocess
+    with TETHER_TEST_FORKSERVER=0), this environment plus `env`."""
+    if forkserver.enabled():
+        return forkserver.run("tether_cli.main", list(args), {**os.environ, **env}, timeout)
     return subprocess.run(
         [sys.executable, "-m", "tether_cli.main", *args],
         env={**os.environ, **env},
