@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,14 @@ from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_testkit import stores
 from tether_testkit.agent_packages import declare_entry_point, env_with_path, write_package
 from tether_testkit.client import Client, assert_dense, reason, token, types
-from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime, tether_cli
+from tether_testkit.processes import (
+    Proc,
+    free_port,
+    run_module,
+    start_gateway,
+    start_runtime,
+    tether_cli,
+)
 from tether_testkit.secrets import TEST_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -414,7 +419,6 @@ async def test_agent_not_found_over_http_is_400(
 def test_a_tool_without_an_effect_stops_the_runtime_at_start(
     tmp_path: Path, base_env: dict[str, str]
 ) -> None:
-    import os
 
     write_package(tmp_path, "careless_pkg", CARELESS)
     env = env_with_path(
@@ -425,13 +429,7 @@ def test_a_tool_without_an_effect_stops_the_runtime_at_start(
         },
         tmp_path,
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "tether_runtime"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_module("tether_runtime", env=env)
     assert out.returncode == 2, out.stdout + out.stderr
     why = "TETHER_AGENTS=careless_pkg:agent: agent 'careless' cannot be loaded:"
     assert f"tether runtime: {why}" in out.stderr

@@ -1,6 +1,7 @@
 """The test fork server (tether_testkit.forkserver) starts what `python -m` would: the process
 gets the environment, PYTHONPATH, working folder and log file it was given, its own exit status
-(an exit code, a crash, SIGKILL) and no grpc from its parent; and it costs less than a cold start."""
+(an exit code, a crash, SIGKILL); grpc comes imported from its parent but unstarted, so the child
+serves and calls gRPC as a fresh process does; and it costs less than a cold start."""
 
 from __future__ import annotations
 
@@ -20,7 +21,25 @@ PROBE = textwrap.dedent(
     mode = os.environ["PROBE_MODE"]
     print(json.dumps({"env": os.environ.get("PROBE_VALUE"), "cwd": os.getcwd(),
                       "path0": sys.path[:3], "argv": sys.argv[1:],
-                      "grpc_before": "grpc" in sys.modules}), flush=True)
+                      "grpc_before": "grpc" in sys.modules,
+                      "threads": len(os.listdir("/proc/self/task"))}), flush=True)
+    if mode == "grpc":
+        import asyncio
+        import grpc.aio
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+        async def serve_and_call():
+            server = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+            await server.stop(0)
+            return answer.status
+
+        sys.exit(0 if asyncio.run(serve_and_call()) == 1 else 4)
     if mode == "exit":
         sys.exit(int(sys.argv[1]))
     if mode == "crash":
@@ -57,7 +76,16 @@ def test_a_forked_process_has_its_env_path_argv_log_and_exit_code(
     assert proc.wait(30) == 3  # type: ignore[attr-defined]
     line = log.read_text().splitlines()[0]
     assert '"env": "v-exit"' in line and '"argv": ["3"]' in line, line
-    assert str(probe) in line and '"grpc_before": false' in line, line
+    assert str(probe) in line and '"grpc_before": true' in line, line
+    assert '"threads": 1,' in line or '"threads": 1}' in line, line  # nothing started in the parent
+
+
+def test_a_forked_process_serves_and_calls_grpc(probe: Path, tmp_path: Path) -> None:
+    """grpc was imported by the warm parent, never started there: each child starts its own core.
+    Three children in a row, the way a test starts a runtime after a killed one."""
+    for _ in range(3):
+        proc, log = _spawn(probe, tmp_path, "grpc")
+        assert proc.wait(60) == 0, log.read_text()  # type: ignore[attr-defined]
 
 
 def test_a_crash_is_exit_1_with_its_traceback_in_the_log(probe: Path, tmp_path: Path) -> None:

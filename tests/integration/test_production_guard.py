@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from tether_testkit.processes import tether_cli
 
 UNSAFE = {
     "TETHER_ENV": "production",
@@ -31,10 +31,7 @@ IDP = {"TETHER_OIDC_ISSUER": "https://idp.example/realm", "TETHER_OIDC_AUDIENCE"
 
 def _tether(verb: str, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in CLEARED} | extra
-    return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", verb],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return tether_cli(verb, env=env, inherit=False)
 
 
 @pytest.mark.parametrize("verb", ["runtime", "gateway"])

@@ -1,9 +1,11 @@
 """Tether's processes for tests, forked from a warm parent: the runtime and the gateway spend 2-3 s
 of CPU importing their libraries at every start, and the suite starts a few hundred of them on 2
 cores. One fork server per test process imports those libraries once (redis, aiohttp, pydantic,
-asyncpg, OpenTelemetry, ...: none of Tether's own modules, none that read the environment when
-imported, and never grpc, whose core is not safe to fork once started) and forks each process from
-there. The child is still a real process of its own: its own pid, environment, log file and exit
+asyncpg, OpenTelemetry, grpc, and Tether's own runtime, gateway and CLI modules: none that reads
+the environment when imported, so no agent) and forks each process from there. grpc is imported
+but never used in the server: its core starts no thread and holds no state until a channel or a
+server exists, which only a child creates (the server checks it is still one thread before each
+fork). The child is still a real process of its own: its own pid, environment, log file and exit
 status, killed by SIGKILL like any other. `TETHER_TEST_FORKSERVER=0` starts every process with
 plain `subprocess.Popen` instead.
 
@@ -30,8 +32,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# What the server imports once: the heavy third-party libraries both services load. Nothing here
-# may import grpc (checked at the server's start).
+# What the server imports once: the heavy third-party libraries both services load, then Tether's
+# own modules that the runtime, the gateway and the `tether` command import before they read any
+# setting. No agent: agents may read the environment when imported (checked at the server's start).
 WARM = (
     "asyncio",
     "uvloop",
@@ -56,7 +59,16 @@ WARM = (
     "detect_secrets.plugins.aws",
     "detect_secrets.plugins.keyword",
     "detect_secrets.plugins.jwt",
+    "grpc",
+    "grpc.aio",
+    "grpc_health.v1.health",
+    "tether_runtime.server",
+    "tether_gateway.server",
+    "tether_cli.main",
 )
+# Packages the server must never import: an agent's module may read the environment at import,
+# which the child's own environment must decide.
+NEVER_WARM = ("tether_opspilot", "tether_mailer", "tether_lgops", "langgraph", "langchain_core")
 PR_SET_PDEATHSIG = 1
 
 
@@ -122,6 +134,13 @@ def _child(request: Mapping[str, Any], wire: tuple[int, int]) -> None:
         os._exit(code)
 
 
+def _assert_one_thread() -> None:
+    """A fork copies only the calling thread: a thread that grpc's core (or anything else)
+    started in the server would be missing in the child, with whatever locks it held."""
+    threads = os.listdir(f"/proc/{os.getpid()}/task")
+    assert len(threads) == 1, f"the fork server has {len(threads)} threads; forking is unsafe"
+
+
 def serve() -> None:
     """The fork server: warm up, then answer one request per line until stdin closes (the test
     process ended, however it ended); its children die with it (each has PR_SET_PDEATHSIG). The
@@ -130,7 +149,8 @@ def serve() -> None:
     for name in WARM:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    assert "grpc" not in sys.modules, "the fork server must not import grpc"
+    warmed_agents = [m for m in sys.modules if m.split(".")[0] in NEVER_WARM]
+    assert not warmed_agents, f"the fork server imported agent modules: {warmed_agents[:5]}"
     # The wire moves off fds 0 and 1, so a child's stdio never lands on it (nor a stray print).
     wire_in, wire_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -145,6 +165,7 @@ def serve() -> None:
         request = json.loads(line)
         op = request["op"]
         if op == "spawn":
+            _assert_one_thread()
             pid = os.fork()
             if pid == 0:
                 _child(request, (wire_in, wire_out))

@@ -62,20 +62,29 @@ class Proc:
             return ""
 
 
-def tether_cli(
-    *args: str, env: Mapping[str, str], timeout: float = 60
+def run_module(
+    module: str, *args: str, env: Mapping[str, str], timeout: float = 60, inherit: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """`tether ARGS` as a user runs it (a process: forked from the warm parent, or a subprocess
-    with TETHER_TEST_FORKSERVER=0), this environment plus `env`."""
+    """`python -m MODULE ARGS` as a user runs it, to its end, stdout and stderr captured apart (a
+    process: forked from the warm parent, or a subprocess with TETHER_TEST_FORKSERVER=0). Its
+    environment: this one plus `env`, or `env` alone with `inherit=False`."""
+    full_env = {**os.environ, **env} if inherit else dict(env)
     if forkserver.enabled():
-        return forkserver.run("tether_cli.main", list(args), {**os.environ, **env}, timeout)
+        return forkserver.run(module, list(args), full_env, timeout)
     return subprocess.run(
-        [sys.executable, "-m", "tether_cli.main", *args],
-        env={**os.environ, **env},
+        [sys.executable, "-m", module, *args],
+        env=full_env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def tether_cli(
+    *args: str, env: Mapping[str, str], timeout: float = 60, inherit: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`tether ARGS` as a user runs it (see run_module)."""
+    return run_module("tether_cli.main", *args, env=env, timeout=timeout, inherit=inherit)
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:

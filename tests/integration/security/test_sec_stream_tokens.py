@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +20,7 @@ from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_common.auth import issue_token
 from tether_gateway.health import openapi_document
 from tether_testkit.client import Client
-from tether_testkit.processes import Proc, start_gateway
+from tether_testkit.processes import Proc, start_gateway, tether_cli
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import PUBLIC, new_user, owned_interrupted_run
 
@@ -270,20 +268,8 @@ async def test_an_operator_revokes_a_token_by_its_jti(pods, http, db, base_env):
     held = await http.get(f"{a}/v1/runs/{ids['run']}/events", headers=auth(leaked))
     try:
         assert held.status == 200
-        cli = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tether_cli.main",
-            "revoke",
-            jti,
-            "--ttl",
-            "600",
-            env={**os.environ, **base_env},
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        out, _ = await cli.communicate()
-        assert cli.returncode == 0, out.decode()
+        cli = await asyncio.to_thread(tether_cli, "revoke", jti, "--ttl", "600", env=base_env)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
         frames = await frames_until_end(held, within_s=3)
         assert reauthenticate(frames) == [{"type": "reauthenticate", "reason": "revoked"}]
     finally:
