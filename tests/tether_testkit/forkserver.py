@@ -1,8 +1,9 @@
 """Tether's processes for tests, forked from a warm parent: the runtime and the gateway spend 2-3 s
 of CPU importing their libraries at every start, and the suite starts a few hundred of them on 2
 cores. One fork server per test process imports those libraries once (redis, aiohttp, pydantic,
-asyncpg, OpenTelemetry, grpc, and Tether's own runtime, gateway and CLI modules: none that reads
-the environment when imported, so no agent) and forks each process from there. grpc is imported
+asyncpg, OpenTelemetry, grpc, LangGraph and LangChain, and Tether's own runtime, gateway and CLI
+modules: none that reads the environment when imported, so no agent) and forks each process from
+there. grpc is imported
 but never used in the server: its core starts no thread and holds no state until a channel or a
 server exists, which only a child creates (the server checks it is still one thread before each
 fork). The child is still a real process of its own: its own pid, environment, log file and exit
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -65,10 +67,20 @@ WARM = (
     "tether_runtime.server",
     "tether_gateway.server",
     "tether_cli.main",
+    # What a runtime loading a LangGraph agent imports besides (3-4 s of CPU at each start): the
+    # libraries, not the agents. They read no setting at import that a test changes (langsmith
+    # caches its environment reads: the child clears that cache, see _child).
+    "langchain_core.messages",
+    "langchain_openai",
+    "langgraph.graph",
+    "langgraph.prebuilt",
+    "langgraph.pregel",
+    "langgraph.types",
+    "tether_langgraph",
 )
 # Packages the server must never import: an agent's module may read the environment at import,
 # which the child's own environment must decide.
-NEVER_WARM = ("tether_opspilot", "tether_mailer", "tether_lgops", "langgraph", "langchain_core")
+NEVER_WARM = ("tether_opspilot", "tether_mailer", "tether_lgops", "tether_bench", "lgops_brain")
 PR_SET_PDEATHSIG = 1
 
 
@@ -88,6 +100,15 @@ def _sys_path(cwd: str, pythonpath: str) -> list[str]:
     entries, then the interpreter's own (the server's, less its script folder and PYTHONPATH)."""
     own = [p for p in sys.path[1:] if p not in _SERVER_PYTHONPATH]
     return [cwd, *[p for p in pythonpath.split(os.pathsep) if p], *own]
+
+
+def _forget_environment_reads() -> None:
+    """The warm libraries' cached reads of the environment, made in the server, are the child's
+    to make again with its own."""
+    langsmith_utils = sys.modules.get("langsmith.utils")
+    cached = getattr(langsmith_utils, "get_env_var", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
 
 
 def _child(request: Mapping[str, Any], wire: tuple[int, int]) -> None:
@@ -113,6 +134,7 @@ def _child(request: Mapping[str, Any], wire: tuple[int, int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        _forget_environment_reads()
         sys.path[:] = _sys_path(request["cwd"], request["env"].get("PYTHONPATH", ""))
         importlib.invalidate_caches()  # files written since the server started (agent packages)
         module, argv = request["module"], request["argv"]
@@ -151,6 +173,11 @@ def serve() -> None:
             importlib.import_module(name)
     warmed_agents = [m for m in sys.modules if m.split(".")[0] in NEVER_WARM]
     assert not warmed_agents, f"the fork server imported agent modules: {warmed_agents[:5]}"
+    # What the imports made is never garbage: kept out of every collection, a child's collector
+    # neither walks it (seconds of CPU for the whole warm heap) nor copies its pages by writing
+    # to their headers.
+    gc.collect()
+    gc.freeze()
     # The wire moves off fds 0 and 1, so a child's stdio never lands on it (nor a stray print).
     wire_in, wire_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
