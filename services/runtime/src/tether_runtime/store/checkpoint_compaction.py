@@ -10,7 +10,16 @@ from tether_runtime.store.db import Conn
 
 BATCH = 200
 
-_KEPT = ("v", "message_id", "steps", "input_tokens", "output_tokens", "step_usage", "active_s")
+_KEPT = (
+    "v",
+    "message_id",
+    "steps",
+    "input_tokens",
+    "output_tokens",
+    "step_usage",
+    "active_s",
+    "output",  # a graph run's final state: GetRun's output_json
+)
 
 _COMPACT = f"""
 UPDATE run SET checkpoint_compacted = true,

@@ -32,7 +32,7 @@ PARALLEL = "parallel"
 # so it sees the answers of the runs before it).
 _START = (
     "SELECT conv_found, active_ids, (started).*"
-    " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+    " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 )
 
 
@@ -56,9 +56,12 @@ async def start(
     trace_context: dict[str, Any],
     first_event: tuple[str, bytes],
     checkpoint: dict[str, Any],
+    graph_input: dict[str, Any] | None = None,
 ) -> Admission | None:
     """One statement (autocommit, or in the caller's transaction): None (nothing written) unless
-    the conversation exists and belongs to `user_id`; else what `policy` admitted."""
+    the conversation exists and belongs to `user_id`; else what `policy` admitted.
+    `graph_input`: a graph agent's input as the caller gave it (migration 0021), kept with the
+    run."""
     row = await conn.fetchrow(
         _START,
         run_id,
@@ -73,6 +76,7 @@ async def start(
         WAKE_CHANNEL,
         checkpoint,
         policy,
+        graph_input,
     )
     assert row is not None
     if not row["conv_found"]:
