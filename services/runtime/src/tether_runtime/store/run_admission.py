@@ -32,6 +32,11 @@ PARALLEL = "parallel"
 # so it sees the answers of the runs before it).
 _START = (
     "SELECT conv_found, active_ids, (started).*"
+    " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+)
+# With a graph's input (migration 0021's overload); a start from text keeps to the first form.
+_START_WITH_INPUT = (
+    "SELECT conv_found, active_ids, (started).*"
     " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 )
 
@@ -62,8 +67,7 @@ async def start(
     the conversation exists and belongs to `user_id`; else what `policy` admitted.
     `graph_input`: a graph agent's input as the caller gave it (migration 0021), kept with the
     run."""
-    row = await conn.fetchrow(
-        _START,
+    args = [
         run_id,
         conversation_id,
         user_id,
@@ -76,8 +80,11 @@ async def start(
         WAKE_CHANNEL,
         checkpoint,
         policy,
-        graph_input,
-    )
+    ]
+    if graph_input is None:
+        row = await conn.fetchrow(_START, *args)
+    else:
+        row = await conn.fetchrow(_START_WITH_INPUT, *args, graph_input)
     assert row is not None
     if not row["conv_found"]:
         return None

@@ -3,8 +3,8 @@
 -- takes it over after a crash hands the graph the same input. NULL: the run started from its text.
 ALTER TABLE run ADD COLUMN input jsonb;
 
--- run_start (migration 0018) with the input: an overload, so a pod of the previous release,
--- which calls the twelve-parameter function, keeps working during a rolling deploy.
+-- run_start (migration 0018) with the input: an overload (a start from text still calls the first
+-- form), so a pod of the previous release keeps working during a rolling deploy.
 CREATE FUNCTION run_start(
     p_run_id text, p_conv text, p_user text, p_msg text, p_text text, p_agent text,
     p_trace jsonb, p_type text, p_data bytea, p_wake text, p_checkpoint jsonb, p_policy text,
