@@ -12,8 +12,13 @@ from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.views import RunView
 from tether_runtime.engine.checkpoint import Checkpoint
-from tether_runtime.store import checkpoint_compaction, conversations, event_log, run_admission
-from tether_runtime.store import runs
+from tether_runtime.store import (
+    checkpoint_compaction,
+    conversations,
+    event_log,
+    run_admission,
+    runs,
+)
 from tether_runtime.store.db import create_pool
 
 
