@@ -185,3 +185,17 @@ def test_values_are_plain_json_with_messages_as_langgraphs_server_sends_them() -
     assert (ai["type"], ai["tool_calls"], ai["invalid_tool_calls"]) == ("ai", [], [])
     assert "lc" not in ai  # not LangChain's own serialised form
     assert value["tags"] == ["x"] and value["day"] == "2026-12-04"
+
+
+async def test_a_write_task_outside_tether_simply_calls_the_function() -> None:
+    from tether_langgraph import write_task
+
+    @write_task(action="ticket.file", scope="tickets/{queue}")
+    async def file_ticket(queue: str, note: str = "n") -> str:
+        return f"{queue}/{note}/{idempotency_key()}"
+
+    assert await file_ticket("ops") == "ops/n/None"
+    with pytest.raises(ValueError, match="noun.verb"):
+        write_task(action="file")
+    with pytest.raises(TypeError, match="async function"):
+        write_task(action="ticket.file")(lambda: None)

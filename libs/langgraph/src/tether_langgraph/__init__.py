@@ -15,7 +15,7 @@ once. Only a runtime that loads a GraphAgent imports this package (and so langgr
 from tether_langgraph._agent import GraphAgent, GraphModel, graph_agent, is_graph
 from tether_langgraph._config import GraphConfigError, agents_from_config
 from tether_langgraph._interrupts import TEXT_SCHEMA
-from tether_langgraph._tools import WriteTool, idempotency_key, write_tool
+from tether_langgraph._tools import WriteTool, idempotency_key, write_task, write_tool
 
 __all__ = [
     "TEXT_SCHEMA",
@@ -27,5 +27,6 @@ __all__ = [
     "graph_agent",
     "idempotency_key",
     "is_graph",
+    "write_task",
     "write_tool",
 ]
