@@ -199,3 +199,22 @@ async def test_a_write_task_outside_tether_simply_calls_the_function() -> None:
         write_task(action="file")
     with pytest.raises(TypeError, match="async function"):
         write_task(action="ticket.file")(lambda: None)
+
+
+def test_the_answer_stored_without_an_output_function() -> None:
+    from types import SimpleNamespace
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from tether_langgraph._driver import SHORT_ANSWER, GraphRun
+
+    run: Any = SimpleNamespace(agent=SimpleNamespace(output=None))
+
+    def output(values: Any) -> str:
+        return GraphRun._output(run, values)
+
+    messages = [HumanMessage("q"), AIMessage("the answer"), HumanMessage("thanks")]
+    assert output({"messages": messages}) == "the answer"
+    assert output("an entrypoint's text") == "an entrypoint's text"
+    assert output({"title": "t", "n": 1}) == '{"title":"t","n":1}'
+    long = output({"k": "x" * 5000})
+    assert len(long) == SHORT_ANSWER and long.endswith("…")

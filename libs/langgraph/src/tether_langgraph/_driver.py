@@ -221,6 +221,8 @@ class GraphRun:
             return str(self.agent.output(values))
         from langchain_core.messages import AIMessage
 
+        if isinstance(values, str):  # e.g. an @entrypoint that returns its answer
+            return values
         messages = values.get("messages") if isinstance(values, dict) else None
         if not messages:
             # A graph whose state holds no messages: its state, short, as the answer.
