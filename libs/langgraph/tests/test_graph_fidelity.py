@@ -302,3 +302,24 @@ async def test_value_json_goes_with_respond_only(c: Client) -> None:
     await decide(c, run.id, evs[-1].interrupt, events_pb2.DECISION_RESPONDED, "v")
     evs = await c.events(run.id)
     assert json.loads(evs[-1].done.output_json)["decision"] == "v"
+
+
+async def test_start_and_stream_takes_input_json_too(c: Client) -> None:
+    call = c.stub.StartRunAndStreamEvents(
+        pb.StartRunAndStreamEventsRequest(
+            conversation_id=await c.conversation(),
+            agent="hitl",
+            input_json=json.dumps({"title": "streamed"}),
+        ),
+        metadata=c.md,
+        timeout=30,
+    )
+    evs: list[Any] = []
+    async for resp in call:
+        evs += resp.events
+        if "interrupt" in types(evs):
+            call.cancel()
+            break
+    values = [json.loads(v.values_json) for v in of_type(evs, "graph_values")]
+    assert values[0] == {"title": "streamed", "notes": []}
+    assert json.loads(evs[-1].interrupt.payload.value_json)["title"] == "Escalate streamed?"
