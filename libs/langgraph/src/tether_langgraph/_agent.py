@@ -31,6 +31,31 @@ class GraphModel:
         raise ModelError("GRAPH_AGENT", "a LangGraph agent's models are called by its graph")
 
 
+def _state_jsonschema(graph: Any) -> Any:
+    """The state's schema: the builder's state type (a StateGraph's), else the output's."""
+    state = getattr(getattr(graph, "builder", None), "state_schema", None)
+    if state is None:
+        return graph.get_output_jsonschema()
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(state).json_schema()
+
+
+def graph_agent(graph: Any, name: str, source: str = "") -> GraphAgent:
+    """A compiled graph (or a StateGraph) loaded without a wrapper (`TETHER_AGENTS=mod:graph`, a
+    langgraph.json): a GraphAgent with the default input and output, named `name`."""
+    about = f"The LangGraph graph {name}" + (f" ({source})" if source else "")
+    return GraphAgent(name=name, description=about, graph=graph)
+
+
+def is_graph(obj: object) -> bool:
+    """A LangGraph StateGraph or compiled graph (Pregel)."""
+    from langgraph.graph import StateGraph
+    from langgraph.pregel import Pregel
+
+    return isinstance(obj, StateGraph | Pregel)
+
+
 def _messages_input(text: str) -> Any:
     from langchain_core.messages import HumanMessage
 
@@ -70,15 +95,36 @@ class GraphAgent(Agent):
             )
         return out
 
-    def compiled(self, checkpointer: Any) -> Any:
-        """The graph with `checkpointer` (a compiled graph is compiled once, copied per run)."""
+    def _base(self) -> Any:
+        """The graph compiled once (a compiled graph as it is)."""
         from langgraph.graph import StateGraph
 
         base = self.__dict__.get("_compiled")
         if base is None:
             base = self.graph.compile() if isinstance(self.graph, StateGraph) else self.graph
             object.__setattr__(self, "_compiled", base)
-        return base.copy(update={"checkpointer": checkpointer})
+        return base
+
+    def compiled(self, checkpointer: Any) -> Any:
+        """The graph with `checkpointer` (a compiled graph is compiled once, copied per run)."""
+        return self._base().copy(update={"checkpointer": checkpointer})
+
+    def json_schemas(self) -> dict[str, Any]:
+        """The graph's input, output and state JSON Schemas (ListAgents; LangGraph's server
+        gives the same from the compiled graph). A schema the graph cannot describe is left
+        out."""
+        graph = self._base()
+        out: dict[str, Any] = {}
+        for key, make in (
+            ("input", graph.get_input_jsonschema),
+            ("output", graph.get_output_jsonschema),
+            ("state", lambda: _state_jsonschema(graph)),
+        ):
+            try:
+                out[key] = make()
+            except Exception:  # noqa: BLE001, S112 - a schema pydantic cannot build is omitted
+                continue
+        return out
 
     async def drive(self, host: Any) -> None:
         from tether_langgraph._driver import GraphRun

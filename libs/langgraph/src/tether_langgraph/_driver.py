@@ -2,14 +2,23 @@
 continue the graph from Tether's checkpoint, convert its streams into Tether's events, and turn
 its `interrupt()` into a Tether interrupt.
 
-Streams (stream_mode ["messages", "updates", "custom"]), converted, never the state re-sent:
+Streams (stream_mode ["messages", "updates", "values", "custom"]), converted:
 - `messages`: the text of AI message chunks -> `text_delta` (the host coalesces); a whole AI
   message whose chunks were streamed already is skipped by its id.
-- `updates`: an AI message's tool calls -> `tool_started`, a ToolMessage -> `tool_finished`,
-  paired by the tool call id; the host announces each id once, whatever is re-emitted.
-- `custom` (`get_stream_writer()(...)`) -> `tool_progress`: a dict with `progress` (0..1),
-  `text`, and optionally `call_id` / `tool` (default: the call in flight); anything else is
-  its text at progress 0."""
+- `updates`: each node's update -> `graph_update` (as JSON, messages as LangGraph's server
+  sends them: _json.py); besides, an AI message's tool calls -> `tool_started`, a ToolMessage
+  -> `tool_finished`, paired by the tool call id; the host announces each id once, whatever is
+  re-emitted. An interrupt is never an update: the `interrupt` event carries it.
+- `values`: the whole state after each step (and once at the start, the input merged) ->
+  `graph_values`; one per step, never per token.
+- `custom` (`get_stream_writer()(...)`) -> `custom_data`, whole; a dict in Tether's progress
+  convention (`progress` (0..1) or `text`, optionally `call_id` / `tool`, default the call in
+  flight) also -> `tool_progress`.
+
+The input: StartRun's `input_json` when given (the object, whole), else the agent's
+`input(text)`. The end: the final state is stored with the run and sent in `done`
+(`output_json`); the answer text is the agent's `output(state)`, else the last AI message's
+text, else a short JSON of the state."""
 
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ from tether_sdk import Limits
 
 from tether_langgraph._checkpointer import checkpointer_for, lease_lost_type
 from tether_langgraph._interrupts import UNANSWERED, Question, question_of, resume_value
+from tether_langgraph._json import dumps, plain
 
 
 class GraphSource(Protocol):
@@ -41,7 +51,9 @@ class GraphSource(Protocol):
     def compiled(self, checkpointer: Any) -> Any: ...
 
 
-STREAM_MODES = ["messages", "updates", "custom"]
+STREAM_MODES = ["messages", "updates", "values", "custom"]
+INTERRUPT_KEY = "__interrupt__"  # LangGraph's key for the interrupts of a step's chunk
+SHORT_ANSWER = 2000  # characters of a state shown as the answer of a graph without messages
 # Each step's checkpoint is written before the next step's nodes run: a worker whose lease was
 # taken over is stopped by its first refused write, before it runs another node.
 MAX_ROUNDS = 50  # interrupts answered in one execution (identical repeated questions)
@@ -75,13 +87,14 @@ class GraphRun:
         mine = (state.metadata or {}).get("tether_run_id") == self.host.run_id
         graph_input: Any
         if not mine:
-            graph_input = self.agent.input(self.host.user_text)
+            given = self.host.graph_input
+            graph_input = given if given is not None else self.agent.input(self.host.user_text)
         elif state.interrupts:
             graph_input = await self._answer(state.interrupts[0])
         elif state.next:
             graph_input = None  # a worker stopped mid-graph: continue from the checkpoint
         else:
-            await self.host.finish(self._output(state.values))
+            await self._finish(state.values)
             return
         for _ in range(MAX_ROUNDS):
             await self._stream(graph_input)
@@ -89,7 +102,7 @@ class GraphRun:
             if not state.interrupts:
                 if state.next:  # stopped with nodes to run and no question (a breakpoint)
                     raise RuntimeError("the graph stopped without an interrupt()")
-                await self.host.finish(self._output(state.values))
+                await self._finish(state.values)
                 return
             graph_input = await self._answer(state.interrupts[0])
         raise RuntimeError("the graph kept asking the same question")
@@ -127,6 +140,7 @@ class GraphRun:
                 question.fields,
                 action=question.action,
                 scope=question.scope,
+                value=plain(interrupt.value),
             )
         value = resume_value(question, answer)
         if value is UNANSWERED:
@@ -146,13 +160,20 @@ class GraphRun:
         elif mode == "updates":
             finished = False
             for node, update in (chunk or {}).items():
-                if node != "__interrupt__":
+                if node != INTERRUPT_KEY:
                     finished = True
+                    await self.host.graph_update(str(node), plain(update))
                     await self._update(update)
             if finished:
                 await self.host.node_done()
+        elif mode == "values":
+            if isinstance(chunk, dict):
+                chunk = {k: v for k, v in chunk.items() if k != INTERRUPT_KEY}
+            await self.host.graph_values(plain(chunk))
         elif mode == "custom":
-            await self._progress(chunk)
+            await self.host.custom_data(plain(chunk))
+            if isinstance(chunk, dict) and _PROGRESS_KEYS & chunk.keys():
+                await self._progress(chunk)
 
     async def _message(self, message: Any) -> None:
         from langchain_core.messages import AIMessage, AIMessageChunk
@@ -180,31 +201,40 @@ class GraphRun:
                 name = message.name or self._in_flight[1] or "tool"
                 await self.host.tool_finished(message.tool_call_id, name, ok, summary)
 
-    async def _progress(self, chunk: Any) -> None:
+    async def _progress(self, chunk: dict[str, Any]) -> None:
         call_id, tool = self._in_flight
-        if isinstance(chunk, dict):
-            raw: Any = chunk.get("progress", chunk.get("fraction", 0.0))
-            try:
-                fraction = float(raw)
-            except (TypeError, ValueError):
-                fraction = 0.0
-            text = str(chunk.get("text") or "")
-            call_id = str(chunk.get("call_id") or call_id)
-            tool = str(chunk.get("tool") or tool)
-        else:
-            fraction, text = 0.0, str(chunk)
+        raw: Any = chunk.get("progress", chunk.get("fraction", 0.0))
+        try:
+            fraction = float(raw)
+        except (TypeError, ValueError):
+            fraction = 0.0
+        text = str(chunk.get("text") or "")
+        call_id = str(chunk.get("call_id") or call_id)
+        tool = str(chunk.get("tool") or tool)
         await self.host.tool_progress(call_id, tool, fraction, text)
+
+    async def _finish(self, values: Any) -> None:
+        await self.host.finish(self._output(values), plain(values))
 
     def _output(self, values: Any) -> str:
         if self.agent.output is not None:
             return str(self.agent.output(values))
         from langchain_core.messages import AIMessage
 
+        if isinstance(values, str):  # e.g. an @entrypoint that returns its answer
+            return values
         messages = values.get("messages") if isinstance(values, dict) else None
-        for message in reversed(messages or []):
+        if not messages:
+            # A graph whose state holds no messages: its state, short, as the answer.
+            shown = dumps(values)
+            return shown if len(shown) <= SHORT_ANSWER else shown[: SHORT_ANSWER - 1] + "…"
+        for message in reversed(messages):
             if isinstance(message, AIMessage):
                 return _text(message.content)
         return ""
+
+
+_PROGRESS_KEYS = frozenset({"progress", "fraction", "text"})
 
 
 def _messages_of(update: Any) -> list[Any]:

@@ -23,10 +23,12 @@ always. Outside Tether (a plain LangGraph run) a marked tool simply calls the to
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
+import inspect
 import json
-from collections.abc import Callable
-from typing import Any, overload
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
@@ -163,3 +165,80 @@ def write_tool(
         )
 
     return wrap(tool) if tool is not None else wrap
+
+
+R = TypeVar("R")
+
+
+def write_task(
+    *,
+    action: str,
+    scope: Scope = "*",
+    idempotent_by_key: bool = False,
+    timeout_s: float | None = None,
+) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Mark the side effect of a LangGraph `@task` (an async function) as a write, below
+    `@task`:
+
+        @task
+        @write_task(action="ticket.file", scope="tickets/{queue}")
+        async def file_ticket(queue: str, note: str) -> str: ...
+
+    LangGraph keeps a finished task's result, but a crash inside the task runs it again. On
+    Tether it goes through the same at-most-once machine as a `write_tool` (`host.once`: the gate,
+    the grant for `action` on `scope`, the claim, the idempotency key, an `outcome_unknown` card
+    after a crash inside it unless `idempotent_by_key`). The call is identified by the task's
+    checkpoint namespace (LangGraph's task id: the same on a re-run from the same checkpoint,
+    another for a second call). Its failure is raised to the graph as a ToolException. Outside
+    Tether the function is simply called."""
+    if not action or "." not in action:
+        raise ValueError("a write task needs action='noun.verb'")
+
+    def wrap(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"write_task marks an async function, not {fn!r}")
+        signature = inspect.signature(fn)
+        name = fn.__name__
+
+        @functools.wraps(fn)
+        async def run(*args: Any, **kwargs: Any) -> R:
+            host = current_host.get()
+            if host is None:
+                return await fn(*args, **kwargs)
+            from langgraph.config import get_config
+
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            plain = json.loads(json.dumps(dict(bound.arguments), default=str))
+            meta = get_config().get("metadata") or {}
+            task = str(meta.get("langgraph_checkpoint_ns") or meta.get("langgraph_node") or "")
+            raw = json.dumps([task, name, plain], sort_keys=True)
+            call_id = "lgt_" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+            async def perform(key: str) -> Any:
+                token = _key.set(key)
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    _key.reset(token)
+
+            where = scope(dict(plain)) if callable(scope) else scope.format_map(dict(plain))
+            body = await host.once(
+                call_id=call_id,
+                tool=name,
+                args=plain,
+                action=action,
+                scope=str(where),
+                perform=perform,
+                idempotent_by_key=idempotent_by_key,
+                timeout_s=timeout_s,
+            )
+            if not body.get("ok"):
+                raise ToolException(str(body.get("summary") or f"{name} failed"))
+            data = body.get("data") or {}
+            result: R = data["value"] if "value" in data else body.get("summary", "")
+            return result
+
+        return run
+
+    return wrap

@@ -243,3 +243,25 @@ async def test_stream_reset_for_a_point_ahead(alice):
     ahead = await alice.events(run.id, after=evs[-1].sequence + 50)
     assert types(ahead) == ["reset"]
     assert ahead[0].reset.run.last_sequence == evs[-1].sequence
+
+
+async def test_value_json_answers_only_a_graphs_interrupt(alice, db):
+    """A native card has no graph value to resume: an exact value (ResumeRunRequest.value_json)
+    is INVALID_ANSWER and changes nothing; the card is still approved as usual."""
+    from tether.runtime.v1 import runtime_service_pb2 as pb
+
+    run_id, evs, instance = await paused(alice, db)
+    assert not evs[-1].interrupt.payload.value_json  # a native card carries no graph value
+    request = pb.ResumeRunRequest(
+        run_id=run_id,
+        interrupt_id=evs[-1].interrupt.interrupt_id,
+        decision=events_pb2.DECISION_RESPONDED,
+        value_json='{"x": 1}',
+        idempotency_key=uuid.uuid4().hex,
+    )
+    code, why = await rpc_reason(alice.stub.ResumeRun(request, metadata=alice.md, timeout=10))
+    assert (code, why) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ANSWER")
+    await alice.resume(run_id, evs[-1].interrupt.interrupt_id, APPROVE)
+    rest = await alice.events(run_id, after=evs[-1].sequence)
+    assert types(rest)[-1] == "done"
+    assert await executions(db, instance) == 1

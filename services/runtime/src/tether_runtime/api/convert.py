@@ -56,6 +56,7 @@ def run_pb(r: RunView) -> resources_pb2.Run:
             input_tokens=r.input_tokens, output_tokens=r.output_tokens, model_steps=r.model_steps
         ),
         events_expired=r.events_expired,
+        output_json=r.output_json,
     )
     if r.pending_interrupt is not None:
         msg.pending_interrupt.CopyFrom(interrupt_pb(r.pending_interrupt))
@@ -101,4 +102,8 @@ def agent_pb(a: AgentView) -> resources_pb2.Agent:
             )
             for t in a.tools
         ],
+        kind=a.kind,
+        input_schema_json=a.input_schema_json,
+        output_schema_json=a.output_schema_json,
+        state_schema_json=a.state_schema_json,
     )

@@ -12,6 +12,7 @@ from tether_common.ids import new_id, new_id_after
 from tether_common.input_parsers import encode_page_token, idempotency_key, page_token
 
 from tether_runtime import metrics
+from tether_runtime.api.run_input import run_input
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import ConversationRow, MessageRow
 from tether_runtime.domain.views import AgentView, RunView
@@ -19,6 +20,7 @@ from tether_runtime.engine import concurrent_runs
 from tether_runtime.engine.agent import context
 from tether_runtime.engine.agents import AgentRegistry
 from tether_runtime.engine.checkpoint import started as started_checkpoint
+from tether_runtime.engine.driven import is_driven
 from tether_runtime.engine.resume import load_owned_run, request_hash, stored_answer
 from tether_runtime.store import (
     conversations,
@@ -30,7 +32,6 @@ from tether_runtime.store import (
 )
 from tether_runtime.store.db import Conn, Pool
 
-MAX_TEXT = 8000
 MAX_TITLE = 200
 # Until agents carry their own description (the SDK's Agent does), the one shipped agent's.
 
@@ -127,19 +128,19 @@ async def start_run(
     *,
     run_id: str = "",
     streamed: StreamedStart | None = None,
+    input_json: str = "",
 ) -> tuple[RunView, bool, list[str]]:
     """The run, whether it is a replay of an earlier start with the same key, and the runs of
-    the conversation that were active when it was stored (none for a replay)."""
+    the conversation that were active when it was stored (none for a replay). `input_json`: a
+    graph agent's input (run_input.py)."""
     _acting(principal)
-    text = text.strip()
-    if not text:
-        raise InvalidArgument("text is required")
-    if len(text) > MAX_TEXT:
-        raise InvalidArgument(f"text is longer than {MAX_TEXT} characters")
+    if not text.strip() and not input_json:
+        raise InvalidArgument("text or input_json is required")
     idempotency_key(key, required=False)
     agent = agents.resolve(agent)  # AGENT_NOT_FOUND, never a fallback
+    rhash = request_hash(conv_id, text.strip(), agent, *([input_json] if input_json else []))
+    text, graph_input = run_input(text, input_json, graph=is_driven(agents.get(agent).agent))
     scope = f"start:{principal.user_id}"
-    rhash = request_hash(conv_id, text, agent)
     run_id = run_id or new_id("run")  # a caller already listening for the run names it
     message_id = new_id("msg")
     # The first event commits with the run itself: a client's stream has something at once,
@@ -176,6 +177,7 @@ async def start_run(
                 trace_context,
                 (kind, encoded),
                 checkpoint,
+                graph_input,
             )
             if admission is None:
                 raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
@@ -211,12 +213,13 @@ async def start_run_once(
     *,
     run_id: str = "",
     streamed: StreamedStart | None = None,
+    input_json: str = "",
 ) -> tuple[RunView, bool, list[str]]:
     args = (pool, agents, principal, conv_id, text, key, agent, trace_context)
     try:
-        return await start_run(*args, run_id=run_id, streamed=streamed)
+        return await start_run(*args, run_id=run_id, streamed=streamed, input_json=input_json)
     except _Retry:
-        return await start_run(*args, run_id=run_id, streamed=streamed)
+        return await start_run(*args, run_id=run_id, streamed=streamed, input_json=input_json)
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:

@@ -113,6 +113,7 @@ class RuntimeServicer:
             inject_carrier(),
             run_id=run_id,
             streamed=streamed,
+            input_json=request.input_json,
         )
         if active and concurrent_runs.policy_of(self.e.agents.get(view.agent)) == "interrupt":
             await concurrent_runs.interrupt_active(
@@ -133,6 +134,7 @@ class RuntimeServicer:
             request.idempotency_key,
             inject_carrier(),
             audit_ctx=self._audit_context(context),
+            value_json=request.value_json,
         )
         return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
 

@@ -78,6 +78,8 @@ def payload_message(payload: dict[str, Any]) -> resources_pb2.InterruptPayload:
         title=payload.get("title", ""),
         details=payload.get("details", ""),
         preview=payload.get("preview", ""),
+        # A graph's interrupt(value), whole (masked with the card): absent from native cards.
+        value_json=json_text(payload["value"]) if "value" in payload else "",
     )
 
 
@@ -103,12 +105,35 @@ def interrupt_resolved(interrupt_id: str, decision: str, resolved_by: str = "") 
 
 
 def done(
-    message_id: str, input_tokens: int = 0, output_tokens: int = 0, model_steps: int = 0
+    message_id: str,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    model_steps: int = 0,
+    output_json: str = "",
 ) -> RunEvent:
     usage = resources_pb2.TokenUsage(
         input_tokens=input_tokens, output_tokens=output_tokens, model_steps=model_steps
     )
-    return RunEvent(done=events_pb2.Done(message_id=message_id, usage=usage))
+    return RunEvent(
+        done=events_pb2.Done(message_id=message_id, usage=usage, output_json=output_json)
+    )
+
+
+def json_text(value: Any) -> str:
+    """A JSON value as the text a `*_json` field carries (compact, UTF-8)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def graph_update(node: str, update: Any) -> RunEvent:
+    return RunEvent(graph_update=events_pb2.GraphUpdate(node=node, update_json=json_text(update)))
+
+
+def graph_values(values: Any) -> RunEvent:
+    return RunEvent(graph_values=events_pb2.GraphValues(values_json=json_text(values)))
+
+
+def custom_data(data: Any) -> RunEvent:
+    return RunEvent(custom_data=events_pb2.CustomData(data_json=json_text(data)))
 
 
 def error(code: str, message: str) -> RunEvent:

@@ -33,6 +33,9 @@ class RunRow:
     attempts: int
     created_at: datetime
     updated_at: datetime
+    input: dict[str, Any] | None = None
+    """A graph agent's input as StartRun's `input_json` gave it (migration 0021); None: the run
+    started from its text."""
 
     @property
     def terminal(self) -> bool:
@@ -58,6 +61,7 @@ class RunRow:
             attempts=r["attempts"],
             created_at=r["created_at"],
             updated_at=r["updated_at"],
+            input=r.get("input"),
         )
 
 

@@ -54,6 +54,8 @@ class RunView:
     model_steps: int = 0
     events_expired: bool = False
     """Retention dropped the run's events (store/event_partitions.py)."""
+    output_json: str = ""
+    """A completed graph run's final state as JSON text (its checkpoint's `output`)."""
 
     @classmethod
     def of(cls, r: RunRow, pending: InterruptRow | None = None) -> RunView:
@@ -73,6 +75,7 @@ class RunView:
             int(cp.get("input_tokens") or 0),
             int(cp.get("output_tokens") or 0),
             int(cp.get("steps") or 0),
+            output_json=str(cp.get("output") or ""),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -98,3 +101,9 @@ class AgentView:
     name: str
     description: str
     tools: tuple[AgentToolView, ...]
+    kind: str = "native"
+    """"native" (Tether's own loop) or "graph" (an agent that drives its own, a LangGraph graph)."""
+    input_schema_json: str = ""
+    output_schema_json: str = ""
+    state_schema_json: str = ""
+    """A graph agent's JSON Schemas (JSON text); empty for a native agent."""

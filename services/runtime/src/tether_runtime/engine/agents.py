@@ -5,15 +5,18 @@ an agent only through the public SDK; it imports none by name."""
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from contextlib import AsyncExitStack
 from importlib import metadata
+from typing import Any
 
 from tether_common.config import Settings
 from tether_common.errors import AgentNotFound
 from tether_sdk import Agent, AgentDefinitionError, Host
 
 from tether_runtime.domain.views import AgentToolView, AgentView
+from tether_runtime.engine.driven import is_driven
 from tether_runtime.engine.loaded_agent import AgentLoadError, LoadedAgent
 from tether_runtime.engine.model_choice import ModelConfigError, make_model
 
@@ -37,12 +40,39 @@ def _import(spec: str) -> object:
     return obj
 
 
+def _graphs() -> Any:
+    """tether_langgraph, imported only when configuration names a graph (the engine imports no
+    agent framework otherwise)."""
+    try:
+        return importlib.import_module("tether_langgraph")
+    except ImportError as err:
+        raise AgentLoadError(f"loading a LangGraph graph needs tether-langgraph: {err}") from err
+
+
+def _configured(spec: str) -> list[tuple[object, str]]:
+    """What one TETHER_AGENTS entry names: `module:attribute` (an agent, or a LangGraph graph
+    wrapped into a GraphAgent named after the attribute), or a `langgraph.json` (its graphs)."""
+    source = f"TETHER_AGENTS={spec}"
+    if spec.endswith(".json"):
+        try:
+            return list(_graphs().agents_from_config(spec))
+        except ValueError as err:  # tether_langgraph's GraphConfigError
+            raise AgentLoadError(str(err)) from err
+    obj = _import(spec)
+    if not isinstance(obj, Agent) and type(obj).__module__.startswith("langgraph."):
+        graphs = _graphs()
+        if graphs.is_graph(obj):
+            name = spec.rpartition(":")[2].rpartition(".")[2]
+            return [(graphs.graph_agent(obj, name, spec), source)]
+    return [(obj, source)]
+
+
 def discover(settings: Settings) -> list[tuple[Agent, str]]:
     """Every configured agent (TETHER_AGENTS, then the entry points), checked; AgentLoadError on
     the first that is wrong."""
     found: list[tuple[object, str]] = []
     for spec in settings.agents:
-        found.append((_import(spec), f"TETHER_AGENTS={spec}"))
+        found.extend(_configured(spec))
     if settings.agent_entry_points:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
@@ -128,7 +158,14 @@ class AgentRegistry:
 
 
 def view_of(agent: Agent) -> AgentView:
+    # A graph agent describes its graph's schemas itself (tether_langgraph.GraphAgent.json_schemas).
+    schemas = getattr(agent, "json_schemas", None)
+    found: dict[str, Any] = schemas() if callable(schemas) else {}
     return AgentView(
+        kind="graph" if is_driven(agent) else "native",
+        input_schema_json=_schema_text(found.get("input")),
+        output_schema_json=_schema_text(found.get("output")),
+        state_schema_json=_schema_text(found.get("state")),
         name=agent.name,
         description=agent.description,
         tools=tuple(
@@ -142,3 +179,7 @@ def view_of(agent: Agent) -> AgentView:
             for t in agent.tools
         ),
     )
+
+
+def _schema_text(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True) if schema else ""

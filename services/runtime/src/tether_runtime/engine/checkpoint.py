@@ -45,6 +45,9 @@ class Checkpoint:
     driver: dict[str, Any] = field(default_factory=dict)
     """What an agent that drives its own loop (a LangGraph graph, driven.py) keeps with the run:
     the tool calls it already announced, so each is announced once whatever is re-emitted."""
+    output: str = ""
+    """A graph agent's final state (LangGraph's `values`) as JSON text, once it completed:
+    GetRun's `output_json` (kept when the checkpoint is compacted)."""
 
     def add_usage(self, input_tokens: int, output_tokens: int) -> None:
         """One model step's tokens."""
@@ -97,6 +100,7 @@ class Checkpoint:
             step_usage=[[int(a), int(b)] for a, b in raw.get("step_usage") or []],
             context_cut=bool(raw.get("context_cut", True)),
             driver=dict(raw.get("driver") or {}),
+            output=str(raw.get("output") or ""),
         )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
+from tether_common.redaction import redact_value
 from tether_proto.wire import ToolCallStatus
 from tether_sdk import ToolResult
 
@@ -33,6 +34,11 @@ from tether_runtime.store.db import STORE_ERRORS, Conn
 from tether_runtime.streams.run_writer import ThenSave
 
 log = logging.getLogger(__name__)
+
+NO_VALUE: Any = object()
+"""No value given (None is a value: a graph may interrupt with None or end with a None state)."""
+# A question's card fields a driven agent may fill besides its title and prompt.
+_QUESTION_CARD = ("target", "parameter_summary", "reason", "preview")
 
 # The interrupt kinds a driven agent may raise (outcome_unknown is the engine's own).
 KINDS = frozenset({"confirm_action", "provide_input", "select_option"})
@@ -103,6 +109,12 @@ class DrivenRun:
             if m.get("role") == "user":
                 return str(m.get("content") or "")
         return ""
+
+    @property
+    def graph_input(self) -> dict[str, Any] | None:
+        """The graph's input as StartRun's `input_json` gave it (stored with the run, so a late
+        start or a takeover gets the same); None when the run started from its text."""
+        return self.x.run.input
 
     @property
     def database_url(self) -> str:
@@ -207,6 +219,22 @@ class DrivenRun:
         progress = ev.tool_progress(call_id, tool, fraction, cards.cut("progress", text))
         await self.x.emit([progress])
 
+    # A graph's own streams (LangGraph's `updates`, `values` and `custom` modes): events without
+    # state, after the text streamed before them, masked like every event's content. `value`:
+    # plain JSON (the agent serialises its framework's objects).
+
+    async def graph_update(self, node: str, update: Any) -> None:
+        await self.flush()
+        await self.x.emit([ev.graph_update(node, redact_value(update))])
+
+    async def graph_values(self, values: Any) -> None:
+        await self.flush()
+        await self.x.emit([ev.graph_values(redact_value(values))])
+
+    async def custom_data(self, data: Any) -> None:
+        await self.flush()
+        await self.x.emit([ev.custom_data(redact_value(data))])
+
     # -- interrupts --------------------------------------------------------------------------
 
     async def answer(self, key: str) -> Answer | None:
@@ -230,13 +258,17 @@ class DrivenRun:
         *,
         action: str = "",
         scope: str = "",
+        value: Any = NO_VALUE,
     ) -> NoReturn:
         """Persist an interrupt (its tool-call row under `key`, the interrupt, the checkpoint and
         the run's `interrupted` status in one transaction), then announce it; the run pauses.
 
         `fields`: for confirm_action the card (title, risk, target, tool, parameter_summary,
         reason, details, preview); for a question its arguments (prompt, title, and `schema` for
-        provide_input or `options` for select_option), checked as a model's question is."""
+        provide_input or `options` for select_option), checked as a model's question is, and
+        any of the card's target, parameter_summary, reason, preview. `value`: what the graph
+        passed to `interrupt()` (plain JSON), kept whole on the card (`value_json`); such an
+        interrupt also takes an approve or a reject, or an exact resume value (resume.py)."""
         if kind not in KINDS:
             raise RunFailure(
                 "INVALID_INTERRUPT", f"an interrupt's kind must be one of {sorted(KINDS)}"
@@ -251,7 +283,10 @@ class DrivenRun:
             if problem is not None:
                 raise RunFailure("INVALID_INTERRUPT", f"the agent's question is invalid: {problem}")
             payload = questions.payload(kind, fields)
+            payload.update({f: cards.cut(f, fields[f]) for f in _QUESTION_CARD if fields.get(f)})
             args = fields
+        if value is not NO_VALUE:
+            payload["value"] = value  # masked with the card (cards.pause)
         await self.flush()
         run_id = self.run_id
 
@@ -413,13 +448,17 @@ class DrivenRun:
 
     # -- the end -----------------------------------------------------------------------------
 
-    async def finish(self, text: str) -> NoReturn:
-        """The run completes: `text` is stored as the assistant's answer, then `done`."""
+    async def finish(self, text: str, output: Any = NO_VALUE) -> NoReturn:
+        """The run completes: `text` is stored as the assistant's answer, then `done`.
+        `output`: a graph's final state (plain JSON), masked, stored with the run (GetRun's
+        `output_json`) and carried by `done`."""
         await self.flush()
         cp = self.x.checkpoint
+        if output is not NO_VALUE:
+            cp.output = ev.json_text(redact_value(output))
         await self.x.end(
             "completed",
-            [ev.done(cp.message_id, cp.input_tokens, cp.output_tokens, cp.steps)],
+            [ev.done(cp.message_id, cp.input_tokens, cp.output_tokens, cp.steps, cp.output)],
             answer=text or cp.text,
             save=True,
         )

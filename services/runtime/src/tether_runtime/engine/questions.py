@@ -14,6 +14,7 @@ from tether_sdk import ProvideInput, SelectOption, ToolSchema
 from tether_runtime.engine import cards
 
 MAX_OPTIONS = 50
+KINDS = ("select_option", "provide_input")
 
 
 def as_call(question: SelectOption | ProvideInput) -> tuple[str, dict[str, Any]]:

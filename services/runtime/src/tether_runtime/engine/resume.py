@@ -14,6 +14,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from tether_common.auth import Principal
 from tether_common.errors import (
@@ -25,7 +26,7 @@ from tether_common.errors import (
     NotFound,
     PermissionDenied,
 )
-from tether_common.input_parsers import idempotency_key
+from tether_common.input_parsers import idempotency_key, json_document
 from tether_proto.wire import ToolCallStatus
 
 from tether_runtime import metrics
@@ -39,6 +40,9 @@ from tether_runtime.store.db import Conn, Pool
 from tether_runtime.streams.bus import EventBus
 
 log = logging.getLogger(__name__)
+
+MAX_VALUE_JSON = 256_000
+"""Characters of ResumeRunRequest.value_json (a graph's resume value)."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,38 @@ for _kind in ("select_option", "provide_input"):
     ANSWERS[_kind] = {
         "responded": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.SUCCEEDED, acts=False)
     }
+# A graph's interrupt (its payload keeps the graph's `value`, driven.py) takes any of a
+# confirmation's answers and a question's: approve and reject whatever its kind (the driver
+# turns them into the value `interrupt()` returns, tether_langgraph._interrupts), and respond
+# with an exact resume value (ResumeRunRequest.value_json).
+_GRAPH_ANSWERS = {**ANSWERS["confirm_action"], **ANSWERS["provide_input"]}
 DECISIONS = frozenset(d for answers in ANSWERS.values() for d in answers)
 # Decisions that act on a resource (approve, retry, mark_done): a person's, never a service's.
 APPROVALS = frozenset(d for answers in ANSWERS.values() for d, a in answers.items() if a.acts)
+
+
+def is_graph_interrupt(intr: InterruptRow) -> bool:
+    return "value" in intr.payload
+
+
+def answers_for(intr: InterruptRow) -> dict[str, _Answer]:
+    if is_graph_interrupt(intr) and intr.kind in ("confirm_action", *questions.KINDS):
+        return _GRAPH_ANSWERS
+    return ANSWERS.get(intr.kind, {})
+
+
+def exact_value(value_json: str, user: str) -> dict[str, Any]:
+    """A graph interrupt's answer given as the exact resume value: the call's result, whose
+    `data.value` the driver hands back to `interrupt()` whole."""
+    value = json_document(value_json, "value_json")
+    data = {"value": value}
+    return {
+        "ok": True,
+        "summary": f"{user} answered",
+        "data": data,
+        "facts": {},
+        "outcome": "answered",
+    }
 
 
 def call_from(intr: InterruptRow) -> ToolCallStatus:
@@ -170,7 +203,10 @@ async def resume_run(
     trace_context: dict[str, str] | None = None,
     *,
     audit_ctx: audit.AuditContext | None = None,
+    value_json: str = "",
 ) -> tuple[RunView, bool]:
+    """`value_json`: with decision respond, a graph interrupt's exact resume value (JSON text);
+    it wins over `input_text`."""
     # 1. authenticate: done by the caller (principal); stream tokens may not act.
     if not principal.may_act():
         raise PermissionDenied("this token may only read a stream")
@@ -178,12 +214,21 @@ async def resume_run(
         raise InvalidArgument(
             "decision must be approve, reject, respond, retry, mark_done or abandon"
         )
+    if value_json:
+        if decision != "responded":
+            raise InvalidArgument("value_json goes with decision respond")
+        if len(value_json) > MAX_VALUE_JSON:
+            raise InvalidArgument(f"value_json is longer than {MAX_VALUE_JSON} characters")
+        json_document(value_json, "value_json")  # refused before anything is read
+        input_text = ""
     if decision in APPROVALS and not principal.may_approve():
         # Before the idempotency lookup: a service's approval is not stored, replayed or counted.
         raise PermissionDenied("a service cannot approve")
     idempotency_key(key, required=True)
     scope = f"resume:{principal.user_id}"
-    rhash = request_hash(run_id, interrupt_id, decision, input_text)
+    rhash = request_hash(
+        run_id, interrupt_id, decision, input_text, *([value_json] if value_json else [])
+    )
     async with pool.acquire() as conn:
         # 2. the same key: the stored answer, or IDEMPOTENCY_KEY_REUSED; nothing changes.
         replay = await stored_answer(conn, scope, key, rhash)
@@ -212,9 +257,17 @@ async def resume_run(
             if replay is not None:
                 return _Decided("replayed", replay, replayed=True)
             return _Decided(intr.status, error=_not_pending(intr))
-        answer = ANSWERS.get(intr.kind, {}).get(decision)
+        answer = answers_for(intr).get(decision)
+        if value_json and not is_graph_interrupt(intr):
+            return _Decided(
+                "invalid_answer",
+                error=InvalidArgument(
+                    "value_json answers a graph's interrupt; this one takes `input`",
+                    reason="INVALID_ANSWER",
+                ),
+            )
         if answer is None:
-            fits = ", ".join(sorted(ANSWERS.get(intr.kind, {}))) or "none"
+            fits = ", ".join(sorted(answers_for(intr))) or "none"
             return _Decided(
                 "invalid_answer",
                 error=InvalidArgument(
@@ -224,9 +277,19 @@ async def resume_run(
             )
         # An answer's content must fit its question (an option offered, a fill valid against
         # the schema): refused before anything changes.
+        if decision == "responded" and not value_json and intr.kind not in questions.KINDS:
+            return _Decided(
+                "invalid_answer",
+                error=InvalidArgument(
+                    f"a {intr.kind} interrupt is answered with respond only with value_json",
+                    reason="INVALID_ANSWER",
+                ),
+            )
         result = (
-            questions.answer(intr.kind, intr.payload, principal.user_id, input_text)
-            if intr.kind in ("select_option", "provide_input")
+            exact_value(value_json, principal.user_id)
+            if value_json
+            else questions.answer(intr.kind, intr.payload, principal.user_id, input_text)
+            if decision == "responded"
             else None
         )
         # 4. authorize with the caller's current grants (approving acts; rejecting never does).

@@ -11,12 +11,14 @@ from tether_runtime.store.db import Conn
 BATCH = 200
 
 _KEPT = ("v", "message_id", "steps", "input_tokens", "output_tokens", "step_usage", "active_s")
+# A graph run's final state (GetRun's output_json) stays too; a native run's, "", is dropped.
+_OUTPUT = """'output', nullif(checkpoint -> 'output', '""'::jsonb)"""
 
 _COMPACT = f"""
 UPDATE run SET checkpoint_compacted = true,
        checkpoint = jsonb_strip_nulls(jsonb_build_object(
            'compacted', true, 'started', true,
-           {", ".join(f"'{k}', checkpoint -> '{k}'" for k in _KEPT)}))
+           {", ".join(f"'{k}', checkpoint -> '{k}'" for k in _KEPT)}, {_OUTPUT}))
 WHERE id IN (
     SELECT id FROM run
     WHERE status IN ('completed', 'failed', 'cancelled') AND NOT checkpoint_compacted

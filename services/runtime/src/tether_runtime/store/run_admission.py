@@ -34,6 +34,11 @@ _START = (
     "SELECT conv_found, active_ids, (started).*"
     " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 )
+# With a graph's input (migration 0021's overload); a start from text keeps to the first form.
+_START_WITH_INPUT = (
+    "SELECT conv_found, active_ids, (started).*"
+    " FROM run_start($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+)
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,13 @@ async def start(
     trace_context: dict[str, Any],
     first_event: tuple[str, bytes],
     checkpoint: dict[str, Any],
+    graph_input: dict[str, Any] | None = None,
 ) -> Admission | None:
     """One statement (autocommit, or in the caller's transaction): None (nothing written) unless
-    the conversation exists and belongs to `user_id`; else what `policy` admitted."""
-    row = await conn.fetchrow(
-        _START,
+    the conversation exists and belongs to `user_id`; else what `policy` admitted.
+    `graph_input`: a graph agent's input as the caller gave it (migration 0021), kept with the
+    run."""
+    args = [
         run_id,
         conversation_id,
         user_id,
@@ -73,7 +80,11 @@ async def start(
         WAKE_CHANNEL,
         checkpoint,
         policy,
-    )
+    ]
+    if graph_input is None:
+        row = await conn.fetchrow(_START, *args)
+    else:
+        row = await conn.fetchrow(_START_WITH_INPUT, *args, graph_input)
     assert row is not None
     if not row["conv_found"]:
         return None
