@@ -5,10 +5,13 @@ client reads for a Tether interrupt."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from tether.runtime.v1 import resources_pb2
 from tether_proto import wire
+
+from tether_gateway.langgraph import ids
 
 _ROLE_TYPE = {
     resources_pb2.MESSAGE_ROLE_USER: "human",
@@ -74,8 +77,9 @@ def _base(kind: str, content: str, message_id: str) -> dict[str, Any]:
 
 
 def interrupt_id(tether_interrupt_id: str) -> str:
-    """LangGraph's interrupt ids are 32 hex digits: a Tether id (a UUID) without its dashes."""
-    return tether_interrupt_id.replace("-", "")
+    """LangGraph's interrupt ids are 32 hex digits: derived from the Tether interrupt's id (a
+    resume names no interrupt: it answers the thread's pending one)."""
+    return uuid.uuid5(ids.NAMESPACE, f"interrupt:{tether_interrupt_id}").hex
 
 
 def interrupt_value(kind: int, p: resources_pb2.InterruptPayload) -> dict[str, Any]:

@@ -62,22 +62,7 @@ async def _begin(
     agent = await agent_named(client, caller.credential, req.assistant_id)
     latest = await lookup.latest_run(client, caller.credential, thread_id)
     if req.has_resume:
-        if latest is None or latest.status != resources_pb2.RUN_STATUS_INTERRUPTED:
-            raise FailedPrecondition("the thread has no pending interrupt to resume")
-        await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
-        pending = latest.pending_interrupt
-        ans = answers.answer(pending, req.resume)
-        resumed = await client.resume_run(
-            rs.ResumeRunRequest(
-                run_id=latest.id,
-                interrupt_id=pending.id,
-                decision=ans.decision,  # type: ignore[arg-type]
-                input=ans.input,
-                idempotency_key=answers.idempotency_key(thread_id, pending.id, req.resume),
-            ),
-            caller.credential,
-        )
-        return resumed.run, await _stretch_after(gw, caller, resumed.run, pending.id)
+        return await _resume(gw, caller, thread_id, latest, req)
     text = input_text(req.input)
     if latest is not None and latest.status in _BUSY and req.multitask_strategy == "reject":
         raise FailedPrecondition(
@@ -90,6 +75,53 @@ async def _begin(
         caller.credential,
     )
     return started.run, 0
+
+
+async def _resume(
+    gw: GatewayState,
+    caller: Caller,
+    thread_id: str,
+    latest: resources_pb2.Run | None,
+    req: RunRequest,
+) -> tuple[resources_pb2.Run, int]:
+    """ResumeRun on the thread's newest interrupt, keyed by the request: a doubled resume that
+    comes after the first already resumed the run is answered by the runtime with the first
+    (the same key and body), one that answers differently is refused (409), never a second
+    answer; a thread with no interrupt to answer is a 409."""
+    client = gw.client()
+    interrupt = await _newest_interrupt(gw, caller, latest)
+    await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
+    ans = answers.answer(interrupt, req.resume)
+    resumed = await client.resume_run(
+        rs.ResumeRunRequest(
+            run_id=interrupt.run_id,
+            interrupt_id=interrupt.id,
+            decision=ans.decision,  # type: ignore[arg-type]
+            input=ans.input,
+            idempotency_key=answers.idempotency_key(thread_id, interrupt.id, req.resume),
+        ),
+        caller.credential,
+    )
+    return resumed.run, await _stretch_after(gw, caller, resumed.run, interrupt.id)
+
+
+async def _newest_interrupt(
+    gw: GatewayState, caller: Caller, latest: resources_pb2.Run | None
+) -> resources_pb2.Interrupt:
+    """The pending interrupt of the thread's newest run; once answered, the newest it raised
+    (so that a repeated resume reaches the runtime, which replays the first answer)."""
+    if latest is not None and latest.status == resources_pb2.RUN_STATUS_INTERRUPTED:
+        return latest.pending_interrupt
+    raised = None
+    if latest is not None:
+        for ev in await lookup.read_log(gw.client(), caller.credential, latest):
+            if ev.WhichOneof("event") == "interrupt":
+                raised = ev.interrupt
+    if raised is None or latest is None:
+        raise FailedPrecondition("the thread has no interrupt to resume")
+    return resources_pb2.Interrupt(
+        id=raised.interrupt_id, run_id=latest.id, kind=raised.kind, payload=raised.payload
+    )
 
 
 async def _stretch_after(
@@ -260,7 +292,9 @@ async def join_stream(request: web.Request) -> web.StreamResponse:
     await gw.limiter.check(gw.redis, "events", caller.principal.user_id)
     thread_id, run_id = request.match_info["thread_id"], request.match_info["run_id"]
     after = ids.cursor(request.headers.get("Last-Event-ID"))
-    modes = stream_modes(request.query.getall("stream_mode", []) or None, JOIN_MODES)
+    # httpx sends `stream_mode=` for none: the empty values are no modes.
+    asked = [m for m in request.query.getall("stream_mode", []) if m]
+    modes = stream_modes(asked or None, JOIN_MODES)
     cancel = request.query.get("cancel_on_disconnect", "false").lower() in ("1", "true")
     lg = await lookup.find_run(gw.client(), caller.credential, thread_id, run_id)
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
