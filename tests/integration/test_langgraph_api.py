@@ -148,7 +148,9 @@ async def test_stream_to_interrupt_exact_joins_and_one_resume_on_the_other_pod(c
     assert [r["status"] for r in listed] == ["success", "success"]
     assert all(r["assistant_id"] == opspilot["assistant_id"] for r in listed)
     # A join of the finished resume run replays it whole, on either pod.
-    assert wire(await collect(a.runs.join_stream(t, resumed_id, stream_mode=MODES, last_event_id="0"))) == wire(r1)
+    assert wire(
+        await collect(a.runs.join_stream(t, resumed_id, stream_mode=MODES, last_event_id="0"))
+    ) == wire(r1)
 
 
 async def test_wait_returns_the_state_with_the_interrupt_then_a_rejection(clients, db):
