@@ -85,7 +85,10 @@ def run_request(body: object, *, default_disconnect: str = "continue") -> RunReq
 def input_text(data: dict[str, Any] | None) -> str:
     """The text of the input's last human message: what a Tether run starts from."""
     found: str | None = None
-    for m in (data or {}).get("messages") or []:
+    given = (data or {}).get("messages") or []
+    if not isinstance(given, list):
+        raise InvalidArgument("input.messages must be a list of messages")
+    for m in given:
         role, content = None, None
         if isinstance(m, dict):
             role, content = m.get("role", m.get("type")), m.get("content")
