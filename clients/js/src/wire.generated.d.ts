@@ -42,7 +42,7 @@ export declare const TOOL_CALL_STATUSES: readonly ["proposed", "approved", "exec
 export type ToolCallStatus = (typeof TOOL_CALL_STATUSES)[number];
 
 /** A run event's `type`s. */
-export declare const EVENT_TYPES: readonly ["run_started", "text_delta", "tool_started", "tool_finished", "interrupt", "interrupt_resolved", "done", "error", "cancelled", "reset", "tool_progress"];
+export declare const EVENT_TYPES: readonly ["run_started", "text_delta", "tool_started", "tool_finished", "interrupt", "interrupt_resolved", "done", "error", "cancelled", "reset", "tool_progress", "graph_update", "graph_values", "custom_data"];
 export type EventType = (typeof EVENT_TYPES)[number];
 
 /** The event types after which a run's stream has nothing more to say. */

@@ -32,7 +32,7 @@ export const TOOL_STATUSES = Object.freeze(["success", "error"]);
 export const TOOL_CALL_STATUSES = Object.freeze(["proposed", "approved", "executing", "unknown", "succeeded", "failed", "rejected"]);
 
 /** A run event's `type`s. */
-export const EVENT_TYPES = Object.freeze(["run_started", "text_delta", "tool_started", "tool_finished", "interrupt", "interrupt_resolved", "done", "error", "cancelled", "reset", "tool_progress"]);
+export const EVENT_TYPES = Object.freeze(["run_started", "text_delta", "tool_started", "tool_finished", "interrupt", "interrupt_resolved", "done", "error", "cancelled", "reset", "tool_progress", "graph_update", "graph_values", "custom_data"]);
 
 /** The event types after which a run's stream has nothing more to say. */
 export const TERMINAL_EVENT_TYPES = Object.freeze(["done", "error", "cancelled"]);
