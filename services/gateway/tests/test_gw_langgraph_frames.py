@@ -292,3 +292,64 @@ def test_run_request_defaults() -> None:
     assert req.has_resume and req.resume is None
     assert req.stream_mode == frozenset({"values"})
     assert (req.multitask_strategy, req.on_disconnect) == ("enqueue", "continue")
+
+
+def graph_run() -> list[events_pb2.RunEvent]:
+    """A graph agent's run as the runtime streams it: LangGraph's own values, updates and custom
+    data beside Tether's events, an interrupt carrying the graph's value whole."""
+    value = {"question": "Restart?", "args": {"service": "web"}}
+    card = resources_pb2.InterruptPayload(title="Restart?", value_json=orjson.dumps(value).decode())
+    state = {"messages": [{"type": "human", "content": "go"}], "step": 1}
+    return [
+        ev(1, run_started=events_pb2.RunStarted(conversation_id="c1")),
+        ev(2, graph_values=events_pb2.GraphValues(values_json=orjson.dumps(state).decode())),
+        ev(3, tool_started=events_pb2.ToolStarted(call_id="call_1", tool="status")),
+        ev(4, custom_data=events_pb2.CustomData(data_json='{"progress": 0.5, "text": "half"}')),
+        ev(5, tool_progress=events_pb2.ToolProgress(call_id="call_1", fraction=0.5, text="half")),
+        ev(6, graph_update=events_pb2.GraphUpdate(node="check", update_json='{"step": 2}')),
+        ev(7, graph_values=events_pb2.GraphValues(values_json='{"messages": [], "step": 2}')),
+        ev(
+            8,
+            interrupt=events_pb2.InterruptRaised(
+                interrupt_id="int_1", kind=resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT, payload=card
+            ),
+        ),
+    ]
+
+
+def test_a_graph_run_streams_its_own_values_updates_and_custom_data() -> None:
+    conv = StretchFrames(
+        thread_id="t1", tether_run_id=RUN, stretch=0, history=[], modes=ALL, graph=True
+    )
+    out = [f for e in graph_run() for f in conv.feed(e)]
+    assert conv.done
+    assert [(f.event, f.data) for f in out[:5]] == [
+        ("metadata", {"run_id": RUN, "attempt": 1}),
+        ("values", {"messages": [{"type": "human", "content": "go"}], "step": 1}),
+        ("custom", {"progress": 0.5, "text": "half"}),
+        ("updates", {"check": {"step": 2}}),
+        ("values", {"messages": [], "step": 2}),
+    ]
+    interrupt = out[5].data["__interrupt__"][0]
+    assert interrupt["value"] == {"question": "Restart?", "args": {"service": "web"}}
+    assert out[6].data == {"messages": [], "step": 2, "__interrupt__": [interrupt]}
+    assert len(out) == 7, "Tether's tool events add nothing to a graph's own stream"
+
+
+def test_a_graph_interrupt_is_resumed_with_the_exact_value() -> None:
+    graph = resources_pb2.Interrupt(
+        id="int_1",
+        kind=resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
+        payload=resources_pb2.InterruptPayload(value_json='{"q": 1}'),
+    )
+    assert answers.answer(graph, [1, "two"]) == answers.Answer(
+        events_pb2.DECISION_RESPONDED, value_json='[1,"two"]'
+    )
+    confirm = resources_pb2.Interrupt(
+        id="int_2", kind=CONFIRM, payload=resources_pb2.InterruptPayload(value_json='"ok?"')
+    )
+    # True / False stay approve / reject: the runtime checks the approver's grant.
+    assert answers.answer(confirm, True) == answers.Answer(events_pb2.DECISION_APPROVED)
+    assert answers.answer(confirm, {"type": "accept"}).value_json == '{"type":"accept"}'
+    with pytest.raises(InvalidArgument):
+        answers.answer(graph, float("nan"))

@@ -26,10 +26,18 @@ _OUTCOME = {
 class Answer:
     decision: int
     input: str = ""
+    value_json: str = ""  # a graph interrupt's exact resume value
 
 
 def answer(interrupt: resources_pb2.Interrupt, value: Any) -> Answer:
     kind = interrupt.kind
+    if interrupt.payload.value_json:
+        # A graph's own interrupt: `interrupt()` returns exactly the value resumed with. A
+        # confirmation's True / False stay approve / reject, which the runtime checks the
+        # approver's grant for.
+        if kind == resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION and isinstance(value, bool):
+            return Answer(events_pb2.DECISION_APPROVED if value else events_pb2.DECISION_REJECTED)
+        return Answer(events_pb2.DECISION_RESPONDED, value_json=_compact(value))
     if kind == resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION:
         if isinstance(value, dict):
             value = value.get("approved", value.get("decision", value.get("type")))
@@ -54,7 +62,12 @@ def answer(interrupt: resources_pb2.Interrupt, value: Any) -> Answer:
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    try:
+        return json.dumps(
+            value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+        )
+    except ValueError as err:
+        raise InvalidArgument("the resume value is not plain JSON") from err
 
 
 def idempotency_key(thread_id: str, interrupt_id: str, value: Any) -> str:

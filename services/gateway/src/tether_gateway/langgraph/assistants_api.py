@@ -3,6 +3,7 @@ agent's name (the graph name) or the uuid5 derived from it (ids.assistant_id).""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
@@ -51,20 +52,24 @@ async def get(request: web.Request) -> web.Response:
 
 
 async def schemas(request: web.Request) -> web.Response:
-    """Tether does not publish a native agent's state schema: every schema is null."""
+    """A graph agent's JSON Schemas (ListAgents); null for a native agent's, which has none."""
     gw = state(request)
     caller = await authenticate(request, gw.auth)
     agent = await agent_named(gw.client(), caller.credential, request.match_info["assistant_id"])
     return web.json_response(
         {
             "graph_id": agent.name,
-            "input_schema": None,
-            "output_schema": None,
-            "state_schema": None,
+            "input_schema": _schema(agent.input_schema_json),
+            "output_schema": _schema(agent.output_schema_json),
+            "state_schema": _schema(agent.state_schema_json),
             "config_schema": None,
             "context_schema": None,
         }
     )
+
+
+def _schema(text: str) -> Any:
+    return json.loads(text) if text else None
 
 
 def add_routes(app: web.Application) -> None:

@@ -6,7 +6,11 @@ log sends the same frames with the same ids, which is what makes a join exact.
 Modes: `values` (the state after each step), `updates` ({node: update}; an interrupt as
 {"__interrupt__": [...]}), `messages-tuple` (event `messages`: [chunk, metadata]), `messages`
 (`messages/metadata`, `messages/partial`, `messages/complete`), `custom` (a tool's progress).
-`metadata` ({"run_id", "attempt": 1}) opens each stretch whatever the modes."""
+`metadata` ({"run_id", "attempt": 1}) opens each stretch whatever the modes.
+
+A graph agent's run carries LangGraph's own stream (GraphValues, GraphUpdate, CustomData: sent
+as they are); a native agent's is built from its events (ToolStarted / ToolFinished as the
+`agent` and `tools` nodes' updates, the state as `{"messages": [...]}`)."""
 
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ class StretchFrames:
         history: list[dict[str, Any]],
         modes: frozenset[str],
         after: ids.Cursor = ids.START,
+        graph: bool = False,
     ) -> None:
         self.thread_id = thread_id
         self.tether_run_id = tether_run_id
@@ -63,6 +68,8 @@ class StretchFrames:
         self.run_id = ids.stretch_run_id(tether_run_id, stretch)
         self.modes = modes
         self.after = after
+        self.graph = graph
+        self.graph_state: dict[str, Any] = {"messages": list(history)}
         self.state: list[dict[str, Any]] = list(history)
         self.interrupts: list[dict[str, Any]] = []
         self.stretch = 0
@@ -84,7 +91,7 @@ class StretchFrames:
             self._out.append(Frame(cursor, event, data))
 
     def values(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"messages": list(self.state)}
+        out: dict[str, Any] = dict(self.graph_state) if self.graph else {"messages": self.state}
         if self.interrupts:
             out["__interrupt__"] = list(self.interrupts)
         return out
@@ -109,10 +116,44 @@ class StretchFrames:
             self._emit("", "metadata", {"run_id": self.run_id, "attempt": 1})
         elif ev.sequence == 1:
             self._emit("", "metadata", {"run_id": self.run_id, "attempt": 1})
-            self._emit("values", "values", self.values())
+            if not self.graph:  # a graph sends its first values itself
+                self._emit("values", "values", self.values())
         if kind == "text_delta":
             self._text(ev.text_delta)
-        elif kind == "tool_started":
+        elif kind == "interrupt":
+            self._interrupt(ev.interrupt)
+        elif kind == "error":
+            self._commit()
+            self._emit("", "error", {"error": ev.error.code, "message": ev.error.message})
+        elif self.graph:
+            self._graph_event(ev)
+        else:
+            self._native_event(ev)
+        if ending(ev) and self.open:
+            if self.stretch == self.target:
+                self.done = True
+            self.open = False
+        return self._out
+
+    def _graph_event(self, ev: events_pb2.RunEvent) -> None:
+        """A graph run's own stream, sent as it is (its tool calls and progress come again in
+        its updates and custom data: Tether's tool events add nothing)."""
+        kind = ev.WhichOneof("event")
+        if kind == "graph_values":
+            self.graph_state = orjson.loads(ev.graph_values.values_json or "{}")
+            self._emit("values", "values", self.values())
+        elif kind == "graph_update":
+            update = orjson.loads(ev.graph_update.update_json or "null")
+            self._emit("updates", "updates", {ev.graph_update.node: update})
+        elif kind == "custom_data":
+            self._emit("custom", "custom", orjson.loads(ev.custom_data.data_json or "null"))
+        elif kind == "done" and ev.done.output_json:
+            self.graph_state = orjson.loads(ev.done.output_json)
+
+    def _native_event(self, ev: events_pb2.RunEvent) -> None:
+        """A native agent's events as a two-node graph's: `agent` (the model) and `tools`."""
+        kind = ev.WhichOneof("event")
+        if kind == "tool_started":
             self._tool_started(ev.tool_started, ev.sequence)
         elif kind == "tool_progress":
             progress: dict[str, Any] = {"progress": ev.tool_progress.fraction}
@@ -126,28 +167,26 @@ class StretchFrames:
             result = messages.tool(f.summary, f.call_id, f.tool, ok=ok)
             self.state.append(result)
             self._step(TOOLS_NODE, {"messages": [result]})
-        elif kind == "interrupt":
-            self._commit()
-            i = ev.interrupt
-            raised = {
-                "value": messages.interrupt_value(i.kind, i.payload),
-                "id": messages.interrupt_id(i.interrupt_id),
-            }
-            self.interrupts = [raised]
-            self._emit("updates", "updates", {"__interrupt__": [raised]})
-            self._emit("values", "values", self.values())
         elif kind == "done":
             self._commit()
-        elif kind == "error":
-            self._commit()
-            self._emit("", "error", {"error": ev.error.code, "message": ev.error.message})
-        if ending(ev) and self.open:
-            if self.stretch == self.target:
-                self.done = True
-            self.open = False
-        return self._out
+
+    def _interrupt(self, i: events_pb2.InterruptRaised) -> None:
+        """LangGraph's way: `updates` {"__interrupt__": [...]}, then `values` with the list."""
+        self._commit()
+        raised = {
+            "value": messages.interrupt_value(i.kind, i.payload),
+            "id": messages.interrupt_id(i.interrupt_id),
+        }
+        self.interrupts = [raised]
+        self._emit("updates", "updates", {"__interrupt__": [raised]})
+        self._emit("values", "values", self.values())
 
     def _text(self, d: events_pb2.TextDelta) -> None:
+        if self.graph:  # a graph's messages are in its state: only the chunks are streamed
+            meta = self._meta(AGENT_NODE)
+            chunk = messages.ai_chunk(d.delta, d.message_id)
+            self._emit("messages-tuple", "messages", [chunk, meta])
+            return
         pending = self.pending
         if pending is not None and pending.id != d.message_id:
             self._commit()

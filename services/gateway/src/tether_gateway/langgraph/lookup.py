@@ -19,6 +19,13 @@ MAX_THREAD_RUNS = 200
 _MESSAGES_PAGE = 500
 
 
+async def is_graph(client: RuntimeClient, token: Credential, agent: str) -> bool:
+    """Whether the agent is a LangGraph graph (its runs carry LangGraph's own stream)."""
+    return any(
+        a.name == agent and a.kind == "graph" for a in (await client.list_agents(token)).agents
+    )
+
+
 async def thread_runs(
     client: RuntimeClient, token: Credential, thread_id: str, limit: int = MAX_THREAD_RUNS
 ) -> list[resources_pb2.Run]:

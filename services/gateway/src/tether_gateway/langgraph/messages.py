@@ -82,9 +82,12 @@ def interrupt_id(tether_interrupt_id: str) -> str:
     return uuid.uuid5(ids.NAMESPACE, f"interrupt:{tether_interrupt_id}").hex
 
 
-def interrupt_value(kind: int, p: resources_pb2.InterruptPayload) -> dict[str, Any]:
-    """The value a graph would have passed to `interrupt()` for this card (tether_langgraph's
-    convention, `_interrupts.py`), its empty fields left out."""
+def interrupt_value(kind: int, p: resources_pb2.InterruptPayload) -> Any:
+    """What the graph passed to `interrupt()`, whole (`value_json`); for a native agent's card,
+    the value a graph would have passed for it (tether_langgraph's convention, `_interrupts.py`),
+    its empty fields left out."""
+    if p.value_json:
+        return json.loads(p.value_json)
     value: dict[str, Any] = {
         "kind": wire.INTERRUPT_KIND.name_of(kind),
         "title": p.title,

@@ -27,11 +27,12 @@ from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import follow_events
 from tether_gateway.sse import EventStream, stream_response
 from tether_gateway.state import GatewayState, state
-from tether_gateway.validation import read_json
+from tether_gateway.validation import compact_object, read_json
 
 # A join without `stream_mode` gets these (Tether does not keep a run's modes).
 JOIN_MODES = ("values", "updates", "messages-tuple", "custom")
 CANCEL_WAIT_S = 30.0
+MAX_INPUT_JSON = 64_000
 _BUSY = frozenset(
     {
         resources_pb2.RUN_STATUS_QUEUED,
@@ -63,7 +64,13 @@ async def _begin(
     latest = await lookup.latest_run(client, caller.credential, thread_id)
     if req.has_resume:
         return await _resume(gw, caller, thread_id, latest, req)
-    text = input_text(req.input)
+    try:
+        text = input_text(req.input)
+    except InvalidArgument:
+        if not req.input:
+            raise
+        text = ""  # a graph's own input: the runtime reads input_json (a native agent: 422)
+    input_json = compact_object(req.input, "input", MAX_INPUT_JSON) if req.input else ""
     if latest is not None and latest.status in _BUSY and req.multitask_strategy == "reject":
         raise FailedPrecondition(
             "Thread is already running a task. Wait for it to finish or choose a different "
@@ -71,7 +78,9 @@ async def _begin(
             reason="RUN_ACTIVE",
         )
     started = await gw.client().start_run(
-        rs.StartRunRequest(conversation_id=thread_id, text=text, agent=agent.name),
+        rs.StartRunRequest(
+            conversation_id=thread_id, text=text, agent=agent.name, input_json=input_json
+        ),
         caller.credential,
     )
     return started.run, 0
@@ -98,6 +107,7 @@ async def _resume(
             interrupt_id=interrupt.id,
             decision=ans.decision,  # type: ignore[arg-type]
             input=ans.input,
+            value_json=ans.value_json,
             idempotency_key=answers.idempotency_key(thread_id, interrupt.id, req.resume),
         ),
         caller.credential,
@@ -146,6 +156,8 @@ def _frames(
     history: list[dict[str, Any]],
     modes: frozenset[str],
     after: ids.Cursor = ids.START,
+    *,
+    graph: bool,
 ) -> StretchFrames:
     return StretchFrames(
         thread_id=thread_id,
@@ -154,6 +166,7 @@ def _frames(
         history=history,
         modes=modes,
         after=after,
+        graph=graph,
     )
 
 
@@ -176,10 +189,11 @@ async def _serve_stream(
     through runtime_client.follow_events (reopened on another runtime pod if one drains)."""
     try:
         history = await lookup.history(gw.client(), caller.credential, run)
+        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
-    frames = _frames(thread_id, run, stretch, history, modes, after)
+    frames = _frames(thread_id, run, stretch, history, modes, after, graph=graph)
 
     async def source(stream: EventStream) -> None:
         last = 0
@@ -227,7 +241,8 @@ async def _final_values(
     """runs.wait / runs.join: the state when the stretch ends (with `__interrupt__` at an
     interrupt; `__error__` when the run failed)."""
     history = await lookup.history(gw.client(), caller.credential, run)
-    frames = _frames(thread_id, run, stretch, history, frozenset())
+    graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    frames = _frames(thread_id, run, stretch, history, frozenset(), graph=graph)
     last = 0
     error: dict[str, str] | None = None
     events = follow_events(gw.client, run.id, caller.credential, lambda: last)

@@ -25,6 +25,7 @@ async def thread_values(
         stretch=-1,  # no stretch: only the state is wanted
         history=await lookup.history(client, token, latest),
         modes=frozenset(),
+        graph=await lookup.is_graph(client, token, latest.agent),
     )
     for ev in events:
         frames.feed(ev)
