@@ -175,7 +175,7 @@ async def test_bad_input_unknown_thread_and_run_and_no_token(clients, gateways):
     with pytest.raises(httpx.HTTPStatusError) as err:
         await a.runs.wait(t, "opspilot", input={"messages": []})
     assert err.value.response.status_code == 422
-    assert "human message" in err.value.response.json()["detail"]
+    assert err.value.response.json()["detail"], "LangGraph's error shape: a detail"
     with pytest.raises(httpx.HTTPStatusError) as err:
         await a.runs.wait(t, "no-such-agent", input=ask("hi"))
     assert err.value.response.status_code == 404
@@ -198,15 +198,16 @@ async def test_bad_input_unknown_thread_and_run_and_no_token(clients, gateways):
 
 
 async def test_reject_on_a_busy_thread_and_cancel(base_env, procs, db):
-    # A slow model keeps the run busy long enough to be refused a second one and cancelled.
-    rt = start_runtime({**base_env, "TETHER_SCRIPTED_DELAY_S": "0.3"}, name="runtime-lg-slow")
+    # A slow model (200 pieces, 50 ms each) keeps the run busy long enough to be refused a
+    # second one and cancelled.
+    rt = start_runtime({**base_env, "TETHER_SCRIPTED_DELAY_S": "0.05"}, name="runtime-lg-slow")
     procs.append(rt)
     gw = start_gateway(base_env, rt.addr, name="gateway-lg-slow")
     procs.append(gw)
     c = client(gw.addr)
     try:
         t = (await c.threads.create())["thread_id"]
-        run = await c.runs.create(t, "opspilot", input=ask("explain what you can do, in detail"))
+        run = await c.runs.create(t, "opspilot", input=ask("stream 200 deltas"))
         assert run["status"] in ("pending", "running")
         with pytest.raises(httpx.HTTPStatusError) as err:
             await c.runs.create(t, "opspilot", input=ask("again"), multitask_strategy="reject")
