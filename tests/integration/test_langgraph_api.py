@@ -218,3 +218,19 @@ async def test_reject_on_a_busy_thread_and_cancel(base_env, procs, db):
         assert (await c.threads.get(t))["status"] == "idle"
     finally:
         await c.aclose()
+
+
+async def test_stateless_runs_and_the_messages_mode(clients):
+    a, _ = clients
+    parts = await collect(
+        a.runs.stream(None, "opspilot", input=ask("hello"), stream_mode=["messages", "values"])
+    )
+    assert parts[0].event == "metadata"
+    partial = [p.data for p in parts if p.event == "messages/partial"]
+    complete = [p.data for p in parts if p.event == "messages/complete"]
+    assert partial and complete, [p.event for p in parts]
+    assert partial[-1][0]["content"] == complete[0][0]["content"]
+    assert parts[-1].event == "values"
+    assert parts[-1].data["messages"][-1]["content"] == complete[0][0]["content"]
+    final = await a.runs.wait(None, "opspilot", input=ask("hello"))
+    assert final["messages"][-1]["content"] == complete[0][0]["content"]
