@@ -216,6 +216,23 @@ async def test_reject_on_a_busy_thread_and_cancel(base_env, procs, db):
         await c.runs.cancel(t, run["run_id"], wait=True)
         assert (await c.runs.get(t, run["run_id"]))["status"] == "interrupted"
         assert (await c.threads.get(t))["status"] == "idle"
+
+        # on_disconnect=cancel: the client that leaves mid-stretch takes the run with it.
+        stream = c.runs.stream(
+            t,
+            "opspilot",
+            input=ask("stream 200 deltas"),
+            on_disconnect="cancel",
+            stream_mode="messages-tuple",
+        )
+        parts = [await anext(stream) for _ in range(3)]
+        await stream.aclose()  # type: ignore[attr-defined]
+        gone = parts[0].data["run_id"]
+        for _ in range(100):
+            if (await c.runs.get(t, gone))["status"] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert (await c.runs.get(t, gone))["status"] == "interrupted"
     finally:
         await c.aclose()
 

@@ -11,6 +11,7 @@ import contextlib
 import time
 from typing import Any
 
+import grpc
 from aiohttp import web
 from tether.runtime.v1 import resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
@@ -226,10 +227,11 @@ async def _serve_stream(
         jtis=caller.jtis,
         source=source,
     )
-    if on_disconnect == "cancel" and not frames.done:
-        with contextlib.suppress(TetherError, Exception):
+    # The client went before the stretch ended (not this pod draining: its clients reconnect).
+    if on_disconnect == "cancel" and not frames.done and not gw.draining:
+        with contextlib.suppress(TetherError, grpc.aio.AioRpcError):
             await gw.client().cancel_run(
-                rs.CancelRunRequest(run_id=run.id, reason="client disconnected"),
+                rs.CancelRunRequest(run_id=run.id, reason="the client disconnected"),
                 caller.credential,
             )
     return resp
