@@ -169,6 +169,22 @@ async def test_wait_returns_the_state_with_the_interrupt_then_a_rejection(client
     assert joined["messages"] == done["messages"]
 
 
+async def test_threads_search_history_delete_and_schemas(clients):
+    a, b = clients
+    t = (await a.threads.create(metadata={"title": "lg search"}))["thread_id"]
+    found = await b.threads.search(status="idle", limit=50)
+    assert t in [x["thread_id"] for x in found]
+    assert all(x["status"] == "idle" for x in found)
+    [state] = await b.threads.get_history(t)
+    assert state["values"] == {} and state["next"] == []
+    schemas = await a.assistants.get_schemas("opspilot")
+    assert schemas["graph_id"] == "opspilot" and schemas["state_schema"] is None
+    await a.threads.delete(t)
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await b.threads.get(t)
+    assert err.value.response.status_code == 404
+
+
 async def test_bad_input_unknown_thread_and_run_and_no_token(clients, gateways):
     a, _ = clients
     t = (await a.threads.create())["thread_id"]
