@@ -17,7 +17,7 @@ from tether_gateway.langgraph.stretches import starts_stretch
 from tether_gateway.state import GatewayState
 from tether_gateway.validation import compact_object
 
-MAX_INPUT_JSON = 64_000
+MAX_INPUT_JSON = 256_000  # as the runtime's (run_input.py on lg-runtime)
 _BUSY = frozenset(
     {
         resources_pb2.RUN_STATUS_QUEUED,
