@@ -267,3 +267,37 @@ async def test_stateless_runs_and_the_messages_mode(clients):
     assert parts[-1].data["messages"][-1]["content"] == complete[0][0]["content"]
     final = await a.runs.wait(None, "opspilot", input=ask("hello"))
     assert final["messages"][-1]["content"] == complete[0][0]["content"]
+
+
+async def test_the_sdk_stream_survives_a_gateway_crash_exactly(base_env, procs):
+    """SIGKILL the gateway mid-stream and start another on its address: the SDK reconnects by
+    itself (Location, Last-Event-ID) and the stream goes on with no gap and no duplicate."""
+    rt = start_runtime({**base_env, "TETHER_SCRIPTED_DELAY_S": "0.05"}, name="runtime-lg-crash")
+    procs.append(rt)
+    gw = start_gateway(base_env, rt.addr, name="gateway-lg-crash")
+    procs.append(gw)
+    port = int(gw.addr.rsplit(":", 1)[1])
+    c = client(gw.addr)
+    try:
+        t = (await c.threads.create())["thread_id"]
+        stream = c.runs.stream(
+            t, "opspilot", input=ask("stream 120 deltas"), stream_mode="messages-tuple"
+        )
+        parts = [await anext(stream) for _ in range(10)]
+        gw.kill()
+        procs.append(
+            await asyncio.to_thread(
+                start_gateway, base_env, rt.addr, name="gateway-lg-crash-2", port=port
+            )
+        )
+        parts += [p async for p in stream]
+        run_id = parts[0].data["run_id"]
+        seqs = [tuple(int(x) for x in p.id.split("-")) for p in parts]
+        assert seqs == sorted(set(seqs)), "no event twice, none out of order"
+        text = "".join(p.data[0]["content"] for p in parts if p.event == "messages")
+        assert text == "".join(f"t{i} " for i in range(120)), "no event lost"
+        assert (await c.runs.get(t, run_id))["status"] == "success"
+        whole = await collect(c.runs.join_stream(t, run_id, stream_mode="messages-tuple"))
+        assert wire(whole) == wire(parts)
+    finally:
+        await c.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
+from urllib.parse import urlencode
 
 import grpc
 from aiohttp import web
@@ -20,10 +21,13 @@ from tether_gateway.sse import EventStream, stream_response
 from tether_gateway.state import GatewayState
 
 
-def paths(thread_id: str, run_id: str) -> dict[str, str]:
-    # Relative to the mount: the SDK joins Location onto its base URL, path included.
+def paths(thread_id: str, run_id: str, modes: frozenset[str]) -> dict[str, str]:
+    """Relative to the mount: the SDK joins Location onto its base URL, path included. Location
+    carries the stream's modes: the SDK reconnects to it as it is (Tether keeps no run's modes),
+    and a reconnect must go on in the modes the stream began with."""
+    query = urlencode([("stream_mode", m) for m in sorted(modes)])
     return {
-        "Location": f"/threads/{thread_id}/runs/{run_id}/stream",
+        "Location": f"/threads/{thread_id}/runs/{run_id}/stream" + (f"?{query}" if query else ""),
         "Content-Location": f"/threads/{thread_id}/runs/{run_id}",
     }
 
@@ -99,7 +103,7 @@ async def serve_stream(
         token=caller.credential,
         after=0,
         started=started,
-        headers=paths(thread_id, frames.run_id),
+        headers=paths(thread_id, frames.run_id, modes),
         slot=slot,
         expires_at=caller.expires_at,
         jtis=caller.jtis,
