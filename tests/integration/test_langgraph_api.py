@@ -213,9 +213,10 @@ async def test_bad_input_unknown_thread_and_run_and_no_token(clients, gateways):
         assert r.status_code == 404, r.text
 
 
-async def test_reject_on_a_busy_thread_and_cancel(base_env, procs, db):
+async def test_reject_on_a_busy_thread_and_cancel(private_env, procs):
     # A slow model (200 pieces, 50 ms each) keeps the run busy long enough to be refused a
-    # second one and cancelled.
+    # second one and cancelled. A database of its own: the shared runtime claims no run of it.
+    base_env = private_env
     rt = start_runtime({**base_env, "TETHER_SCRIPTED_DELAY_S": "0.05"}, name="runtime-lg-slow")
     procs.append(rt)
     gw = start_gateway(base_env, rt.addr, name="gateway-lg-slow")
@@ -269,9 +270,10 @@ async def test_stateless_runs_and_the_messages_mode(clients):
     assert final["messages"][-1]["content"] == complete[0][0]["content"]
 
 
-async def test_the_sdk_stream_survives_a_gateway_crash_exactly(base_env, procs):
+async def test_the_sdk_stream_survives_a_gateway_crash_exactly(private_env, procs):
     """SIGKILL the gateway mid-stream and start another on its address: the SDK reconnects by
     itself (Location, Last-Event-ID) and the stream goes on with no gap and no duplicate."""
+    base_env = private_env  # a database of its own: only the slow runtime works on its runs
     rt = start_runtime({**base_env, "TETHER_SCRIPTED_DELAY_S": "0.05"}, name="runtime-lg-crash")
     procs.append(rt)
     gw = start_gateway(base_env, rt.addr, name="gateway-lg-crash")
