@@ -50,9 +50,8 @@ def thread_json(
     values: dict[str, Any] | None = None,
     interrupts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    pending: dict[str, Any] = {}
-    if interrupts and latest is not None:
-        pending[latest.id] = interrupts
+    # Keyed by the task that waits, as the state's `tasks` name it (the interrupt's id).
+    pending = {interrupts[0]["id"]: interrupts} if interrupts else {}
     return {
         "thread_id": conv.id,
         "created_at": timestamp_json(conv.create_time),
