@@ -1,4 +1,5 @@
-"""The OpenAPI document describes exactly the routes the app serves."""
+"""The OpenAPI document describes exactly the routes the app serves: Tether's own API (the
+/langgraph mount serves LangGraph's Agent Server API, whose contract is LangGraph's)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def app_routes(settings: Settings) -> set[tuple[str, str]]:
     out = set()
     for route in app.router.routes():
         info = route.resource.canonical if route.resource else ""
-        if route.method in ("HEAD", "*") or info.startswith("/static"):
+        if route.method in ("HEAD", "*") or info.startswith(("/static", "/langgraph/")):
             continue
         out.add((route.method.lower(), info))
     return out

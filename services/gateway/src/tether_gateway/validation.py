@@ -29,16 +29,20 @@ class Field:
 
 
 Schema = dict[str, Field]
+# The only list parameters: LangGraph's `stream_mode` on a join (`?stream_mode=a&stream_mode=b`).
+REPEATABLE_PARAMS = frozenset({"stream_mode"})
 
 
 @web.middleware
 async def storable_params(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Path and query parameters pass the same test as body fields, for every route at once; no
-    parameter of this API is a list, so one given twice is ambiguous and refused."""
+    parameter of this API is a list (but REPEATABLE_PARAMS), so one given twice is ambiguous
+    and refused."""
     for name, value in (*request.match_info.items(), *request.query.items()):
         if not storable(value):
             raise InvalidArgument(f"parameter {name!r} holds a character that cannot be stored")
-    if len(set(request.query)) != len(request.query):
+    names = [name for name in request.query if name not in REPEATABLE_PARAMS]
+    if len(set(names)) != len(names):
         raise InvalidArgument("a query parameter is given more than once")
     return await handler(request)
 

@@ -1,0 +1,147 @@
+"""A LangGraph run's stream on the gateway's one SSE writer, and its final state (runs.wait,
+runs.join): the Tether run's log through frames.py, for one stretch."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+from urllib.parse import urlencode
+
+import grpc
+from aiohttp import web
+from tether.runtime.v1 import resources_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_common.errors import TetherError
+
+from tether_gateway.auth import Caller
+from tether_gateway.langgraph import ids, lookup
+from tether_gateway.langgraph.frames import StretchFrames
+from tether_gateway.runtime_client import follow_events
+from tether_gateway.sse import EventStream, stream_response
+from tether_gateway.state import GatewayState
+
+
+def paths(thread_id: str, run_id: str, modes: frozenset[str]) -> dict[str, str]:
+    """Relative to the mount: the SDK joins Location onto its base URL, path included. Location
+    carries the stream's modes: the SDK reconnects to it as it is (Tether keeps no run's modes),
+    and a reconnect must go on in the modes the stream began with."""
+    query = urlencode([("stream_mode", m) for m in sorted(modes)])
+    return {
+        "Location": f"/threads/{thread_id}/runs/{run_id}/stream" + (f"?{query}" if query else ""),
+        "Content-Location": f"/threads/{thread_id}/runs/{run_id}",
+    }
+
+
+def _frames(
+    thread_id: str,
+    run: resources_pb2.Run,
+    stretch: int,
+    history: list[dict[str, Any]],
+    modes: frozenset[str],
+    after: ids.Cursor = ids.START,
+    *,
+    graph: bool,
+) -> StretchFrames:
+    return StretchFrames(
+        thread_id=thread_id,
+        tether_run_id=run.id,
+        stretch=stretch,
+        history=history,
+        modes=modes,
+        after=after,
+        graph=graph,
+    )
+
+
+async def serve_stream(
+    request: web.Request,
+    gw: GatewayState,
+    caller: Caller,
+    *,
+    thread_id: str,
+    run: resources_pb2.Run,
+    stretch: int,
+    modes: frozenset[str],
+    after: ids.Cursor,
+    slot: str | None,
+    on_disconnect: str,
+    started: float,
+) -> web.StreamResponse:
+    """The stretch's LangGraph events on the gateway's SSE writer (sse.py: heartbeats, the
+    per-connection buffer, the token's expiry and revocation), fed from the Tether run's log
+    through runtime_client.follow_events (reopened on another runtime pod if one drains)."""
+    try:
+        history = await lookup.history(gw.client(), caller.credential, run)
+        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    except BaseException:
+        await gw.slots.release(gw.redis, slot)
+        raise
+    frames = _frames(thread_id, run, stretch, history, modes, after, graph=graph)
+
+    async def source(stream: EventStream) -> None:
+        last = 0
+        events = follow_events(gw.client, run.id, caller.credential, lambda: last)
+        async with contextlib.aclosing(events):
+            async for batch in events:
+                out: list[bytes] = []
+                for ev in batch:
+                    if ev.WhichOneof("event") == "reset":
+                        return  # the log is gone (retention): nothing exact to send
+                    last = ev.sequence
+                    out.extend(f.encode() for f in frames.feed(ev))
+                    if frames.done:
+                        break
+                if out and not stream.offer(b"".join(out), len(out)):
+                    return
+                if frames.done or stream.client_gone():
+                    return
+
+    resp = await stream_response(
+        request,
+        gw,
+        run_id=run.id,
+        token=caller.credential,
+        after=0,
+        started=started,
+        headers=paths(thread_id, frames.run_id, modes),
+        slot=slot,
+        expires_at=caller.expires_at,
+        jtis=caller.jtis,
+        source=source,
+    )
+    # The client went before the stretch ended (not this pod draining: its clients reconnect).
+    if on_disconnect == "cancel" and not frames.done and not gw.draining:
+        with contextlib.suppress(TetherError, grpc.aio.AioRpcError):
+            await gw.client().cancel_run(
+                rs.CancelRunRequest(run_id=run.id, reason="the client disconnected"),
+                caller.credential,
+            )
+    return resp
+
+
+async def final_values(
+    gw: GatewayState, caller: Caller, thread_id: str, run: resources_pb2.Run, stretch: int
+) -> dict[str, Any]:
+    """runs.wait / runs.join: the state when the stretch ends (with `__interrupt__` at an
+    interrupt; `__error__` when the run failed)."""
+    history = await lookup.history(gw.client(), caller.credential, run)
+    graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    frames = _frames(thread_id, run, stretch, history, frozenset(), graph=graph)
+    last = 0
+    error: dict[str, str] | None = None
+    events = follow_events(gw.client, run.id, caller.credential, lambda: last)
+    async with contextlib.aclosing(events):
+        async for batch in events:
+            for ev in batch:
+                last = ev.sequence
+                frames.feed(ev)
+                if ev.WhichOneof("event") == "error" and frames.done:
+                    error = {"error": ev.error.code, "message": ev.error.message}
+                if frames.done:
+                    break
+            if frames.done:
+                break
+    values = frames.values()
+    if error is not None:
+        values["__error__"] = error
+    return values

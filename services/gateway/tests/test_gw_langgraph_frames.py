@@ -1,0 +1,355 @@
+"""The LangGraph view of a Tether run, without processes: stretches (one LangGraph run per pause),
+the frames each stretch streams and their ids, the cursor a join resumes after, the resume
+value's mapping to an answer, and a run request's checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_common.errors import InvalidArgument
+from tether_gateway.langgraph import answers, ids
+from tether_gateway.langgraph.frames import Frame, StretchFrames
+from tether_gateway.langgraph.run_request import input_text, run_request
+from tether_gateway.langgraph.stretches import stretches
+
+RUN = "run_1"
+ALL = frozenset({"values", "updates", "messages-tuple", "messages", "custom"})
+
+
+def ev(seq: int, **kind: Any) -> events_pb2.RunEvent:
+    out = events_pb2.RunEvent(run_id=RUN, sequence=seq)
+    for name, value in kind.items():
+        getattr(out, name).CopyFrom(value)
+    return out
+
+
+def paused_then_resumed() -> list[events_pb2.RunEvent]:
+    """Text, a tool call, an interrupt; approved: the tool's result, text, done."""
+    card = resources_pb2.InterruptPayload(title="Restart web-1?", risk="high", tool="restart")
+    return [
+        ev(1, run_started=events_pb2.RunStarted(conversation_id="c1")),
+        ev(2, text_delta=events_pb2.TextDelta(message_id="m1", delta="Let me ")),
+        ev(3, text_delta=events_pb2.TextDelta(message_id="m1", delta="check.")),
+        ev(4, tool_started=events_pb2.ToolStarted(call_id="call_1", tool="restart")),
+        ev(
+            5,
+            interrupt=events_pb2.InterruptRaised(
+                interrupt_id="int_1", kind=resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION, payload=card
+            ),
+        ),
+        ev(
+            6,
+            interrupt_resolved=events_pb2.InterruptResolved(
+                interrupt_id="int_1", decision=events_pb2.DECISION_APPROVED
+            ),
+        ),
+        ev(7, tool_progress=events_pb2.ToolProgress(call_id="call_1", fraction=0.5, text="half")),
+        ev(
+            8,
+            tool_finished=events_pb2.ToolFinished(
+                call_id="call_1",
+                tool="restart",
+                status=events_pb2.TOOL_STATUS_SUCCESS,
+                summary="ok",
+            ),
+        ),
+        ev(9, text_delta=events_pb2.TextDelta(message_id="m2", delta="Done.")),
+        ev(10, done=events_pb2.Done(message_id="m2")),
+    ]
+
+
+def frames_of(
+    stretch: int, modes: frozenset[str] = ALL, after: ids.Cursor = ids.START
+) -> tuple[list[Frame], StretchFrames]:
+    conv = StretchFrames(
+        thread_id="t1",
+        tether_run_id=RUN,
+        stretch=stretch,
+        history=[{"type": "human", "content": "restart web"}],
+        modes=modes,
+        after=after,
+    )
+    out: list[Frame] = []
+    for e in paused_then_resumed():
+        out.extend(conv.feed(e))
+        if conv.done:
+            break
+    return out, conv
+
+
+def test_a_run_paused_once_is_two_langgraph_runs() -> None:
+    found = stretches(paused_then_resumed())
+    assert [(s.index, s.first, s.last, s.end) for s in found] == [
+        (0, 1, 5, "interrupt"),
+        (1, 6, 10, "done"),
+    ]
+    run = resources_pb2.Run(status=resources_pb2.RUN_STATUS_COMPLETED)
+    assert [s.status(run) for s in found] == ["success", "success"]
+    assert ids.stretch_run_id(RUN, 0) == RUN
+    second = ids.stretch_run_id(RUN, 1)
+    assert second != RUN and ids.stretch_of(RUN, second, most=10) == 1
+    assert ids.stretch_of(RUN, "someone-else", most=10) is None
+
+
+def test_an_open_stretch_takes_the_run_status() -> None:
+    [only] = stretches(paused_then_resumed()[:3])
+    assert only.end == ""
+    assert only.status(resources_pb2.Run(status=resources_pb2.RUN_STATUS_RUNNING)) == "running"
+    assert only.status(resources_pb2.Run(status=resources_pb2.RUN_STATUS_QUEUED)) == "pending"
+
+
+def test_an_expired_question_starts_no_new_stretch() -> None:
+    log = paused_then_resumed()[:5] + [
+        ev(
+            6,
+            interrupt_resolved=events_pb2.InterruptResolved(
+                interrupt_id="int_1", decision=events_pb2.DECISION_EXPIRED
+            ),
+        ),
+        ev(7, error=events_pb2.Error(code="INTERRUPT_UNANSWERED", message="expired")),
+    ]
+    assert [(s.index, s.end) for s in stretches(log)] == [(0, "interrupt")]
+
+
+def test_first_stretch_ends_at_the_interrupt_with_its_value() -> None:
+    out, conv = frames_of(0)
+    assert conv.done
+    assert [f.event for f in out] == [
+        "metadata",
+        "values",
+        "messages",
+        "messages/metadata",
+        "messages/partial",
+        "messages",
+        "messages/partial",
+        "messages/complete",
+        "updates",
+        "values",
+        "updates",
+        "values",
+    ]
+    assert out[0].data == {"run_id": RUN, "attempt": 1}
+    agent = out[8].data["agent"]["messages"][0]
+    assert agent["content"] == "Let me check." and agent["tool_calls"][0]["id"] == "call_1"
+    interrupt = out[10].data["__interrupt__"][0]
+    assert interrupt["value"] == {
+        "kind": "confirm_action",
+        "title": "Restart web-1?",
+        "risk": "high",
+        "tool": "restart",
+    }
+    assert len(interrupt["id"]) == 32
+    assert out[-1].data["__interrupt__"] == [interrupt]
+    assert [m["type"] for m in out[-1].data["messages"]] == ["human", "ai"]
+
+
+def test_second_stretch_opens_with_metadata_and_carries_the_state() -> None:
+    out, conv = frames_of(1)
+    assert conv.done
+    assert out[0].event == "metadata"
+    assert out[0].data["run_id"] == ids.stretch_run_id(RUN, 1)
+    assert {"progress": 0.5, "text": "half"} in [f.data for f in out if f.event == "custom"]
+    tools = [f.data["tools"] for f in out if f.event == "updates" and "tools" in f.data]
+    assert tools[0]["messages"][0]["tool_call_id"] == "call_1"
+    final = out[-1]
+    assert final.event == "values" and "__interrupt__" not in final.data
+    assert [m["type"] for m in final.data["messages"]] == ["human", "ai", "tool", "ai"]
+    assert final.data["messages"][-1]["content"] == "Done."
+
+
+def test_ids_are_unique_and_every_cut_replays_the_exact_tail() -> None:
+    for stretch in (0, 1):
+        full, _ = frames_of(stretch)
+        wire = [f.encode() for f in full]
+        assert len({f.cursor for f in full}) == len(full)
+        for cut in range(len(full) + 1):
+            after = ids.START if cut == 0 else ids.cursor(ids.event_id(*full[cut - 1].cursor))
+            tail, _ = frames_of(stretch, after=after)
+            assert [f.encode() for f in tail] == wire[cut:]
+
+
+def test_modes_filter_without_changing_ids() -> None:
+    full, _ = frames_of(0)
+    only, _ = frames_of(0, modes=frozenset({"updates"}))
+    assert [f.event for f in only] == ["metadata", "updates", "updates"]
+    assert {f.cursor for f in only} <= {f.cursor for f in full}
+
+
+def test_frame_wire_format() -> None:
+    frame = Frame((12, 3), "values", {"messages": []})
+    assert frame.encode() == b'event: values\ndata: {"messages":[]}\nid: 12-3\n\n'
+    assert orjson.loads(frame.encode().split(b"\n")[1][6:]) == {"messages": []}
+
+
+@pytest.mark.parametrize(
+    ("raw", "cursor"), [(None, ids.START), ("", ids.START), ("0", ids.START), ("12-3", (12, 3))]
+)
+def test_cursor(raw: str | None, cursor: ids.Cursor) -> None:
+    assert ids.cursor(raw) == cursor
+
+
+@pytest.mark.parametrize("raw", ["x", "1-", "-1", "1-2-3", "9" * 40])
+def test_a_cursor_this_gateway_never_sent_is_refused(raw: str) -> None:
+    with pytest.raises(InvalidArgument):
+        ids.cursor(raw)
+
+
+def interrupt(kind: int) -> resources_pb2.Interrupt:
+    return resources_pb2.Interrupt(id="int_1", kind=kind)
+
+
+CONFIRM = resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "decision", "text"),
+    [
+        (CONFIRM, True, events_pb2.DECISION_APPROVED, ""),
+        (CONFIRM, False, events_pb2.DECISION_REJECTED, ""),
+        (CONFIRM, {"approved": True}, events_pb2.DECISION_APPROVED, ""),
+        (CONFIRM, "reject", events_pb2.DECISION_REJECTED, ""),
+        (resources_pb2.INTERRUPT_KIND_SELECT_OPTION, "b", events_pb2.DECISION_RESPONDED, "b"),
+        (
+            resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
+            {"n": 2},
+            events_pb2.DECISION_RESPONDED,
+            '{"n":2}',
+        ),
+        (
+            resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
+            "hi",
+            events_pb2.DECISION_RESPONDED,
+            '{"text":"hi"}',
+        ),
+        (resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN, "retry", events_pb2.DECISION_RETRY, ""),
+    ],
+)
+def test_resume_values(kind: int, value: Any, decision: int, text: str) -> None:
+    assert answers.answer(interrupt(kind), value) == answers.Answer(decision, text)
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        (CONFIRM, "maybe"),
+        (CONFIRM, 2),
+        (resources_pb2.INTERRUPT_KIND_SELECT_OPTION, 1),
+        (resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT, 3),
+        (resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN, "again"),
+    ],
+)
+def test_resume_values_of_the_wrong_kind_are_refused(kind: int, value: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        answers.answer(interrupt(kind), value)
+
+
+def test_a_doubled_resume_is_one_key() -> None:
+    key = answers.idempotency_key("t1", "int_1", {"a": 1, "b": 2})
+    assert key == answers.idempotency_key("t1", "int_1", {"b": 2, "a": 1})
+    assert key != answers.idempotency_key("t1", "int_1", {"a": 2, "b": 2})
+    assert key != answers.idempotency_key("t1", "int_2", {"a": 1, "b": 2})
+    assert len(key) <= 128
+
+
+def test_input_text_is_the_last_human_message() -> None:
+    data = {
+        "messages": [
+            {"role": "user", "content": "first"},
+            {"type": "ai", "content": "answer"},
+            ["human", [{"type": "text", "text": "second"}, {"type": "image_url"}]],
+        ]
+    }
+    assert input_text(data) == "second"
+    for bad in (None, {}, {"messages": [{"role": "ai", "content": "x"}]}, {"messages": "x"}):
+        with pytest.raises(InvalidArgument):
+            input_text(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {},
+        {"assistant_id": 3},
+        {"assistant_id": "a", "input": "text"},
+        {"assistant_id": "a", "command": {"goto": "x"}},
+        {"assistant_id": "a", "stream_mode": ["values", "telepathy"]},
+        {"assistant_id": "a", "multitask_strategy": "sometimes"},
+        {"assistant_id": "a", "checkpoint_id": "c1"},
+        {"assistant_id": "a", "interrupt_before": ["x"]},
+    ],
+)
+def test_run_requests_tether_cannot_honour_are_refused(body: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        run_request(body)
+
+
+def test_run_request_defaults() -> None:
+    req = run_request({"assistant_id": "opspilot", "command": {"resume": None}})
+    assert req.has_resume and req.resume is None
+    assert req.stream_mode == frozenset({"values"})
+    assert (req.multitask_strategy, req.on_disconnect) == ("enqueue", "continue")
+
+
+def graph_run() -> list[events_pb2.RunEvent]:
+    """A graph agent's run as the runtime streams it: LangGraph's own values, updates and custom
+    data beside Tether's events, an interrupt carrying the graph's value whole."""
+    value = {"question": "Restart?", "args": {"service": "web"}}
+    card = resources_pb2.InterruptPayload(title="Restart?", value_json=orjson.dumps(value).decode())
+    state = {"messages": [{"type": "human", "content": "go"}], "step": 1}
+    return [
+        ev(1, run_started=events_pb2.RunStarted(conversation_id="c1")),
+        ev(2, graph_values=events_pb2.GraphValues(values_json=orjson.dumps(state).decode())),
+        ev(3, tool_started=events_pb2.ToolStarted(call_id="call_1", tool="status")),
+        ev(4, custom_data=events_pb2.CustomData(data_json='{"progress": 0.5, "text": "half"}')),
+        ev(5, tool_progress=events_pb2.ToolProgress(call_id="call_1", fraction=0.5, text="half")),
+        ev(6, graph_update=events_pb2.GraphUpdate(node="check", update_json='{"step": 2}')),
+        ev(7, graph_values=events_pb2.GraphValues(values_json='{"messages": [], "step": 2}')),
+        ev(
+            8,
+            interrupt=events_pb2.InterruptRaised(
+                interrupt_id="int_1", kind=resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT, payload=card
+            ),
+        ),
+    ]
+
+
+def test_a_graph_run_streams_its_own_values_updates_and_custom_data() -> None:
+    conv = StretchFrames(
+        thread_id="t1", tether_run_id=RUN, stretch=0, history=[], modes=ALL, graph=True
+    )
+    out = [f for e in graph_run() for f in conv.feed(e)]
+    assert conv.done
+    assert [(f.event, f.data) for f in out[:5]] == [
+        ("metadata", {"run_id": RUN, "attempt": 1}),
+        ("values", {"messages": [{"type": "human", "content": "go"}], "step": 1}),
+        ("custom", {"progress": 0.5, "text": "half"}),
+        ("updates", {"check": {"step": 2}}),
+        ("values", {"messages": [], "step": 2}),
+    ]
+    interrupt = out[5].data["__interrupt__"][0]
+    assert interrupt["value"] == {"question": "Restart?", "args": {"service": "web"}}
+    assert out[6].data == {"messages": [], "step": 2, "__interrupt__": [interrupt]}
+    assert len(out) == 7, "Tether's tool events add nothing to a graph's own stream"
+
+
+def test_a_graph_interrupt_is_resumed_with_the_exact_value() -> None:
+    graph = resources_pb2.Interrupt(
+        id="int_1",
+        kind=resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT,
+        payload=resources_pb2.InterruptPayload(value_json='{"q": 1}'),
+    )
+    assert answers.answer(graph, [1, "two"]) == answers.Answer(
+        events_pb2.DECISION_RESPONDED, value_json='[1,"two"]'
+    )
+    confirm = resources_pb2.Interrupt(
+        id="int_2", kind=CONFIRM, payload=resources_pb2.InterruptPayload(value_json='"ok?"')
+    )
+    # True / False stay approve / reject: the runtime checks the approver's grant.
+    assert answers.answer(confirm, True) == answers.Answer(events_pb2.DECISION_APPROVED)
+    assert answers.answer(confirm, {"type": "accept"}).value_json == '{"type":"accept"}'
+    with pytest.raises(InvalidArgument):
+        answers.answer(graph, float("nan"))
