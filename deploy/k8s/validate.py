@@ -32,10 +32,9 @@ from pathlib import Path
 if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # loaded by path, not run
     sys.path.append(_here)
 
-from tether_k8s.components import GATEWAY, HEADLESS, MIGRATE, NAMESPACE, RUNTIME
+from tether_k8s.components import GATEWAY, HEADLESS, MIGRATE, RUNTIME
 from tether_k8s.contract import check
 from tether_k8s.manifests import (
-    Doc,
     containers,
     effective_env,
     find,
@@ -63,9 +62,11 @@ from tether_k8s.rules.settings import dev_setting_problems
 from tether_k8s.schemas import K8S_VERSION, schema_errors
 from tether_k8s.selectors import selector_matches
 
+# What the tests use: tests/deploy and tests/integration/security/test_sec_deploy.py load this
+# file by path.
 __all__ = [
-    "GATEWAY", "HEADLESS", "K8S_DIR", "K8S_VERSION", "MIGRATE", "NAMESPACE", "OVERLAYS_DIR",
-    "README", "RUNTIME", "Doc", "Peer", "RenderError", "allowed", "check", "containers",
+    "GATEWAY", "HEADLESS", "K8S_VERSION", "MIGRATE", "README", "RUNTIME", "Peer", "allowed",
+    "check", "containers",
     "dev_setting_problems", "effective_env", "find", "ingress_routes", "main", "one", "overlays",
     "pod_labels", "pod_spec", "prestop_sleep_s", "provided_objects", "readme_problems", "render",
     "schema_errors", "selector_matches", "workloads",

@@ -5,7 +5,9 @@ in test_k8s_manifests.py already break are not repeated here."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 # The manifests are rendered by kustomize (a process): `make test` only, not test-fast.
 pytestmark = pytest.mark.process
 
+REPO = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]
 Docs = list[Doc]
 Mutation = Callable[[ModuleType, Docs], object]
@@ -208,6 +211,18 @@ CASES: list[Any] = [
         lambda kv, d: _main(kv, d, kv.GATEWAY)["resources"]["requests"].pop("cpu"),
         f"{GW}: no requests.cpu",
         id="requests-cpu",
+    ),
+    pytest.param(
+        "production",
+        lambda kv, d: _main(kv, d, kv.RUNTIME)["resources"]["limits"].__setitem__("cpu", "2500m"),
+        "tether-runtime: TETHER_PROCESSES=2 does not match limits.cpu 2.5 (one process per CPU)",
+        id="processes-vs-millicores",
+    ),
+    pytest.param(
+        "production",
+        lambda kv, d: _main(kv, d, kv.GATEWAY)["resources"]["limits"].__setitem__("cpu", "1500m"),
+        "tether-gateway: requests.cpu 2 != limits.cpu 1.5 in production",
+        id="requests-vs-limits-millicores",
     ),
     # credentials (least privilege)
     pytest.param(
@@ -702,3 +717,39 @@ def test_production_carries_no_dev_setting(
     assert any(expected in p for p in problems), problems
     # check() runs the same on a production overlay
     assert any(expected in p for p in kv.check(docs, "production"))
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_cli_reports_each_finding_and_fails(
+    kv: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An overlay that breaks a rule: its line says FAILED, each finding is listed below it,
+    and the exit status is 1 (the base and the shipped overlays are not asked for)."""
+    overlay = tmp_path / "too-small"
+    overlay.mkdir()
+    dev = os.path.relpath(
+        REPO / "deploy" / "k8s" / "overlays" / "dev", overlay
+    )  # kustomize: relative
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        f"resources: [{dev}]\n"
+        "replicas: [{name: tether-runtime, count: 1}]\n"
+    )
+    assert kv.main([str(overlay)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "[base] 0 dev settings or secrets: ok"
+    assert out[2].startswith("[too-small] 26 objects, 0 schema errors, ")
+    assert out[2].endswith(" contract problems: FAILED")
+    assert "  - tether-runtime: replicas 1 < 2" in out[3:]
+
+
+def test_cli_fails_on_an_overlay_that_does_not_render(
+    kv: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert kv.main(["no-such-overlay"]) == 1
+    out = capsys.readouterr().out
+    assert "[no-such-overlay] RENDER FAILED\n" in out
+    assert "[dev]" not in out

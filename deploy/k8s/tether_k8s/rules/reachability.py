@@ -62,39 +62,49 @@ def _kv(labels: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
-class Expectation:
-    """A connection that must be allowed (`may`) or refused on every one of `ports`."""
+class Connection:
+    """`subject` (the labels of a pod of namespace tether) receiving from `peer` (direction
+    "Ingress") or sending to it ("Egress"), on each of `ports`."""
 
-    may: bool
-    direction: str  # "Ingress": `subject` receives from `peer`; "Egress": sends to it
-    subject: Mapping[str, str]  # the labels of a pod of namespace tether
+    direction: str
+    subject: Mapping[str, str]
     peer: Peer
     ports: tuple[int, ...]
-    message: str
     protocol: str = "TCP"
 
+
+def inbound(subject: Mapping[str, str], peer: Peer, *ports: int) -> Connection:
+    return Connection("Ingress", subject, peer, ports)
+
+
+def outbound(
+    subject: Mapping[str, str], peer: Peer, *ports: int, protocol: str = "TCP"
+) -> Connection:
+    return Connection("Egress", subject, peer, ports, protocol)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A connection the policies must allow on every port (`may`), or refuse on every port."""
+
+    may: bool
+    connection: Connection
+    message: str
+
     def met(self, docs: list[Doc]) -> bool:
+        c = self.connection
         return all(
-            allowed(docs, self.direction, self.subject, self.peer, port, self.protocol) is self.may
-            for port in self.ports
+            allowed(docs, c.direction, c.subject, c.peer, port, c.protocol) is self.may
+            for port in c.ports
         )
 
 
-def _may(
-    direction: str,
-    subject: Mapping[str, str],
-    peer: Peer,
-    port: int,
-    message: str,
-    protocol: str = "TCP",
-) -> Expectation:
-    return Expectation(True, direction, subject, peer, (port,), message, protocol)
+def _may(connection: Connection, message: str) -> Expectation:
+    return Expectation(True, connection, message)
 
 
-def _may_not(
-    direction: str, subject: Mapping[str, str], peer: Peer, port: int, message: str
-) -> Expectation:
-    return Expectation(False, direction, subject, peer, (port,), message)
+def _may_not(connection: Connection, message: str) -> Expectation:
+    return Expectation(False, connection, message)
 
 
 def expectations(runtime: Doc, gateway: Doc, job: Doc) -> Iterator[Expectation]:
@@ -105,156 +115,104 @@ def expectations(runtime: Doc, gateway: Doc, job: Doc) -> Iterator[Expectation]:
 
     # ingress
     yield _may(
-        "Ingress", gw, NGINX, HTTP_PORT, "the ingress controller cannot reach the gateway on 8080"
+        inbound(gw, NGINX, HTTP_PORT), "the ingress controller cannot reach the gateway on 8080"
     )
     for src in (ELSEWHERE, MONITORING, OUTSIDER_POD, runtime_pod):
         yield _may_not(
-            "Ingress",
-            gw,
-            src,
-            HTTP_PORT,
+            inbound(gw, src, HTTP_PORT),
             f"{src.what} may reach the gateway's API port {HTTP_PORT} (gateway ingress is open beyond its HTTP port)",
         )
-    yield _may("Ingress", rt, gateway_pod, GRPC_PORT, "nothing lets the gateway reach the runtime")
+    yield _may(inbound(rt, gateway_pod, GRPC_PORT), "nothing lets the gateway reach the runtime")
     for src in (OUTSIDER_POD, migrate_pod, MONITORING, ELSEWHERE, NGINX):
         yield _may_not(
-            "Ingress",
-            rt,
-            src,
-            GRPC_PORT,
+            inbound(rt, src, GRPC_PORT),
             f"runtime ingress admits pods other than the gateway ({src.what}) on {GRPC_PORT}",
         )
     yield _may(
-        "Ingress",
-        rt,
-        ADMITTED_CALLER,
-        GRPC_PORT,
+        inbound(rt, ADMITTED_CALLER, GRPC_PORT),
         f"internal callers (label {_kv(RUNTIME_CLIENT_LABEL)} in a namespace labelled "
         f"{_kv(RUNTIME_CLIENTS_NS_LABEL)}) cannot reach the runtime on {GRPC_PORT}",
     )
     yield _may(
-        "Ingress",
-        rt,
-        LOCAL_CALLER,
-        GRPC_PORT,
+        inbound(rt, LOCAL_CALLER, GRPC_PORT),
         f"internal callers of namespace {NAMESPACE} cannot reach the runtime on {GRPC_PORT}",
     )
     for src in (UNADMITTED_CALLER, UNLABELLED_IN_ADMITTED):
         yield _may_not(
-            "Ingress",
-            rt,
-            src,
-            GRPC_PORT,
+            inbound(rt, src, GRPC_PORT),
             f"runtime ingress admits pods other than the gateway ({src.what}) on {GRPC_PORT}",
         )
     for src in (ADMITTED_CALLER, LOCAL_CALLER):
-        yield Expectation(
-            False,
-            "Ingress",
-            rt,
-            src,
-            (GRPC_HEALTH_PORT, METRICS_PORT),
+        yield _may_not(
+            inbound(rt, src, GRPC_HEALTH_PORT, METRICS_PORT),
             f"internal callers may reach the runtime beyond its gRPC port {GRPC_PORT}",
         )
     for src in (OUTSIDER_POD, gateway_pod, ELSEWHERE):
         yield _may_not(
-            "Ingress",
-            rt,
-            src,
-            GRPC_HEALTH_PORT,
+            inbound(rt, src, GRPC_HEALTH_PORT),
             f"{src.what} may reach the runtime's plaintext health port {GRPC_HEALTH_PORT} "
             "(only the kubelet, which policies do not govern, needs it)",
         )
     for labels, who in ((gw, "gateway"), (rt, "runtime")):
         yield _may(
-            "Ingress",
-            labels,
-            MONITORING,
-            METRICS_PORT,
+            inbound(labels, MONITORING, METRICS_PORT),
             f"the monitoring namespace cannot scrape the {who}'s metrics port {METRICS_PORT}",
         )
         for src in (ELSEWHERE, NGINX, OUTSIDER_POD):
             yield _may_not(
-                "Ingress",
-                labels,
-                src,
-                METRICS_PORT,
+                inbound(labels, src, METRICS_PORT),
                 f"{src.what} may reach the {who}'s metrics port {METRICS_PORT} (only the monitoring namespace may)",
             )
 
     # egress: the gateway -> runtime; stores by component; DNS; OTLP only to monitoring
     yield _may(
-        "Egress", gw, runtime_pod, GRPC_PORT, "the gateway cannot reach the runtime on 50051"
+        outbound(gw, runtime_pod, GRPC_PORT), "the gateway cannot reach the runtime on 50051"
     )
     for store in STORES:
         yield _may(
-            "Egress",
-            rt,
-            store,
-            POSTGRES_PORT,
+            outbound(rt, store, POSTGRES_PORT),
             f"runtime cannot reach port {POSTGRES_PORT} ({store.what})",
         )
         yield _may(
-            "Egress",
-            mig,
-            store,
-            POSTGRES_PORT,
+            outbound(mig, store, POSTGRES_PORT),
             f"migrate job cannot reach port {POSTGRES_PORT} ({store.what})",
         )
         yield _may_not(
-            "Egress",
-            gw,
-            store,
-            POSTGRES_PORT,
+            outbound(gw, store, POSTGRES_PORT),
             f"the gateway may reach Postgres (port {POSTGRES_PORT} at {store.what}): it holds no database credentials and needs no route",
         )
         yield _may(
-            "Egress",
-            rt,
-            store,
-            REDIS_PORT,
+            outbound(rt, store, REDIS_PORT),
             f"runtime cannot reach port {REDIS_PORT} ({store.what})",
         )
         yield _may(
-            "Egress",
-            gw,
-            store,
-            REDIS_PORT,
+            outbound(gw, store, REDIS_PORT),
             f"gateway cannot reach port {REDIS_PORT} ({store.what})",
         )
         yield _may_not(
-            "Egress",
-            mig,
-            store,
-            REDIS_PORT,
+            outbound(mig, store, REDIS_PORT),
             f"the migrate job may reach Redis (port {REDIS_PORT}), which it does not use",
         )
         for port in (POSTGRES_PORT, REDIS_PORT):
             yield _may_not(
-                "Egress", OUTSIDER, store, port, f"pods other than Tether's may reach port {port}"
+                outbound(OUTSIDER, store, port), f"pods other than Tether's may reach port {port}"
             )
     for labels, who in ((rt, "runtime"), (gw, "gateway"), (mig, "migrate job")):
-        yield _may("Egress", labels, DNS, 53, f"{who} cannot resolve DNS", "UDP")
+        yield _may(outbound(labels, DNS, 53, protocol="UDP"), f"{who} cannot resolve DNS")
         for port in OTLP_PORTS:
             yield _may(
-                "Egress",
-                labels,
-                COLLECTOR,
-                port,
+                outbound(labels, COLLECTOR, port),
                 f"{who} cannot reach the OTLP collector in the monitoring namespace on {port}",
             )
             for dest in (ELSEWHERE, PUBLIC, PRIVATE):
                 yield _may_not(
-                    "Egress",
-                    labels,
-                    dest,
-                    port,
+                    outbound(labels, dest, port),
                     f"{who} may send OTLP ({port}) to {dest.what} (only to the monitoring namespace)",
                 )
-    yield _may("Egress", rt, PUBLIC, 443, "the runtime cannot reach the model API / IdP on 443")
-    yield _may("Egress", gw, PUBLIC, 443, "the gateway cannot reach the IdP on 443")
-    yield _may_not("Egress", gw, PUBLIC, 80, "the gateway may reach the internet beyond 443")
-    yield _may_not("Egress", mig, PUBLIC, 443, "the migrate job may reach the internet")
+    yield _may(outbound(rt, PUBLIC, 443), "the runtime cannot reach the model API / IdP on 443")
+    yield _may(outbound(gw, PUBLIC, 443), "the gateway cannot reach the IdP on 443")
+    yield _may_not(outbound(gw, PUBLIC, 80), "the gateway may reach the internet beyond 443")
+    yield _may_not(outbound(mig, PUBLIC, 443), "the migrate job may reach the internet")
 
 
 def _default_deny(docs: list[Doc]) -> bool:
