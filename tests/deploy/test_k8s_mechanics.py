@@ -4,6 +4,8 @@ process: `make test-fast` runs these."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -140,3 +142,21 @@ def test_prestop_sleep(kv: ModuleType) -> None:
     shell = {"lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 3"]}}}}
     assert kv.prestop_sleep_s(shell) == 0  # only a plain sleep is understood
     assert kv.prestop_sleep_s({}) == 0
+
+
+def test_layers_import_downward() -> None:
+    """The mechanics know no rule; a rule never runs the contract (which runs every rule)."""
+    package = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "tether_k8s"
+    modules = sorted(package.rglob("*.py"))
+    assert len(modules) > 20
+    for path in modules:
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+        layers = {m.split(".")[1] for m in imported if m.startswith("tether_k8s.")}
+        assert "contract" not in layers, path
+        if path.parent.name != "rules" and path.name != "contract.py":
+            assert "rules" not in layers, path

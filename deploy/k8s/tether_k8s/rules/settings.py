@@ -4,14 +4,7 @@ dev setting, no Secret and no secret at all."""
 
 from __future__ import annotations
 
-from tether_k8s.manifests import (
-    Doc,
-    container_name,
-    containers,
-    effective_env,
-    find,
-    workloads,
-)
+from tether_k8s.manifests import Doc, container_name, containers, effective_env, find, workloads
 from tether_k8s.rules import unmet
 from tether_k8s.rules.credentials import SECRET_NAME, committed_secret_values
 
