@@ -64,7 +64,7 @@ lint: gen buf-lint buf-breaking
 	$(MAKE) --no-print-directory typecheck
 
 typecheck: gen
-	$(PY) mypy libs/proto/src/tether_proto libs/client/src/tether_client libs/common/src/tether_common cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer libs/langgraph/src/tether_langgraph examples/lgops/src/tether_lgops services/runtime/src/tether_runtime services/gateway/src/tether_gateway
+	$(PY) mypy libs/proto/src/tether_proto libs/client/src/tether_client libs/common/src/tether_common cli/src/tether_cli libs/sdk/src/tether_sdk agents/opspilot/src/tether_opspilot examples/mailer/src/tether_mailer libs/langgraph/src/tether_langgraph examples/lgops/src/tether_lgops services/runtime/src/tether_runtime services/gateway/src/tether_gateway deploy/k8s/tether_k8s deploy/k8s/validate.py
 
 fmt: .venv/.synced
 	$(PY) ruff check --fix .
