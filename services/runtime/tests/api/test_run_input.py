@@ -7,7 +7,8 @@ import json
 
 import pytest
 from tether_common.errors import InvalidArgument
-from tether_runtime.api.run_input import MAX_INPUT_JSON, MAX_TEXT, run_input, user_text_of
+from tether_common.message_text import user_text_of
+from tether_runtime.api.run_input import MAX_INPUT_JSON, MAX_TEXT, run_input
 
 
 def test_text_alone_starts_either_kind_of_agent() -> None:

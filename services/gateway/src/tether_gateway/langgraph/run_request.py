@@ -9,6 +9,7 @@ from typing import Any
 
 from tether_common.errors import InvalidArgument
 from tether_common.input_parsers import storable
+from tether_common.message_text import user_text_of
 
 from tether_gateway.langgraph.frames import MODES
 
@@ -84,38 +85,15 @@ def run_request(body: object, *, default_disconnect: str = "continue") -> RunReq
 
 def input_text(data: dict[str, Any] | None) -> str:
     """The text of the input's last human message: what a Tether run starts from."""
-    found: str | None = None
     given = (data or {}).get("messages") or []
     if not isinstance(given, list):
         raise InvalidArgument("input.messages must be a list of messages")
-    for m in given:
-        role, content = None, None
-        if isinstance(m, dict):
-            role, content = m.get("role", m.get("type")), m.get("content")
-        elif isinstance(m, list | tuple) and len(m) == 2:
-            role, content = m
-        elif isinstance(m, str):
-            role, content = "human", m
-        if role in ("user", "human"):
-            found = _content_text(content)
-    if found is None or not found.strip():
+    found = user_text_of({"messages": given})
+    if not found.strip():
         raise InvalidArgument("input.messages needs a human message with text")
     if len(found) > MAX_TEXT or not storable(found):
         raise InvalidArgument(f"the message must be at most {MAX_TEXT} storable characters")
     return found
-
-
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            str(p.get("text", "")) if isinstance(p, dict) else str(p)
-            for p in content
-            if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
-        ]
-        return "".join(parts)
-    return ""
 
 
 def count_field(body: dict[str, Any], name: str, default: int, most: int) -> int:

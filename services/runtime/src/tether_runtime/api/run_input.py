@@ -9,40 +9,11 @@ from typing import Any
 
 from tether_common.errors import InvalidArgument
 from tether_common.input_parsers import json_document
+from tether_common.message_text import user_text_of
 
 MAX_TEXT = 8000
 MAX_INPUT_JSON = 256_000
 """Characters of `input_json`: a graph's input may carry more than one message (a whole state)."""
-USER_ROLES = frozenset({"user", "human"})
-
-
-def user_text_of(graph_input: dict[str, Any]) -> str:
-    """The text of the last user message of `graph_input["messages"]`, "" without one. A message
-    is LangGraph's dict (`{"role": "user"|"human", "content": ...}` or `{"type": "human", ...}`)
-    or a bare string; its content a string or a list of content blocks (their text joined)."""
-    messages = graph_input.get("messages")
-    if isinstance(messages, dict | str):
-        messages = [messages]
-    if not isinstance(messages, list):
-        return ""
-    for m in reversed(messages):
-        if isinstance(m, str):
-            return m
-        if isinstance(m, dict) and (m.get("role") in USER_ROLES or m.get("type") in USER_ROLES):
-            return _content_text(m.get("content"))
-    return ""
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            b if isinstance(b, str) else str(b.get("text") or "")
-            for b in content
-            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
-        )
-    return ""
 
 
 def run_input(text: str, input_json: str, *, graph: bool) -> tuple[str, dict[str, Any] | None]:
