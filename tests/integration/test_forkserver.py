@@ -1,4 +1,4 @@
-"""The test fork server (tether_testkit.forkserver) starts what `python -m` would: the process
+"""The fork server (tether_cli.forkserver) starts what `python -m` would: the process
 gets the environment, PYTHONPATH, working folder and log file it was given, its own exit status
 (an exit code, a crash, SIGKILL); grpc comes imported from its parent but unstarted, so the child
 serves and calls gRPC as a fresh process does; and it costs less than a cold start."""
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tether_testkit import forkserver
+from tether_cli import forkserver
 
 pytestmark = pytest.mark.process
 

@@ -1,5 +1,6 @@
 """Real Tether processes for tests: each on its own free port, with its own log file, killable.
-The runtime and the gateway are forked from a warm parent (tether_testkit.forkserver)."""
+The runtime, the gateway and `tether` commands are forked from a warm parent (tether_cli.forkserver);
+`TETHER_TEST_FORKSERVER=0` starts them with plain `subprocess.Popen` instead."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from tether_testkit import forkserver
+from tether_cli import forkserver
 
 LOG_DIR = Path(os.environ.get("TETHER_TEST_LOG_DIR", tempfile.gettempdir())) / "tether-test-logs"
+
+
+def forking() -> bool:
+    return os.environ.get("TETHER_TEST_FORKSERVER", "1") != "0"
 
 
 def free_port() -> int:
@@ -69,7 +73,7 @@ def run_module(
     process: forked from the warm parent, or a subprocess with TETHER_TEST_FORKSERVER=0). Its
     environment: this one plus `env`, or `env` alone with `inherit=False`."""
     full_env = {**os.environ, **env} if inherit else dict(env)
-    if forkserver.enabled():
+    if forking():
         return forkserver.run(module, list(args), full_env, timeout)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
@@ -91,7 +95,7 @@ def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
     full_env = {**os.environ, **env}
-    if forkserver.enabled() and args[0] == "-m":
+    if forking() and args[0] == "-m":
         forked = forkserver.spawn(args[1], args[2:], full_env, log_path)
         return Proc(name=name, popen=forked, log_path=log_path, addr=addr, env=env)
     with open(log_path, "wb") as log:

@@ -1,18 +1,18 @@
-"""Tether's processes for tests, forked from a warm parent: the runtime and the gateway spend 2-3 s
-of CPU importing their libraries at every start, and the suite starts a few hundred of them on 2
-cores. One fork server per test process imports those libraries once (redis, aiohttp, pydantic,
-asyncpg, OpenTelemetry, grpc, LangGraph and LangChain, and Tether's own runtime, gateway and CLI
-modules: none that reads the environment when imported, so no agent) and forks each process from
-there. grpc is imported
-but never used in the server: its core starts no thread and holds no state until a channel or a
-server exists, which only a child creates (the server checks it is still one thread before each
-fork). The child is still a real process of its own: its own pid, environment, log file and exit
-status, killed by SIGKILL like any other. `TETHER_TEST_FORKSERVER=0` starts every process with
-plain `subprocess.Popen` instead.
+"""Tether's processes forked from a warm parent, for what starts many of them: `tether
+conformance` (two runtimes per crash case) and the test suite (a few hundred runtimes, gateways
+and `tether` commands on 2 cores). A cold start spends 2-3 s of CPU importing libraries (4 s with
+LangGraph); a fork from a parent that imported them once costs a tenth of that. The fork server
+imports the heavy libraries (redis, aiohttp, pydantic, asyncpg, OpenTelemetry, grpc, LangGraph and
+LangChain, and Tether's own runtime, gateway and CLI modules: none that reads the environment when
+imported, so no agent) and forks each process from there. grpc is imported but never used in the
+server: its core starts no thread and holds no state until a channel or a server exists, which
+only a child creates (the server checks it is still one thread before each fork). The child is
+still a real process of its own: its own pid, environment, log file and exit status, killed by
+SIGKILL like any other.
 
-The wire between a test process and its fork server is one JSON line each way per request on the
-server's stdin/stdout. The server ends when the test process does (its stdin closes), and its
-children with it."""
+The wire between a caller and its fork server is one JSON line each way per request on the
+server's stdin/stdout. The server ends when its caller does (its stdin closes), and its children
+with it."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ WARM = (
     "tether_gateway.server",
     "tether_cli.main",
     # What a runtime loading a LangGraph agent imports besides (3-4 s of CPU at each start): the
-    # libraries, not the agents. They read no setting at import that a test changes (langsmith
+    # libraries, not the agents. They read no setting at import that a caller changes (langsmith
     # caches its environment reads: the child clears that cache, see _child).
     "langchain_core.messages",
     "langchain_openai",
@@ -164,10 +164,10 @@ def _assert_one_thread() -> None:
 
 
 def serve() -> None:
-    """The fork server: warm up, then answer one request per line until stdin closes (the test
-    process ended, however it ended); its children die with it (each has PR_SET_PDEATHSIG). The
+    """The fork server: warm up, then answer one request per line until stdin closes (the caller
+    ended, however it ended); its children die with it (each has PR_SET_PDEATHSIG). The
     server itself takes no death signal: it would fire when the *thread* that started it ends,
-    and tests start processes from worker threads."""
+    and callers start processes from worker threads."""
     for name in WARM:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -210,11 +210,11 @@ def serve() -> None:
         writer.write(json.dumps(answer) + "\n")
 
 
-# -- the test side --------------------------------------------------------------------------------
+# -- the caller's side ------------------------------------------------------------------------------
 
 
 class ForkServer:
-    """The test process's fork server, started on first use."""
+    """A process's fork server, started on first use."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -224,11 +224,10 @@ class ForkServer:
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-c", "from tether_testkit.forkserver import serve; serve()"],
+                    [sys.executable, "-c", "from tether_cli.forkserver import serve; serve()"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
-                    env={**os.environ, "PYTHONPATH": _testkit_path()},
                 )
                 self._read()  # {"ready": pid}
             stdin = self._proc.stdin
@@ -241,7 +240,7 @@ class ForkServer:
         assert self._proc is not None and self._proc.stdout is not None
         line = self._proc.stdout.readline()
         if not line:
-            raise RuntimeError("the test fork server died")
+            raise RuntimeError("the fork server died")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -272,14 +271,8 @@ class ForkServer:
         return None if code is None else int(code)
 
 
-def _testkit_path() -> str:
-    here = str(Path(__file__).resolve().parents[1])
-    rest = os.environ.get("PYTHONPATH", "")
-    return os.pathsep.join([here, rest]) if rest else here
-
-
 class ForkedProcess:
-    """What tests use of `subprocess.Popen`, for a process the fork server started: its pid, its
+    """What callers use of `subprocess.Popen`, for a process the fork server started: its pid, its
     exit status (`poll`, `wait`, `returncode`) and signals."""
 
     def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
@@ -298,7 +291,7 @@ class ForkedProcess:
         while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            time.sleep(0.02)
+            time.sleep(0.02)  # noqa: TID251 - a blocking wait, as Popen.wait is, for sync callers
         return code
 
     def send_signal(self, sig: int) -> None:
@@ -314,10 +307,6 @@ class ForkedProcess:
 
 
 _server: ForkServer | None = None
-
-
-def enabled() -> bool:
-    return os.environ.get("TETHER_TEST_FORKSERVER", "1") != "0"
 
 
 def spawn(
