@@ -306,15 +306,20 @@ class Bench:
         env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
         env.update(self.system_env)
         env.update(extra_env or {})
+        # quick: forked from a warm parent (its figures are checked for shape, not judged)
+        fork = self.mode == "quick"
         runtime = await stack.start_runtime(
             {**env, "TETHER_RUNTIME_ROLE": "api"} if split else env,
             processes=1 if split else self.runtime_processes,
+            fork=fork,
         )
         self.procs.append(runtime)
         if split:
             worker_env = {**env, "TETHER_RUNTIME_ROLE": "worker"}
-            self.procs.append(await stack.start_runtime(worker_env, name="runtime-worker"))
-        gateway = await stack.start_gateway(env, runtime.addr)
+            self.procs.append(
+                await stack.start_runtime(worker_env, name="runtime-worker", fork=fork)
+            )
+        gateway = await stack.start_gateway(env, runtime.addr, fork=fork)
         self.procs.append(gateway)
         return runtime, gateway
 

@@ -1,6 +1,8 @@
 """The system under test: a fresh database on the admin Postgres, one runtime and one gateway as
 real processes (the approach of tests/tether_testkit/processes.py, asyncio edition), each on a
-free 127.0.0.1 port with its own log file."""
+free 127.0.0.1 port with its own log file. `fork=True` (the quick mode, whose figures nobody
+judges) forks them from a warm parent (tether_cli.forkserver) instead of starting each cold: its
+frozen heap changes how the collector works, so measured figures come from cold starts."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import aiohttp
 import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tether_cli import forkserver
 
 LOG_DIR = Path(os.environ.get("TETHER_BENCH_LOG_DIR", tempfile.gettempdir())) / "tether-bench-logs"
 
@@ -62,10 +65,36 @@ async def drop_database(admin_dsn: str, dsn: str) -> None:
         await conn.close()
 
 
+class Forked:
+    """A process forked by tether_cli.forkserver, with the few methods of
+    asyncio.subprocess.Process the bench uses."""
+
+    def __init__(self, proc: forkserver.ForkedProcess) -> None:
+        self._proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self._proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    async def wait(self) -> int:
+        """Its exit status, asked of the fork server (which reaps it) in a worker thread."""
+        return await asyncio.to_thread(self._proc.wait)
+
+
 @dataclass
 class Proc:
     name: str
-    proc: asyncio.subprocess.Process
+    proc: asyncio.subprocess.Process | Forked
     addr: str
     log_path: Path
     metrics_url: str = ""  # a runtime's Prometheus endpoint
@@ -100,8 +129,16 @@ def _log_file(name: str) -> tuple[Path, BinaryIO]:
     return log_path, open(log_path, "wb")  # noqa: SIM115 - closed by the caller
 
 
-async def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
+async def _spawn(
+    name: str, args: list[str], env: dict[str, str], addr: str, *, fork: bool = False
+) -> Proc:
     log_path, log = _log_file(name)
+    if fork and args[0] == "-m":
+        log.close()
+        forked = await asyncio.to_thread(
+            forkserver.spawn, args[1], args[2:], {**os.environ, **env}, log_path
+        )
+        return Proc(name, Forked(forked), addr, log_path)
     with log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *args, env={**os.environ, **env}, stdout=log, stderr=log
@@ -145,7 +182,12 @@ async def _wait_ready(proc: Proc, check: object, limit_s: float) -> None:
 
 
 async def start_runtime(
-    env: dict[str, str], limit_s: float = 30, *, name: str = "runtime", processes: int = 1
+    env: dict[str, str],
+    limit_s: float = 30,
+    *,
+    name: str = "runtime",
+    processes: int = 1,
+    fork: bool = False,
 ) -> Proc:
     """One runtime process, or with `processes` > 1 a pod of that many behind one port (`tether
     runtime --processes N`: a supervisor, its children, their metrics merged on one port)."""
@@ -160,13 +202,16 @@ async def start_runtime(
         argv,
         {**env, "TETHER_GRPC_ADDR": addr, "TETHER_METRICS_ADDR": metrics},
         addr,
+        fork=fork,
     )
     proc.metrics_url = f"http://{metrics}/metrics"
     await _wait_ready(proc, lambda: _grpc_serving(addr), limit_s)
     return proc
 
 
-async def start_gateway(env: dict[str, str], runtime_addr: str, limit_s: float = 30) -> Proc:
+async def start_gateway(
+    env: dict[str, str], runtime_addr: str, limit_s: float = 30, *, fork: bool = False
+) -> Proc:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = await _spawn(
@@ -174,6 +219,7 @@ async def start_gateway(env: dict[str, str], runtime_addr: str, limit_s: float =
         ["-m", "tether_cli.main", "gateway"],
         {**env, "TETHER_HTTP_ADDR": f"127.0.0.1:{port}", "TETHER_RUNTIME_TARGET": runtime_addr},
         url,
+        fork=fork,
     )
     await _wait_ready(proc, lambda: _http_ready(url), limit_s)
     return proc
