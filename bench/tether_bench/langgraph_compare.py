@@ -21,11 +21,23 @@ inside the call. Printed as one JSON document:
   `POST /resume` (another idempotency key: a double click) and a second message on the same
   conversation. Lines appended to the file = executions of the write.
 
+- `sdk.<server>`: ONE script, LangGraph's official Python client (`langgraph-sdk`, sdk_trials.py),
+  run unchanged against `langgraph dev`, Tether's gateway at `/langgraph` and Aegra (`aegra-api`,
+  a Postgres-backed implementation of the same API): mid-stream rejoins and joins of a finished
+  run from several cut points (`runs.join_stream` with `last_event_id`: events/tokens lost and
+  duplicated), a doubled resume (two `command={"resume": True}` at once: executions of the
+  write), runs per second and first event / first token p50 through the SDK.
+
 The LangGraph server: the virtualenv `--langgraph-venv` (default `.tether/bench/langgraph-venv`)
 is created on first use with `uv venv` and `uv pip install "langgraph-cli[inmem]"
 langchain-openai libs/sdk libs/langgraph` (the graph imports the SDK's `write_tool`, which calls
 the tool as it is outside Tether). Tether: a fresh database on TETHER_BENCH_DATABASE_URL, one
-runtime and one gateway (stack.py), `TETHER_AGENTS=tether_bench.lgcompare:agent`."""
+runtime and one gateway (stack.py), `TETHER_AGENTS=tether_bench.lgcompare:agent`. Aegra:
+`--aegra-venv` (default `.tether/bench/aegra-venv`, created on first use with `aegra-api`,
+greenlet, which its SQLAlchemy asyncio engine needs and it does not pull in, and the graph's
+packages), `uvicorn aegra_api.main:app` on 127.0.0.1 with a langgraph.json of the same graph
+(AEGRA_CONFIG) and a scratch database on TETHER_BENCH_DATABASE_URL's server (its migrations run
+at its start; the database is dropped at the end). `--servers ''` leaves Aegra out."""
 
 from __future__ import annotations
 
