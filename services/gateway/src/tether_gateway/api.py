@@ -32,6 +32,7 @@ from tether_gateway.validation import (
     compact_object,
     page_size,
     read_json,
+    take,
     validate,
 )
 from tether_gateway.views import agent_json, conversation_json, message_json
@@ -163,8 +164,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     raw = await read_json(request, gw.settings.max_body_bytes)
     # `input` is the one field that is not a string: taken out before the string fields' check.
-    has_input = isinstance(raw, dict) and "input" in raw
-    graph_input = raw.pop("input") if has_input else None
+    has_input, graph_input = take(raw, "input")
     data = validate(raw, START_RUN)
     input_json = ""
     if has_input:
@@ -282,8 +282,7 @@ async def resume_run(request: web.Request) -> web.Response:
     # `fill` and `value` are the fields that are not strings: taken out before the check of the
     # string fields. `value` may be any JSON, null included, so its presence is the key's.
     fill = raw.pop("fill", None) if isinstance(raw, dict) else None
-    has_value = isinstance(raw, dict) and "value" in raw
-    value = raw.pop("value") if has_value else None
+    has_value, value = take(raw, "value")
     data = validate(raw, RESUME_RUN)
     text = _answer_text(data, fill)
     value_json = ""

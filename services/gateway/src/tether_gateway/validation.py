@@ -90,6 +90,14 @@ def validate(body: object, schema: Schema) -> dict[str, str]:
     return out
 
 
+def take(body: object, name: str) -> tuple[bool, object]:
+    """(whether the JSON object `body` has `name`, its value), the field removed from `body`: a
+    field of any JSON (null too) taken out before `validate` checks the string fields."""
+    if isinstance(body, dict) and name in body:
+        return True, body.pop(name)
+    return False, None
+
+
 MAX_GRAPH_JSON = 256_000  # the runtime's limit on input_json and value_json
 
 
