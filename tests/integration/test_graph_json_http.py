@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from tether_client import TetherClient
 from tether_common.auth import issue_token
+from tether_testkit import stores
 from tether_testkit.agent_packages import env_with_path, write_package
 from tether_testkit.processes import Proc, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
@@ -60,12 +61,22 @@ tickets = builder.compile()
 
 
 @pytest.fixture(scope="module")
+async def dsn(admin_dsn: str) -> AsyncIterator[str]:
+    """A database of this module's own: no other test's runtime (which has not loaded the graph)
+    can claim its runs."""
+    fresh = await stores.create_fresh_database(admin_dsn)
+    yield fresh
+    await stores.drop_database(admin_dsn, fresh)
+
+
+@pytest.fixture(scope="module")
 def stack(
-    tmp_path_factory: pytest.TempPathFactory, base_env: dict[str, str]
+    tmp_path_factory: pytest.TempPathFactory, base_env: dict[str, str], dsn: str
 ) -> Iterator[tuple[Proc, Proc]]:
     root = tmp_path_factory.mktemp("graphjson")
     write_package(root, "graphjson_tickets", TICKETS)
-    env = env_with_path({**base_env, "TETHER_AGENTS": "graphjson_tickets:tickets"}, root)
+    env = {**base_env, "DATABASE_URL": dsn, "TETHER_AGENTS": "graphjson_tickets:tickets"}
+    env = env_with_path(env, root)
     runtime = start_runtime(env, name="runtime-graphjson", timeout=90)
     gateway = start_gateway(env, runtime.addr, name="gateway-graphjson")
     yield runtime, gateway
