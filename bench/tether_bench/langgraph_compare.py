@@ -21,11 +21,23 @@ inside the call. Printed as one JSON document:
   `POST /resume` (another idempotency key: a double click) and a second message on the same
   conversation. Lines appended to the file = executions of the write.
 
+- `sdk.<server>`: ONE script, LangGraph's official Python client (`langgraph-sdk`, sdk_trials.py),
+  run unchanged against `langgraph dev`, Tether's gateway at `/langgraph` and Aegra (`aegra-api`,
+  a Postgres-backed implementation of the same API): mid-stream rejoins and joins of a finished
+  run from several cut points (`runs.join_stream` with `last_event_id`: events/tokens lost and
+  duplicated), a doubled resume (two `command={"resume": True}` at once: executions of the
+  write), runs per second and first event / first token p50 through the SDK.
+
 The LangGraph server: the virtualenv `--langgraph-venv` (default `.tether/bench/langgraph-venv`)
 is created on first use with `uv venv` and `uv pip install "langgraph-cli[inmem]"
 langchain-openai libs/sdk libs/langgraph` (the graph imports the SDK's `write_tool`, which calls
 the tool as it is outside Tether). Tether: a fresh database on TETHER_BENCH_DATABASE_URL, one
-runtime and one gateway (stack.py), `TETHER_AGENTS=tether_bench.lgcompare:agent`."""
+runtime and one gateway (stack.py), `TETHER_AGENTS=tether_bench.lgcompare:agent`. Aegra:
+`--aegra-venv` (default `.tether/bench/aegra-venv`, created on first use with `aegra-api`,
+greenlet, which its SQLAlchemy asyncio engine needs and it does not pull in, and the graph's
+packages), `uvicorn aegra_api.main:app` on 127.0.0.1 with a langgraph.json of the same graph
+(AEGRA_CONFIG) and a scratch database on TETHER_BENCH_DATABASE_URL's server (its migrations run
+at its start; the database is dropped at the end). `--servers ''` leaves Aegra out."""
 
 from __future__ import annotations
 
@@ -33,48 +45,25 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from tether_bench import stack
 from tether_bench.main import BENCH_DIR, _wait_port, process_env
+from tether_bench.sdk_trials import SdkTrials, lines, log, loss, run_all, token_numbers, wait_lines
 from tether_bench.sse import Event, Reader
 
 ROOT = BENCH_DIR.parent
-_TOKEN = re.compile(r"\bt(\d+) ")
 TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
-
-
-def log(msg: str) -> None:
-    print(f"[lgcompare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def lines(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-async def wait_lines(path: Path, at_least: int, limit_s: float = 15) -> None:
-    deadline = time.monotonic() + limit_s
-    while lines(path) < at_least:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never reached {at_least} lines")
-        await asyncio.sleep(0.01)
-
-
-def loss(tokens: list[int], n: int) -> tuple[int, int]:
-    """(tokens of t0..t{n-1} never received, tokens received more than once)."""
-    seen = set(tokens)
-    return sum(1 for i in range(n) if i not in seen), len(tokens) - len(seen)
 
 
 class CrlfReader(Reader):
@@ -89,30 +78,35 @@ class CrlfReader(Reader):
 # -- the LangGraph dev server ------------------------------------------------------------------
 
 
+def _uv() -> str:
+    uv = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".tools" / "uv" / "bin" / "uv")
+    if not Path(uv).exists():
+        raise SystemExit("uv is needed to create the servers' virtualenvs (make setup)")
+    return uv
+
+
+def _venv(venv: Path, exe: str, packages: list[str]) -> Path:
+    """`venv/bin/exe`, the virtualenv created on first use with `packages` in it."""
+    path = venv / "bin" / exe
+    if path.exists():
+        return path
+    log(f"creating {venv} with {' '.join(packages[:2])} (once)")
+    subprocess.run([_uv(), "venv", str(venv), "--python", sys.executable], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([_uv(), "pip", "install", "--python", python, *packages], check=True)
+    return path
+
+
 def ensure_langgraph_venv(venv: Path) -> Path:
-    exe = venv / "bin" / "langgraph"
-    if exe.exists():
-        return exe
-    uv = shutil.which("uv")
-    if not uv:
-        raise SystemExit("uv is needed to create the LangGraph server's virtualenv")
-    log(f"creating {venv} with langgraph-cli[inmem] (once)")
-    subprocess.run([uv, "venv", str(venv), "--python", sys.executable], check=True)
-    subprocess.run(
-        [
-            uv,
-            "pip",
-            "install",
-            "--python",
-            str(venv / "bin" / "python"),
-            "langgraph-cli[inmem]",
-            "langchain-openai",
-            str(ROOT / "libs" / "sdk"),
-            str(ROOT / "libs" / "langgraph"),
-        ],
-        check=True,
-    )
-    return exe
+    graph_deps = ["langchain-openai", str(ROOT / "libs" / "sdk"), str(ROOT / "libs" / "langgraph")]
+    return _venv(venv, "langgraph", ["langgraph-cli[inmem]", *graph_deps])
+
+
+def ensure_aegra_venv(venv: Path) -> Path:
+    """Aegra's server (`aegra-api` on PyPI, run with uvicorn); its SQLAlchemy asyncio engine
+    needs greenlet, which aegra-api does not pull in."""
+    graph_deps = ["langchain-openai", str(ROOT / "libs" / "sdk"), str(ROOT / "libs" / "langgraph")]
+    return _venv(venv, "uvicorn", ["aegra-api", "greenlet", *graph_deps])
 
 
 class LangGraphSide:
@@ -188,13 +182,13 @@ def _lg_tokens(e: Event) -> list[int]:
     chunk: Any = data[0] if isinstance(data, list) and data else {}
     if not isinstance(chunk, dict) or chunk.get("type") not in ("AIMessageChunk", "ai"):
         return []
-    return [int(m) for m in _TOKEN.findall(str(chunk.get("content", "")))]
+    return token_numbers(str(chunk.get("content", "")))
 
 
 def _tether_tokens(e: Event) -> list[int]:
     if e.type != "text_delta":
         return []
-    return [int(m) for m in _TOKEN.findall(str(e.json().get("delta", "")))]
+    return token_numbers(str(e.json().get("delta", "")))
 
 
 def _collect(
@@ -350,7 +344,7 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
     tether_procs: list[stack.Proc] = []
     admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     redis_url = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-    dsn = ""
+    dsn = aegra_dsn = ""
     common = {
         "TETHER_OPENAI_API_KEY": "bench",
         "LGCOMPARE_WRITE_PAUSE_S": str(args.write_pause_s),
@@ -405,6 +399,12 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
         )
         lg_log.close()
 
+        aegra_port = 0
+        if "aegra" in args.servers:
+            aegra_dsn = await _scratch_database(admin)
+            aegra_port = stack.free_port()
+            procs.append(await _start_aegra(args, work, aegra_dsn, aegra_port, common))
+
         dsn, _ = await stack.create_database(admin)
         import asyncpg
         from tether_common.auth import issue_token
@@ -422,11 +422,14 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
             "TETHER_AGENTS": "tether_bench.lgcompare:agent",
             "LGCOMPARE_FILE": str(tether_file),
         }
-        runtime = await stack.start_runtime(env)
+        runtime = await stack.start_runtime(env, 120)  # LangGraph imports cold: slow on a busy box
         tether_procs.append(runtime)
-        tether_procs.append(await stack.start_gateway(env, runtime.addr))
+        tether_procs.append(await stack.start_gateway(env, runtime.addr, 120))
         await _wait_port(lg_port, 90)
         log(f"langgraph dev on {lg_port} (log {work / 'langgraph-dev.log'}); tether up")
+        if aegra_port:
+            await _wait_port(aegra_port, 90)
+            log(f"aegra on {aegra_port} (log {work / 'aegra.log'})")
 
         async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
             lg = LangGraphSide(f"http://127.0.0.1:{lg_port}", session, resumable=True)
@@ -435,19 +438,56 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
                 tether_procs[1].addr, issue_token(secret, "alice", ttl_s=3600), session
             )
             doc: dict[str, Any] = {"benchmark": "langgraph_compare", "rejoin": {}, "writes": {}}
+            token = issue_token(secret, "alice", ttl_s=3600)
+            sdk_sides = {
+                "langgraph_dev": SdkTrials(
+                    "langgraph_dev", f"http://127.0.0.1:{lg_port}", "compare", lg_file
+                ),
+                "tether": SdkTrials(
+                    "tether",
+                    f"{tether_procs[1].addr}/langgraph",
+                    "lgcompare",
+                    tether_file,
+                    {"Authorization": f"Bearer {token}"},
+                ),
+            }
+            if aegra_port:
+                sdk_sides["aegra"] = SdkTrials(
+                    "aegra", f"http://127.0.0.1:{aegra_port}", "compare", work / "aegra.txt"
+                )
+            doc["sdk"] = {
+                "client": f"langgraph-sdk {_version(Path(sys.executable), 'langgraph-sdk')}"
+            }
+            if "sdk" not in args.parts:
+                sdk_sides.clear()
+            for name, sdk_side in sdk_sides.items():
+                try:
+                    doc["sdk"][name] = await run_all(
+                        sdk_side,
+                        cuts=args.sdk_cuts,
+                        tokens=args.sdk_tokens,
+                        pace_ms=args.pace_ms,
+                        doubled=args.sdk_doubled,
+                        runs=args.sdk_runs,
+                        concurrency=args.sdk_concurrency,
+                    )
+                finally:
+                    await sdk_side.close()
+            if "raw" not in args.parts:
+                args.away_ms, args.write_trials = [], 0
             for away_ms in args.away_ms:
                 for side in (lg, lg_default, tether):
                     doc["rejoin"][f"{side.name}_away_{away_ms}ms"] = await rejoin_trials(
                         side, args.trials, args.tokens, args.pace_ms, away_ms / 1000
                     )
-            for strategy in ("interrupt", "rollback"):
+            for strategy in ("interrupt", "rollback") if args.write_trials else ():
                 runs = [await lg.write_trial(lg_file, strategy) for _ in range(args.write_trials)]
                 doc["writes"][f"langgraph_dev_{strategy}"] = {
                     **_writes(runs),
                     "first_run_ends": sorted({str(r["first_run"]) for r in runs}),
                 }
             runs = [await tether.write_trial(tether_file) for _ in range(args.write_trials)]
-            doc["writes"]["tether_resume_twice_and_second_message"] = {
+            doc["writes"]["tether_resume_twice_and_second_message"] = runs and {
                 **_writes(runs),
                 "http_statuses": sorted(
                     {
@@ -467,6 +507,14 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
             "langgraph_api": _version(exe, "langgraph-api"),
             "langgraph_runtime_inmem": _version(exe, "langgraph-runtime-inmem"),
             "langgraph": _version(exe, "langgraph"),
+            "aegra_api": _version(args.aegra_venv / "bin" / "uvicorn", "aegra-api")
+            if "aegra" in args.servers
+            else "not run",
+            "sdk_cuts": args.sdk_cuts,
+            "sdk_tokens": args.sdk_tokens,
+            "sdk_doubled": args.sdk_doubled,
+            "sdk_runs": args.sdk_runs,
+            "sdk_concurrency": args.sdk_concurrency,
         }
         return doc
     finally:
@@ -480,8 +528,58 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
-        if dsn:
-            await stack.drop_database(admin, dsn)
+        for db in (dsn, aegra_dsn):
+            if db:
+                await stack.drop_database(admin, db)
+
+
+async def _scratch_database(admin: str) -> str:
+    """An empty database for Aegra (its own migrations create its tables on start)."""
+    import asyncpg
+
+    name = "aegra_bench_" + secrets.token_hex(5)
+    conn = await asyncpg.connect(admin)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
+
+
+async def _start_aegra(
+    args: argparse.Namespace, work: Path, dsn: str, port: int, common: dict[str, str]
+) -> asyncio.subprocess.Process:
+    """Aegra (`aegra-api`, Postgres-backed) on the same graph file, with its own langgraph.json
+    (AEGRA_CONFIG) and database; no auth (its default `noop`)."""
+    uvicorn = ensure_aegra_venv(args.aegra_venv)
+    graph = BENCH_DIR / "tether_bench" / "lgcompare_graph.py"
+    config = work / "aegra" / "langgraph.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"dependencies": ["."], "graphs": {"compare": f"{graph}:graph"}}))
+    out = (work / "aegra.log").open("wb")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        return await asyncio.create_subprocess_exec(
+            str(uvicorn),
+            "aegra_api.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            cwd=config.parent,
+            env={
+                **os.environ,
+                **common,
+                "AEGRA_CONFIG": str(config),
+                "DATABASE_URL": dsn,
+                "LGCOMPARE_FILE": str(work / "aegra.txt"),
+                "LANGSMITH_TRACING": "false",
+                "LOG_LEVEL": "WARNING",
+            },
+            stdout=out,
+            stderr=out,
+        )
+    finally:
+        out.close()
 
 
 def _writes(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -523,6 +621,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--write-trials", type=int, default=5, help="write trials per strategy")
     ap.add_argument("--write-pause-s", type=float, default=1.0, help="pause inside the write")
+    ap.add_argument("--sdk-cuts", type=int, default=5, help="SDK rejoin cut points per server")
+    ap.add_argument("--sdk-tokens", type=int, default=60, help="tokens per SDK rejoin run")
+    ap.add_argument("--sdk-doubled", type=int, default=3, help="SDK doubled-resume trials")
+    ap.add_argument("--sdk-runs", type=int, default=20, help="SDK runs for the throughput")
+    ap.add_argument("--sdk-concurrency", type=int, default=4, help="SDK runs at a time")
+    ap.add_argument(
+        "--servers",
+        type=lambda v: v.split(","),
+        default=["aegra"],
+        help="comma-separated extra servers for the SDK script: aegra, or empty",
+    )
+    ap.add_argument(
+        "--parts",
+        type=lambda v: v.split(","),
+        default=["sdk", "raw"],
+        help="sdk (the langgraph-sdk script on every server), raw (the HTTP rejoin and write "
+        "trials against langgraph dev and Tether's own API)",
+    )
+    ap.add_argument(
+        "--aegra-venv",
+        type=Path,
+        default=ROOT / ".tether" / "bench" / "aegra-venv",
+        help="the virtualenv of Aegra's server (created on first use)",
+    )
     ap.add_argument(
         "--langgraph-venv",
         type=Path,

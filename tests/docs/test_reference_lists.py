@@ -1,7 +1,8 @@
 """The reference pages list what the code has, and the lists cannot drift: the SDK's public names
 (docs/sdk.md) are `tether_sdk.__all__`, and the audit actions (docs/DESIGN.md "Audit" and
 openapi.json's `AuditRecord.action`) are `tether_runtime.store.audit.ACTIONS`, the one list the
-runtime writes from (an action outside it fails at the write)."""
+runtime writes from (an action outside it fails at the write); the event tables of the README
+("HTTP and SSE") and docs/DESIGN.md are `tether_proto.wire.EVENT_TYPES`, the proto's oneof."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tether_sdk
+from tether_proto import wire
 from tether_runtime.store import audit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,3 +64,20 @@ def test_openapi_audit_action_lists_exactly_the_actions() -> None:
 def test_an_action_outside_the_list_fails_at_the_write(action: str) -> None:
     with pytest.raises(ValueError, match="unknown audit action"):
         audit._known(action)
+
+
+def _event_table(path: Path, heading: str) -> list[str]:
+    section = _section(path, heading)
+    start = section.index("| event |")
+    rows = section[start:].split("\n\n")[0]
+    return [c.strip("`") for c in _first_cells(rows)]
+
+
+@pytest.mark.parametrize(
+    ("path", "heading"),
+    [("README.md", "## HTTP and SSE"), ("docs/DESIGN.md", "| event | fields besides")],
+)
+def test_event_tables_list_exactly_the_event_types(path: str, heading: str) -> None:
+    documented = _event_table(REPO / path, heading)
+    assert sorted(documented) == sorted(wire.EVENT_TYPES)
+    assert len(documented) == len(set(documented)), "an event is documented twice"

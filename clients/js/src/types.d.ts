@@ -43,6 +43,8 @@ export interface InterruptPayload {
   options: InterruptOption[];
   /** provide_input: the JSON schema (type object) the fill must satisfy; null otherwise. */
   inputSchema: Record<string, unknown> | null;
+  /** A graph's interrupt: the value it passed to `interrupt(value)`, whole; null for a native card. */
+  value: unknown;
 }
 
 export interface Interrupt {
@@ -71,6 +73,8 @@ export interface Run {
   usage: TokenUsage;
   /** Retention removed the run's events: its state is all that is left (its stream answers `reset`). */
   eventsExpired: boolean;
+  /** A completed graph run's final state; null for a native agent or a run not completed. */
+  output: Record<string, unknown> | null;
 }
 
 export interface Conversation {
@@ -166,6 +170,8 @@ export interface DoneEvent extends EventBase {
   messageId: string;
   /** What the whole run used. */
   usage: TokenUsage;
+  /** A graph agent's final state; null for a native agent. */
+  output: Record<string, unknown> | null;
 }
 export interface ErrorEvent extends EventBase {
   type: "error";
@@ -175,6 +181,22 @@ export interface ErrorEvent extends EventBase {
 export interface CancelledEvent extends EventBase {
   type: "cancelled";
   reason: string;
+}
+/** A graph agent's node update of one step (LangGraph's `updates` stream mode). */
+export interface GraphUpdateEvent extends EventBase {
+  type: "graph_update";
+  node: string;
+  update: unknown;
+}
+/** A graph agent's whole state after a step (LangGraph's `values` stream mode). */
+export interface GraphValuesEvent extends EventBase {
+  type: "graph_values";
+  values: Record<string, unknown> | null;
+}
+/** What a graph wrote with `get_stream_writer()(data)` (LangGraph's `custom` stream mode). */
+export interface CustomDataEvent extends EventBase {
+  type: "custom_data";
+  data: unknown;
 }
 /** Not a position in the log: the run's state, when the stream cannot resume where asked. */
 export interface ResetEvent extends EventBase {
@@ -192,6 +214,9 @@ export type RunEvent =
   | ToolFinishedEvent
   | InterruptEvent
   | InterruptResolvedEvent
+  | GraphUpdateEvent
+  | GraphValuesEvent
+  | CustomDataEvent
   | TerminalEvent
   | ResetEvent;
 

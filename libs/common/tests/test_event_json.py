@@ -129,6 +129,7 @@ def test_the_card_fields_and_outcome_unknown() -> None:
         "preview": "systemctl restart payment-api",
         "options": [],
         "inputSchema": None,
+        "value": None,
     }
     run = resources_pb2.Run(
         id="run_1",
@@ -213,3 +214,43 @@ def test_a_questions_payload_carries_its_options_and_schema() -> None:
         {"value": "a-2", "label": "a-2", "description": ""},
     ]
     assert body["payload"]["inputSchema"] == {"type": "object"}
+
+
+def test_graph_events_carry_their_json_parsed() -> None:
+    update = events_pb2.RunEvent(
+        run_id="run_1",
+        sequence=2,
+        graph_update=events_pb2.GraphUpdate(node="talk", update_json='{"messages": [{"a": 1}]}'),
+    )
+    assert _data(update) == {
+        "type": "graph_update",
+        "runId": "run_1",
+        "sequence": 2,
+        "time": None,
+        "node": "talk",
+        "update": {"messages": [{"a": 1}]},
+    }
+    values = events_pb2.RunEvent(graph_values=events_pb2.GraphValues(values_json='{"n": 2}'))
+    assert _data(values)["values"] == {"n": 2}
+    custom = events_pb2.RunEvent(custom_data=events_pb2.CustomData(data_json='["x", 1]'))
+    assert _data(custom)["data"] == ["x", 1], "custom data is any JSON, whole"
+    done = events_pb2.RunEvent(done=events_pb2.Done(message_id="m", output_json='{"k": "v"}'))
+    assert _data(done)["output"] == {"k": "v"}
+    assert _data(events_pb2.RunEvent(done=events_pb2.Done()))["output"] is None, "native: null"
+
+
+def test_a_graph_interrupts_value_and_a_runs_output() -> None:
+    payload = resources_pb2.InterruptPayload(title="Approve?", value_json='{"question": "ok?"}')
+    ev = events_pb2.RunEvent(
+        interrupt=events_pb2.InterruptRaised(interrupt_id="int_3", payload=payload)
+    )
+    assert _data(ev)["payload"]["value"] == {"question": "ok?"}
+    run = resources_pb2.Run(
+        id="run_1",
+        output_json='{"messages": []}',
+        pending_interrupt=resources_pb2.Interrupt(id="int_3", payload=payload),
+    )
+    body = run_json(run)
+    assert body["output"] == {"messages": []}
+    assert body["pendingInterrupt"]["payload"]["value"] == {"question": "ok?"}
+    assert run_json(resources_pb2.Run(id="run_2"))["output"] is None

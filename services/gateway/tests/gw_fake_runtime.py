@@ -72,6 +72,7 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
         # What StartRun / StartRunAndStreamEvents / ResumeRun received, in order.
         self.starts: list[tuple[str, str]] = []  # (method, agent)
         self.resumes: list[rs.ResumeRunRequest] = []
+        self.start_inputs: list[tuple[str, str]] = []  # (text, input_json) of each start
 
     def add_run(self, run_id: str, status: int = resources_pb2.RUN_STATUS_RUNNING) -> None:
         self.runs[run_id] = resources_pb2.Run(id=run_id, status=status, conversation_id="conv_1")
@@ -127,6 +128,7 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
     async def StartRun(self, request: rs.StartRunRequest, context: Any) -> rs.StartRunResponse:
         self._auth(context)
         self.starts.append(("StartRun", request.agent))
+        self.start_inputs.append((request.text, request.input_json))
         await self._known_agent(request.agent, context)
         return rs.StartRunResponse(run=self._new_run(request.agent))
 
@@ -135,6 +137,7 @@ class FakeRuntime(runtime_service_pb2_grpc.RuntimeServiceServicer):
     ) -> Any:
         self._auth(context)
         self.starts.append(("StartRunAndStreamEvents", request.agent))
+        self.start_inputs.append((request.text, request.input_json))
         await self._known_agent(request.agent, context)
         run = self._new_run(request.agent)
         self.append(done(run.id, 1))

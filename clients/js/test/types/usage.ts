@@ -23,13 +23,18 @@ export async function flow(): Promise<TerminalEvent | null> {
       await client.resume(stream.runId, ev.interruptId, "respond", { option: options[0] });
     }
     if (ev.type === "text_delta") ev.delta.toUpperCase();
-    if (ev.type === "done") return ev.usage.inputTokens > 0 ? ev : null;
+    if (ev.type === "graph_update") void [ev.node.toUpperCase(), ev.update];
+    if (ev.type === "graph_values") void ev.values?.["messages"];
+    if (ev.type === "custom_data") void ev.data;
+    if (ev.type === "interrupt") void ev.payload.value;
+    if (ev.type === "done") return ev.usage.inputTokens > 0 || ev.output !== null ? ev : null;
   }
   const { run, replayed } = await client.startRun(conversation.id, "again");
   const status: "queued" | "running" | "interrupted" | "completed" | "failed" | "cancelled" | "waiting" =
     run.status;
   void status;
   void replayed;
+  void run.output?.["messages"];
   const end = await client.streamRun(run.id, {
     after: 3,
     onEvent: (e: RunEvent) => void e.sequence,

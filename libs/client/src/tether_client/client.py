@@ -55,10 +55,34 @@ T = TypeVar("T")
 DECISIONS: Mapping[str, int] = wire.ANSWERS
 
 
-def decision_key(run_id: str, interrupt_id: str, decision: int, answer: str) -> str:
+def decision_key(
+    run_id: str, interrupt_id: str, decision: int, answer: str, value_json: str = ""
+) -> str:
     """The idempotency key of one decision: the same decision gives the same key anywhere."""
-    digest = hashlib.sha256(json.dumps([run_id, interrupt_id, decision, answer]).encode())
+    parts: list[object] = [run_id, interrupt_id, decision, answer]
+    if value_json:
+        parts.append({"value": value_json})
+    digest = hashlib.sha256(json.dumps(parts).encode())
     return f"tc-decision-{digest.hexdigest()[:40]}"
+
+
+class _NoValue:
+    """`resume`'s `value` left out (None is a value: JSON null)."""
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+NO_VALUE = _NoValue()
+
+
+def graph_json(value: object, name: str) -> str:
+    """A graph's input or resume value as the compact JSON text the runtime reads
+    (`input_json`, `value_json`); InvalidArgument when it is not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise InvalidArgument(f"{name} is not JSON: {err}") from err
 
 
 class TetherClient:
@@ -227,21 +251,30 @@ class TetherClient:
     async def start(
         self,
         conversation_id: str,
-        text: str,
+        text: str = "",
         *,
+        input: Mapping[str, Any] | None = None,
         agent: str = "",
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
     ) -> resources_pb2.Run:
         """Store `text` as the user's message and queue a run for it; returns the run at once
-        (follow it with `stream`). `agent` names one of `list_agents`, its default when empty.
-        The key (generated when not given) is reused across this call's retries: a repeat
-        returns the first run instead of starting another."""
+        (follow it with `stream`). `input`: a graph agent's input whole, a JSON object of its
+        input schema (`{"messages": [{"role": "user", "content": "hi"}]}`), sent as
+        `input_json`; `text` may then be empty (a native agent takes its last user message).
+        `agent` names one of `list_agents`, its default when empty. The key (generated when not
+        given) is reused across this call's retries: a repeat returns the first run instead of
+        starting another."""
+        if input is not None and not isinstance(input, Mapping):
+            raise InvalidArgument("input must be a mapping (a JSON object)")
+        if not text and not input:
+            raise InvalidArgument("give text or input")
         req = pb.StartRunRequest(
             conversation_id=conversation_id,
             text=text,
             agent=agent,
             idempotency_key=idempotency_key or f"tc-start-{uuid.uuid4().hex}",
+            input_json=graph_json(dict(input), "input") if input else "",
         )
         resp = await self._unary(
             lambda md, t: self.api.start_run(req, metadata=md, timeout=t), deadline_s
@@ -272,22 +305,34 @@ class TetherClient:
         decision: str | int,
         *,
         input: str = "",
+        value: object = NO_VALUE,
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
     ) -> resources_pb2.Run:
         """Answer the run's pending interrupt: `decision` is approve, reject, respond, retry,
-        mark_done or abandon (or a `DECISION_*` value); `input` is a response's content. The
-        key defaults to one derived from the decision (`decision_key`), so repeating the same
-        decision returns its first answer. Returns the run as the decision left it."""
-        value = DECISIONS.get(decision) if isinstance(decision, str) else decision
-        if value is None:
+        mark_done or abandon (or a `DECISION_*` value); `input` is a response's content.
+        `value` (any JSON, None too), with `respond`: the exact value a graph's `interrupt()`
+        returns (LangGraph's `Command(resume=value)`), sent as `value_json`; not with `input`.
+        The key defaults to one derived from the decision (`decision_key`), so repeating the
+        same decision returns its first answer. Returns the run as the decision left it."""
+        code = DECISIONS.get(decision) if isinstance(decision, str) else decision
+        if code is None:
             raise InvalidArgument(f"unknown decision {decision!r}: one of {', '.join(DECISIONS)}")
+        value_json = ""
+        if value is not NO_VALUE:
+            if code != DECISIONS["respond"]:
+                raise InvalidArgument("value answers only with decision 'respond'")
+            if input:
+                raise InvalidArgument("give input or value, not both")
+            value_json = graph_json(value, "value")
+        key = idempotency_key or decision_key(run_id, interrupt_id, code, input, value_json)
         req = pb.ResumeRunRequest(
             run_id=run_id,
             interrupt_id=interrupt_id,
-            decision=value,  # type: ignore[arg-type]
+            decision=code,  # type: ignore[arg-type]
             input=input,
-            idempotency_key=idempotency_key or decision_key(run_id, interrupt_id, value, input),
+            idempotency_key=key,
+            value_json=value_json,
         )
         resp = await self._unary(
             lambda md, t: self.api.resume_run(req, metadata=md, timeout=t), deadline_s

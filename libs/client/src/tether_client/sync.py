@@ -68,7 +68,7 @@ class TetherClientSync:
     def list_runs(self, **kw: Any) -> pb.ListRunsResponse:
         return self._run(self._client.list_runs(**kw))
 
-    def start(self, conversation_id: str, text: str, **kw: Any) -> resources_pb2.Run:
+    def start(self, conversation_id: str, text: str = "", **kw: Any) -> resources_pb2.Run:
         return self._run(self._client.start(conversation_id, text, **kw))
 
     def get_run(self, run_id: str, **kw: Any) -> resources_pb2.Run:

@@ -56,6 +56,17 @@ def run_status_name(value: int) -> str:
     return wire.RUN_STATUS.name_of(value)
 
 
+def parsed(text: str) -> Any:
+    """A `*_json` field (a graph's input, update, state, resume value...) as the JSON value it
+    holds; None when empty (absent) or, never expected from the runtime, not JSON."""
+    if not text:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:
     return {
         "risk": p.risk,
@@ -71,6 +82,7 @@ def payload_json(p: resources_pb2.InterruptPayload) -> dict[str, Any]:
             for o in p.options
         ],
         "inputSchema": json.loads(p.input_schema_json) if p.input_schema_json else None,
+        "value": parsed(p.value_json),
     }
 
 
@@ -104,6 +116,7 @@ def run_json(r: resources_pb2.Run) -> dict[str, Any]:
         "updatedAt": timestamp_json(r.update_time),
         "usage": usage_json(r.usage),
         "eventsExpired": r.events_expired,
+        "output": parsed(r.output_json),
     }
 
 
@@ -160,12 +173,19 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
     elif kind == "done":
         out["messageId"] = ev.done.message_id
         out["usage"] = usage_json(ev.done.usage)
+        out["output"] = parsed(ev.done.output_json)
     elif kind == "error":
         out.update(code=ev.error.code, message=ev.error.message)
     elif kind == "cancelled":
         out["reason"] = ev.cancelled.reason
     elif kind == "reset":
         out["run"] = run_json(ev.reset.run)
+    elif kind == "graph_update":
+        out.update(node=ev.graph_update.node, update=parsed(ev.graph_update.update_json))
+    elif kind == "graph_values":
+        out["values"] = parsed(ev.graph_values.values_json)
+    elif kind == "custom_data":
+        out["data"] = parsed(ev.custom_data.data_json)
     return out
 
 

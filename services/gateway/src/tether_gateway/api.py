@@ -24,7 +24,17 @@ from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
 from tether_gateway.sse import is_finished, stream_response
 from tether_gateway.state import GatewayState, state
-from tether_gateway.validation import Field, body, compact_object, page_size, read_json, validate
+from tether_gateway.validation import (
+    MAX_GRAPH_JSON,
+    Field,
+    body,
+    compact_json,
+    compact_object,
+    page_size,
+    read_json,
+    take,
+    validate,
+)
 from tether_gateway.views import agent_json, conversation_json, message_json
 
 DEV_TOKEN_TTL_S = 12 * 3600.0
@@ -33,7 +43,8 @@ MAX_ANSWER_CHARS = 8000
 CREATE_CONVERSATION = {"title": Field(max_len=200)}
 AGENT_NAME = r"[a-z0-9_-]{1,64}"
 START_RUN = {
-    "text": Field(required=True, max_len=8000),
+    # `text`, or `input` (a graph's input object, taken out before this check), or both.
+    "text": Field(max_len=8000),
     "idempotencyKey": Field(max_len=MAX_IDEMPOTENCY_KEY),
     # Optional: the runtime's default agent when left out; an unknown one is AGENT_NOT_FOUND.
     "agent": Field(max_len=64, pattern=AGENT_NAME),
@@ -151,12 +162,23 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     gw = state(request)
     caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
-    data = await _body(request, gw, START_RUN)
+    raw = await read_json(request, gw.settings.max_body_bytes)
+    # `input` is the one field that is not a string: taken out before the string fields' check.
+    has_input, graph_input = take(raw, "input")
+    data = validate(raw, START_RUN)
+    input_json = ""
+    if has_input:
+        input_json = compact_object(graph_input, "input", MAX_GRAPH_JSON)
+        if graph_input == {}:
+            raise InvalidArgument("field 'input' must not be empty")
+    if not data.get("text", "").strip() and not input_json:
+        raise InvalidArgument("give field 'text' or field 'input' (a graph's input object)")
     fields = {
         "conversation_id": request.match_info["id"],
-        "text": data["text"],
+        "text": data.get("text", ""),
         "idempotency_key": data.get("idempotencyKey", ""),
         "agent": data.get("agent", ""),
+        "input_json": input_json,
     }
     opened = slot = None
     streaming = wants_stream(request)
@@ -257,15 +279,26 @@ async def resume_run(request: web.Request) -> web.Response:
     caller = await _caller(request, gw)
     await gw.limiter.check(gw.redis, "resume", caller.principal.user_id)
     raw = await read_json(request, gw.settings.max_body_bytes)
-    # `fill` is the one field that is not a string: taken out before the string fields' check.
+    # `fill` and `value` are the fields that are not strings: taken out before the check of the
+    # string fields. `value` may be any JSON, null included, so its presence is the key's.
     fill = raw.pop("fill", None) if isinstance(raw, dict) else None
+    has_value, value = take(raw, "value")
     data = validate(raw, RESUME_RUN)
+    text = _answer_text(data, fill)
+    value_json = ""
+    if has_value:
+        if text or fill is not None:
+            raise InvalidArgument("give field 'value' alone, without input, option or fill")
+        if data["decision"] != "respond":
+            raise InvalidArgument("field 'value' answers only with decision 'respond'")
+        value_json = compact_json(value, "value", MAX_GRAPH_JSON)
     req = rs.ResumeRunRequest(
         run_id=request.match_info["id"],
         interrupt_id=data["interruptId"],
         decision=wire.ANSWERS[data["decision"]],
-        input=_answer_text(data, fill),
+        input=text,
         idempotency_key=data["idempotencyKey"],
+        value_json=value_json,
     )
     resp = await gw.client().resume_run(req, caller.token)
     return _json({"run": run_json(resp.run), "replayed": resp.replayed}, 202)

@@ -90,11 +90,28 @@ def validate(body: object, schema: Schema) -> dict[str, str]:
     return out
 
 
+def take(body: object, name: str) -> tuple[bool, object]:
+    """(whether the JSON object `body` has `name`, its value), the field removed from `body`: a
+    field of any JSON (null too) taken out before `validate` checks the string fields."""
+    if isinstance(body, dict) and name in body:
+        return True, body.pop(name)
+    return False, None
+
+
+MAX_GRAPH_JSON = 256_000  # the runtime's limit on input_json and value_json
+
+
 def compact_object(value: object, name: str, max_len: int) -> str:
     """A JSON object field (e.g. a form's fill) as the compact JSON text the runtime reads; 400
     when it is not an object, too long once encoded, or holds text Postgres/protobuf cannot."""
     if not isinstance(value, dict):
         raise InvalidArgument(f"field {name!r} must be a JSON object")
+    return compact_json(value, name, max_len)
+
+
+def compact_json(value: object, name: str, max_len: int) -> str:
+    """Any JSON value (e.g. a graph interrupt's resume value) as compact JSON text; 400 when it
+    is too long once encoded or holds text Postgres/protobuf cannot."""
     _check_storable(value, name, depth=0)
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if len(text) > max_len:
