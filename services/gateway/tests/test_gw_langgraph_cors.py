@@ -39,7 +39,9 @@ async def test_a_listed_origin_is_granted_the_preflight_and_the_answer(
     assert resp.status == 204
     assert resp.headers["Access-Control-Allow-Origin"] == APP
     assert "POST" in resp.headers["Access-Control-Allow-Methods"]
-    assert resp.headers["Access-Control-Allow-Headers"] == "authorization,content-type,last-event-id"
+    assert (
+        resp.headers["Access-Control-Allow-Headers"] == "authorization,content-type,last-event-id"
+    )
     assert "Access-Control-Allow-Credentials" not in resp.headers, "never cookies"
     resp = await client.post(
         "/langgraph/assistants/search",
