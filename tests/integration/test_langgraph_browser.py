@@ -131,6 +131,7 @@ async def test_use_stream_interrupt_resume_and_a_reload_that_rejoins(
     )
     line = next((ln for ln in output.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, output
+    print("\n".join(ln for ln in output.splitlines() if ln.startswith("[lg-page")))
     r = json.loads(line.removeprefix("RESULT "))
     assert r["problems"] == [], r["problems"]
 

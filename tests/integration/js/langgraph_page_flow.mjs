@@ -11,6 +11,8 @@ import { chromium } from "playwright-core";
 
 const [pageUrl, baseA, baseB, token, service, deltas] = process.argv.slice(2);
 const T = 30_000;
+const t0 = Date.now();
+const log = (...a) => console.log(`[lg-page ${((Date.now() - t0) / 1000).toFixed(1)}s]`, ...a);
 
 function check(cond, message) {
   if (!cond) throw new Error(`check failed: ${message}`);
@@ -28,6 +30,11 @@ const RECORDER = () => {
   };
   new MutationObserver(record).observe(document, { subtree: true, childList: true, characterData: true });
 };
+
+async function noError(page) {
+  const shown = await page.$("#error");
+  check(!shown, `no error on the page: ${shown && (await shown.textContent())}`);
+}
 
 const pageFor = (base, thread) => {
   const url = new URL(pageUrl);
@@ -47,6 +54,7 @@ const idle = (page) =>
     { timeout: T },
   );
 
+log("launching chromium");
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   headless: true,
@@ -75,19 +83,23 @@ try {
     title: await page.textContent("#interrupt-title"),
     kind: await page.textContent("#interrupt-kind"),
   };
+  log("interrupt shown:", JSON.stringify(interrupt));
   const atInterrupt = await messages(page);
   const thread1 = await page.getAttribute("#status", "data-thread");
   await page.click("#approve");
   await page.waitForSelector("#interrupt", { state: "detached", timeout: T });
   await idle(page);
+  log("resumed to the end");
   const resumed = await messages(page);
   const renders1 = await page.evaluate(() => window.__renders);
-  check(!(await page.$("#error")), `no error on the page: ${await page.textContent("#error").catch(() => "")}`);
+  await noError(page);
 
   // Flow 2: a long stream on pod A, the page loaded again on pod B in the middle of it.
   await page.goto(pageFor(baseA));
+  log("page loaded again on pod A");
   await page.fill("#input", `stream ${deltas} deltas`);
   await page.click("#send");
+  log("asked for the long stream");
   await page.waitForFunction(
     () => [...document.querySelectorAll("li.message[data-type=ai]")].some((li) => li.textContent.includes("t20 ")),
     null,
@@ -99,6 +111,7 @@ try {
   const rendersBefore = await page.evaluate(() => window.__renders);
   const atReload = await messages(page);
   const joinsBefore = joins.length;
+  log("loading the page again on pod B, mid-stream");
   await page.goto(pageFor(baseB, thread2));
   await page.waitForFunction(
     (n) =>
@@ -107,10 +120,11 @@ try {
     Number(deltas),
     { timeout: T },
   );
+  log("rejoined stream ended");
   const rendersAfter = await page.evaluate(() => window.__renders);
   const final = await messages(page);
   const storedAfter = await page.evaluate((t) => sessionStorage.getItem(`lg:stream:${t}`), thread2);
-  check(!(await page.$("#error")), `no error on the page: ${await page.textContent("#error").catch(() => "")}`);
+  await noError(page);
 
   console.log(
     `RESULT ${JSON.stringify({
