@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = Path(__file__).parent / "langgraph_page"
 SCRIPT = Path(__file__).parent / "js" / "langgraph_page_flow.mjs"
 VITE = ROOT / "node_modules" / "vite" / "bin" / "vite.js"
-DELTAS = 150
+DELTAS = 250  # 5 s at 20 ms each: the reload lands mid-stream even on a busy machine
 
 pytestmark = [pytest.mark.process, pytest.mark.browser, pytest.mark.timeout(240)]
 
