@@ -12,7 +12,7 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.errors import InvalidArgument
 from tether_gateway.langgraph import answers, ids
 from tether_gateway.langgraph.frames import Frame, StretchFrames
-from tether_gateway.langgraph.run_request import input_text, run_request
+from tether_gateway.langgraph.run_request import input_text, query_modes, run_request
 from tether_gateway.langgraph.stretches import stretches
 
 RUN = "run_1"
@@ -185,16 +185,36 @@ def test_frame_wire_format() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "cursor"), [(None, ids.START), ("", ids.START), ("0", ids.START), ("12-3", (12, 3))]
+    ("raw", "cursor"),
+    [(None, ids.START), ("", ids.START), ("0", ids.START), ("-1", ids.START), ("12-3", (12, 3))],
 )
 def test_cursor(raw: str | None, cursor: ids.Cursor) -> None:
     assert ids.cursor(raw) == cursor
 
 
-@pytest.mark.parametrize("raw", ["x", "1-", "-1", "1-2-3", "9" * 40])
+@pytest.mark.parametrize("raw", ["x", "1-", "-2", "1-2-3", "9" * 40])
 def test_a_cursor_this_gateway_never_sent_is_refused(raw: str) -> None:
     with pytest.raises(InvalidArgument):
         ids.cursor(raw)
+
+
+@pytest.mark.parametrize(
+    ("values", "modes"),
+    [
+        ([], []),
+        ([""], []),
+        (["values", "updates"], ["values", "updates"]),
+        (['["values","messages-tuple"]'], ["values", "messages-tuple"]),
+    ],
+)
+def test_join_query_modes_repeated_or_a_json_list(values: list[str], modes: list[str]) -> None:
+    assert query_modes(values) == modes
+
+
+@pytest.mark.parametrize("value", ["[values", '["values", 1]', '[{"a": 1}]'])
+def test_join_query_modes_that_are_no_list_are_refused(value: str) -> None:
+    with pytest.raises(InvalidArgument):
+        query_modes([value])
 
 
 def interrupt(kind: int) -> resources_pb2.Interrupt:

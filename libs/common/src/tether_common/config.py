@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_origin
 
@@ -49,6 +50,11 @@ WEBHOOK_MINIMUMS = {
     "webhook_per_endpoint": 1,
     "webhook_max_in_flight": 1,
 }
+
+
+_ORIGIN = re.compile(
+    r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
+)
 
 
 class _MappingSource(EnvSettingsSource):
@@ -187,6 +193,9 @@ class Settings(BaseSettings):
     rate_limit_cancel_per_min: int = 120
     # Gateway: open SSE streams per user across every gateway pod (counted in Redis); 0: no cap.
     max_streams_per_user: int = 20
+    # Gateway: the web origins (`https://app.example.com`) whose pages may call /langgraph from
+    # the browser (CORS, bearer tokens only, never cookies); empty: none.
+    langgraph_cors_origins: Annotated[frozenset[str], NoDecode] = frozenset()
     # Gateway: continue a caller's `traceparent` and baggage (only internal callers reach it);
     # off: each request starts its own trace and links the caller's (request_tracing.py).
     trust_traceparent: bool = False
@@ -362,6 +371,17 @@ class Settings(BaseSettings):
             raise UnsafeSettings(
                 f"{cls.env_name(str(info.field_name))} must not be negative, not {value}"
             )
+        return value
+
+    @field_validator("langgraph_cors_origins")
+    @classmethod
+    def _cors_origins(cls, value: frozenset[str]) -> frozenset[str]:
+        for origin in value:
+            if not _ORIGIN.fullmatch(origin):
+                raise UnsafeSettings(
+                    "TETHER_LANGGRAPH_CORS_ORIGINS takes origins, scheme://host[:port] with no "
+                    f"path and no wildcard, comma-separated, not {origin!r}"
+                )
         return value
 
     @field_validator("idempotency_ttl_s")

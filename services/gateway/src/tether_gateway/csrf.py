@@ -1,7 +1,8 @@
 """CSRF protection for the browser's cookie session: a state-changing request that the HttpOnly
 session cookie authenticates must come from this origin AND carry `X-CSRF-Token`, a value bound
 to that session. Bearer-header callers are not concerned: a browser never attaches a header to a
-cross-site request without a CORS preflight, which the gateway does not grant.
+cross-site request without a CORS preflight, which the gateway grants only on /langgraph, to
+listed origins, without credentials (langgraph/cors.py: a bearer token there, never a cookie).
 
 The token is HMAC-SHA256 keyed with the session token itself (the cookie's value, which no script
 can read): the gateway recomputes it from the cookie on any pod, nothing is stored, it dies with

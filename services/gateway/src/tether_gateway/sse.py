@@ -34,6 +34,10 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 HEARTBEAT = b": keep-alive\n\n"
+# For clients that turn any block without an event into an empty event (the LangGraph JS SDK's
+# decoder dispatches a blank line after a comment or a lone `retry:`, with the previous id): the
+# heartbeat and `retry:` as lines that join the next event's block instead of blocks of their own.
+HEARTBEAT_LINE = b": keep-alive\n"
 # The kernel's send buffer counts against a connection's budget too: without a cap, Linux grows
 # it to megabytes for a client that never reads (tcp_wmem), and that memory is the gateway's.
 _SNDBUF_MIN, _SNDBUF_MAX = 4096, 256 * 1024
@@ -103,6 +107,7 @@ class EventStream:
         expires_at: float | None = None,
         jtis: tuple[str, ...] = (),
         source: Source | None = None,
+        bare_lines: bool = False,
     ) -> None:
         self.gw = gw
         self.request = request
@@ -116,6 +121,8 @@ class EventStream:
         self.expires_at = expires_at
         self.jtis = jtis
         self.source = source
+        self.heartbeat = HEARTBEAT_LINE if bare_lines else HEARTBEAT
+        self.retry_end = b"" if bare_lines else b"\n"  # the blank line that ends its block
         self.limit = gw.settings.sse_buffer_bytes
         self._chunks: list[bytes] = []
         self._queued = 0
@@ -266,7 +273,8 @@ class EventStream:
         heartbeat_s = self.gw.settings.sse_heartbeat_s
         first = True
         try:
-            await self._write(f"retry: {self.gw.settings.sse_retry_ms}\n\n".encode())
+            retry = f"retry: {self.gw.settings.sse_retry_ms}\n".encode()
+            await self._write(retry + self.retry_end)
             self._watch_grant()
             if not self._reauthenticating:
                 self._start_source()
@@ -274,7 +282,7 @@ class EventStream:
                 if not self._chunks and not self._source_done:
                     if not await self._sleep(heartbeat_s):
                         self._drop_if_slow()
-                        await self._write(HEARTBEAT)
+                        await self._write(self.heartbeat)
                         self.gw.metrics.sse_heartbeats.inc()
                         continue
                 if self.stopping() or self._dropped:
@@ -328,10 +336,12 @@ async def stream_response(
     expires_at: float | None = None,
     jtis: tuple[str, ...] = (),
     source: Source | None = None,
+    bare_lines: bool = False,
 ) -> web.StreamResponse:
     """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends;
     `expires_at` / `jtis`: the opening token's, which end it (stream_grants.py); `source`: what
-    feeds a stream that is not a run's (EventStream)."""
+    feeds a stream that is not a run's (EventStream); `bare_lines`: heartbeats and `retry:` as
+    lines of the next block (HEARTBEAT_LINE)."""
     try:
         resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
@@ -352,6 +362,7 @@ async def stream_response(
         expires_at=expires_at,
         jtis=jtis,
         source=source,
+        bare_lines=bare_lines,
     )
     gw.streams.add(stream)
     gw.metrics.sse_open.inc()

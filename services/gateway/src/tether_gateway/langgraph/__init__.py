@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from tether_gateway.langgraph import assistants_api, runs_api, threads_api
+from tether_gateway.langgraph import assistants_api, cors, runs_api, threads_api
 from tether_gateway.langgraph.errors import detail_errors
 from tether_gateway.state import STATE, GatewayState
 
@@ -31,6 +31,7 @@ def langgraph_app(gw: GatewayState) -> web.Application:
     assistants_api.add_routes(app)
     threads_api.add_routes(app)
     runs_api.add_routes(app)
+    cors.add_routes(app)  # last: its OPTIONS route takes any path
     return app
 
 

@@ -44,10 +44,11 @@ def event_id(sequence: int, k: int) -> str:
 
 
 def cursor(last_event_id: str | None) -> Cursor:
-    """Where a join resumes: after the event `Last-Event-ID` names; from the start for none or
-    `0` (as LangGraph's own server). 422 for anything that is not an id this gateway sent."""
+    """Where a join resumes: after the event `Last-Event-ID` names; from the start for none, `0`
+    (as LangGraph's own server) or `-1` (what the JS SDK's `useStream` rejoins with). 422 for
+    anything that is not an id this gateway sent."""
     raw = (last_event_id or "").strip()
-    if not raw or raw == "0":
+    if raw in ("", "0", "-1"):
         return START
     match = _EVENT_ID.fullmatch(raw)
     if match is None:

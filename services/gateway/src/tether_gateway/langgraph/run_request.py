@@ -4,6 +4,7 @@ Tether cannot honour is a 422, never silently dropped."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,24 @@ def stream_modes(raw: object, default: tuple[str, ...] = ("values",)) -> frozens
     if unknown:
         raise InvalidArgument(f"unknown stream_mode {unknown[0]!r}")
     return frozenset(modes)
+
+
+def query_modes(values: list[str]) -> list[str]:
+    """A join's `stream_mode` query values: repeated (`langgraph-sdk`, Python) or one JSON list
+    (`@langchain/langgraph-sdk` sends `stream_mode=["values","updates"]`); empty ones are none."""
+    modes: list[str] = []
+    for value in values:
+        if value.startswith("["):
+            try:
+                listed = json.loads(value)
+            except ValueError as err:
+                raise InvalidArgument("stream_mode is not a mode or a JSON list of modes") from err
+            if not isinstance(listed, list) or not all(isinstance(m, str) for m in listed):
+                raise InvalidArgument("stream_mode is not a mode or a JSON list of modes")
+            modes.extend(listed)
+        elif value:
+            modes.append(value)
+    return modes
 
 
 def run_request(body: object, *, default_disconnect: str = "continue") -> RunRequest:

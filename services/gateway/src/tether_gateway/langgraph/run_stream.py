@@ -108,6 +108,7 @@ async def serve_stream(
         expires_at=caller.expires_at,
         jtis=caller.jtis,
         source=source,
+        bare_lines=True,  # the JS SDK would yield a lone heartbeat or `retry:` as an event
     )
     # The client went before the stretch ended (not this pod draining: its clients reconnect).
     if on_disconnect == "cancel" and not frames.done and not gw.draining:

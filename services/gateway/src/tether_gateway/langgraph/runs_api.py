@@ -14,7 +14,12 @@ from tether_common.errors import FailedPrecondition, InvalidArgument, TetherErro
 
 from tether_gateway.auth import Caller, authenticate
 from tether_gateway.langgraph import ids, lookup
-from tether_gateway.langgraph.run_request import RunRequest, run_request, stream_modes
+from tether_gateway.langgraph.run_request import (
+    RunRequest,
+    query_modes,
+    run_request,
+    stream_modes,
+)
 from tether_gateway.langgraph.run_start import begin
 from tether_gateway.langgraph.run_stream import final_values, serve_stream
 from tether_gateway.langgraph.views import run_json
@@ -76,7 +81,7 @@ async def join_stream(request: web.Request) -> web.StreamResponse:
     thread_id, run_id = request.match_info["thread_id"], request.match_info["run_id"]
     after = ids.cursor(request.headers.get("Last-Event-ID"))
     # httpx sends `stream_mode=` for none: the empty values are no modes.
-    asked = [m for m in request.query.getall("stream_mode", []) if m]
+    asked = query_modes(request.query.getall("stream_mode", []))
     modes = stream_modes(asked or None, JOIN_MODES)
     cancel = request.query.get("cancel_on_disconnect", "false").lower() in ("1", "true")
     lg = await lookup.find_run(gw.client(), caller.credential, thread_id, run_id)

@@ -1,0 +1,55 @@
+"""CORS for the /langgraph mount: a web app on another origin (a React page with `useStream`)
+calls the LangGraph API from the browser with a bearer token. Only the origins listed in
+TETHER_LANGGRAPH_CORS_ORIGINS are granted, and never credentials: the mount reads no cookie, so
+a granted origin can do only what the token its page holds allows (csrf.py's cookie session is
+not reachable through it). The grant exposes `Location` and `Content-Location`, which the SDK
+reads for the run id (`onRunCreated`, what `useStream` rejoins after a reload) and reconnects
+to."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tether_gateway.state import state
+
+METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
+EXPOSED = "Location, Content-Location, Retry-After"
+PREFLIGHT_MAX_AGE_S = 600
+
+
+def _granted(request: web.Request) -> str | None:
+    origin = request.headers.get("Origin")
+    if origin and origin in state(request).settings.langgraph_cors_origins:
+        return origin
+    return None
+
+
+async def preflight(request: web.Request) -> web.Response:
+    """OPTIONS on any path of the mount: the grant for a listed origin, a bare 204 otherwise
+    (the browser then refuses the request itself)."""
+    resp = web.Response(status=204, headers={"Vary": "Origin"})
+    origin = _granted(request)
+    if origin is not None and request.headers.get("Access-Control-Request-Method"):
+        resp.headers["Access-Control-Allow-Origin"] = origin
+        resp.headers["Access-Control-Allow-Methods"] = METHODS
+        asked = request.headers.get("Access-Control-Request-Headers", "")
+        if asked:
+            resp.headers["Access-Control-Allow-Headers"] = asked
+        resp.headers["Access-Control-Max-Age"] = str(PREFLIGHT_MAX_AGE_S)
+    return resp
+
+
+async def grant(request: web.Request, response: web.StreamResponse) -> None:
+    """An `on_response_prepare` hook: every answer of the mount (streams and errors too) is
+    readable by a listed origin's page."""
+    origin = _granted(request)
+    response.headers.add("Vary", "Origin")
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = EXPOSED
+
+
+def add_routes(app: web.Application) -> None:
+    """Last: the catch-all OPTIONS route must not shadow the API's own routes."""
+    app.router.add_route("OPTIONS", "/{tail:.*}", preflight)
+    app.on_response_prepare.append(grant)
