@@ -22,7 +22,8 @@ PROBE = textwrap.dedent(
     print(json.dumps({"env": os.environ.get("PROBE_VALUE"), "cwd": os.getcwd(),
                       "path0": sys.path[:3], "argv": sys.argv[1:],
                       "grpc_before": "grpc" in sys.modules,
-                      "threads": len(os.listdir("/proc/self/task"))}), flush=True)
+                      "threads": len(os.listdir("/proc/self/task")),
+                      "comm": open("/proc/self/comm").read().strip()}), flush=True)
     if mode == "grpc":
         import asyncio
         import grpc.aio
@@ -77,7 +78,8 @@ def test_a_forked_process_has_its_env_path_argv_log_and_exit_code(
     line = log.read_text().splitlines()[0]
     assert '"env": "v-exit"' in line and '"argv": ["3"]' in line, line
     assert str(probe) in line and '"grpc_before": true' in line, line
-    assert '"threads": 1,' in line or '"threads": 1}' in line, line  # nothing started in the parent
+    assert '"threads": 1,' in line, line  # nothing started in the parent
+    assert '"comm": "fs_probe"' in line, line  # named after what it runs, not `python`
 
 
 def test_a_forked_process_serves_and_calls_grpc(probe: Path, tmp_path: Path) -> None:

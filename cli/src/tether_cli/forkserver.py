@@ -82,6 +82,7 @@ WARM = (
 # which the child's own environment must decide.
 NEVER_WARM = ("tether_opspilot", "tether_mailer", "tether_lgops", "tether_bench", "lgops_brain")
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 
 
 def _die_with_parent(sig: int) -> None:
@@ -100,6 +101,19 @@ def _sys_path(cwd: str, pythonpath: str) -> list[str]:
     entries, then the interpreter's own (the server's, less its script folder and PYTHONPATH)."""
     own = [p for p in sys.path[1:] if p not in _SERVER_PYTHONPATH]
     return [cwd, *[p for p in pythonpath.split(os.pathsep) if p], *own]
+
+
+def _name_process(module: str, argv: list[str]) -> None:
+    """Name the child after what it runs (ps, top and process accounting show it), where every
+    fork would otherwise show as `python`: tether-runtime, tether-gateway, tether-<command>."""
+    if module == "tether_runtime":
+        name = "tether-runtime"
+    elif module == "tether_cli.main" and argv:
+        name = f"tether-{argv[0]}"
+    else:
+        name = module
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def _forget_environment_reads() -> None:
@@ -138,6 +152,7 @@ def _child(request: Mapping[str, Any], wire: tuple[int, int]) -> None:
         sys.path[:] = _sys_path(request["cwd"], request["env"].get("PYTHONPATH", ""))
         importlib.invalidate_caches()  # files written since the server started (agent packages)
         module, argv = request["module"], request["argv"]
+        _name_process(module, argv)
         sys.argv = [module, *argv]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
