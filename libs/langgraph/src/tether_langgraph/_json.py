@@ -33,10 +33,28 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
+def _key(key: Any) -> str:
+    """A dict key as json.dumps writes it."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    if isinstance(key, int | float):
+        return json.dumps(key)
+    return str(key)
+
+
 def plain(value: Any) -> Any:
-    """`value` as JSON's types only (dicts, lists, strings, numbers, booleans, None)."""
-    result: Any = json.loads(json.dumps(value, default=_default))
-    return result
+    """`value` as JSON's types only (dicts, lists, strings, numbers, booleans, None), in one walk:
+    the event builder encodes it once, after masking (it was encoded, decoded and encoded again
+    for every graph event)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, dict):
+        return {_key(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return plain(_default(value))
 
 
 def dumps(value: Any) -> str:
