@@ -24,7 +24,7 @@ from tether_testkit.processes import Proc, start_gateway, tether_cli
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import PUBLIC, new_user, owned_interrupted_run
 
-STREAM_TTL_S = 2
+STREAM_TTL_S = 4
 POD_ENV = {
     "TETHER_STREAM_TOKEN_TTL_S": str(STREAM_TTL_S),
     "TETHER_JWT_LEEWAY_S": "0",
@@ -103,8 +103,11 @@ async def test_an_expired_stream_token_ends_its_open_stream(pods, http, db):
         frames = await frames_until_end(r, within_s=7)
     assert reauthenticate(frames) == [{"type": "reauthenticate", "reason": "expired"}]
 
-    # A stream token never outlives the token it was minted with.
-    nearly = issue_token(TEST_SECRET, user, ttl_s=1)
+    # A stream token never outlives the token it was minted with: one with 2 s left (to the
+    # fraction of a second: issue_token's whole seconds could leave it almost none) gets a stream
+    # token that ends with it, not STREAM_TTL_S from now.
+    claims = jwt.decode(issue_token(TEST_SECRET, user), options={"verify_signature": False})
+    nearly = jwt.encode({**claims, "exp": time.time() + 2}, TEST_SECRET, algorithm="HS256")
     minted = await stream_token(http, a, ids["run"], nearly)
     assert (
         jwt.decode(minted, options={"verify_signature": False})["exp"]
