@@ -134,3 +134,41 @@ async def test_bare_lines_put_heartbeats_and_retry_in_the_next_block(
         assert blocks[0].endswith("event: metadata\ndata: {}\nid: 1-0"), body
     else:
         assert blocks[0] == "retry: 1500" and blocks[1] == ": keep-alive", body
+
+
+async def test_an_api_key_header_is_read_as_the_bearer_token(
+    make_client: MakeClient, user_token: str
+) -> None:
+    """LangGraph's clients (the SDKs' `api_key`, Agent Chat UI) send `X-Api-Key`: on the mount it
+    is the Tether token; a wrong one is refused like a wrong bearer, and it opens nothing
+    outside the mount."""
+    client = await make_client(langgraph_cors_origins=frozenset({APP}))
+    resp = await client.post(
+        "/langgraph/assistants/search", json={}, headers={"X-Api-Key": user_token}
+    )
+    assert resp.status == 200, await resp.text()
+    assert isinstance(await resp.json(), list)
+    resp = await client.post(
+        "/langgraph/assistants/search", json={}, headers={"X-Api-Key": user_token + "x"}
+    )
+    assert resp.status == 401
+    assert user_token not in await resp.text()
+    # A bearer header wins over the key.
+    resp = await client.post(
+        "/langgraph/assistants/search",
+        json={},
+        headers={"X-Api-Key": "not-a-token", "Authorization": f"Bearer {user_token}"},
+    )
+    assert resp.status == 200
+    resp = await client.get("/v1/conversations", headers={"X-Api-Key": user_token})
+    assert resp.status == 401, "only the LangGraph mount reads the key"
+    # A page on a listed origin may send it (the preflight grants the header it asks for).
+    resp = await client.options(
+        "/langgraph/threads/search",
+        headers={
+            "Origin": APP,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,x-api-key",
+        },
+    )
+    assert resp.headers["Access-Control-Allow-Headers"] == "content-type,x-api-key"

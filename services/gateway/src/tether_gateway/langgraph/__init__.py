@@ -7,6 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from tether_gateway.langgraph import assistants_api, cors, runs_api, threads_api
+from tether_gateway.langgraph.api_key import api_key_as_bearer
 from tether_gateway.langgraph.errors import detail_errors
 from tether_gateway.state import STATE, GatewayState
 
@@ -24,7 +25,7 @@ async def ok(request: web.Request) -> web.Response:
 
 
 def langgraph_app(gw: GatewayState) -> web.Application:
-    app = web.Application(middlewares=[detail_errors])
+    app = web.Application(middlewares=[detail_errors, api_key_as_bearer])
     app[STATE] = gw
     app.router.add_get("/info", info)
     app.router.add_get("/ok", ok)
