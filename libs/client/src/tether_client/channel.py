@@ -32,6 +32,14 @@ DEFAULT_DEADLINE_S = 10.0
 KEEPALIVE_TIME_MS = 30_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# Reconnecting to a runtime that went away: first after 0.1 s, growing to at most 1 s between
+# tries. gRPC's defaults (1 s growing by 1.6x to 120 s) left a gateway refusing calls for
+# seconds with a live runtime on its other address: one restarted on its old port was still
+# waiting out its backoff when the other died (tests/integration/chaos/
+# test_chaos_runtime_failover.py). A try against a closed port costs a refused connect. The
+# connect timeout (grpc.min_reconnect_backoff_ms, 20 s) stays: a slow handshake is not a failure.
+INITIAL_RECONNECT_BACKOFF_MS = 100
+MAX_RECONNECT_BACKOFF_MS = 1_000
 
 _SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 
@@ -52,7 +60,8 @@ def channel_target(target: str) -> str:
 
 
 def channel_options() -> Sequence[tuple[str, Any]]:
-    """round_robin, keepalive, message size and transparent retries, as the gateway uses them."""
+    """round_robin, keepalive, message size, transparent retries and a short reconnect backoff,
+    as the gateway uses them."""
     return (
         ("grpc.service_config", _SERVICE_CONFIG),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
@@ -61,6 +70,8 @@ def channel_options() -> Sequence[tuple[str, Any]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.enable_retries", 1),
+        ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
+        ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
     )
 
 

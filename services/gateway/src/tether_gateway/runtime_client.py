@@ -16,7 +16,7 @@ from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_client import channel as client_channel
 from tether_client.rpc import EOF_MARK, EventCall, RuntimeApi, StartStreamCall
-from tether_common.backoff import NO_JITTER, Backoff
+from tether_common.backoff import NO_JITTER, Backoff, Retries
 from tether_common.config import Settings
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
@@ -216,8 +216,11 @@ class OpenedRun:
 
 # A runtime pod that drains ends its streams (UNAVAILABLE / CANCELLED): reopen on another pod.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
-MAX_RETRIES = 5
 REOPEN = Backoff(0.1, 0.5, jitter=NO_JITTER)  # 0.1 s, doubling, at most 0.5 s
+# How long a stream keeps trying to reopen without one event: longer than a runtime takes to
+# come back or another to take its runs over (a lease, 3 s by default), so that losing one
+# runtime costs a browser's stream a pause, not its end. (It was 5 tries, about 1.7 s.)
+REOPEN_WINDOW_S = 10.0
 
 
 async def follow_events(
@@ -230,9 +233,9 @@ async def follow_events(
     """The run's events as StreamRunEvents batches, surviving the end of one runtime's stream:
     each (re)open resumes after `position()`, the last sequence the caller consumed. `opened`,
     a StartRunAndStreamEvents call, is followed first. The caller stops iterating at the
-    terminal event; a stream that ends before it (the pod drained) is reopened, at most
-    MAX_RETRIES times in a row."""
-    retries = 0
+    terminal event; a stream that ends before it (the pod drained, died) is reopened until
+    REOPEN_WINDOW_S pass without an event."""
+    retries = Retries(REOPEN, REOPEN_WINDOW_S)
     while True:
         call: EventCall | StartStreamCall
         if opened is not None:
@@ -245,14 +248,15 @@ async def follow_events(
             if head:
                 yield head
             while (batch := await call.read()) is not EOF_MARK:
-                retries = 0
+                retries.reset()
                 yield batch.events  # type: ignore[attr-defined]
         except grpc.aio.AioRpcError as err:
-            if err.code() not in RETRYABLE or retries >= MAX_RETRIES:
+            if err.code() not in RETRYABLE:
                 raise
+            if not await retries.pause():
+                raise
+            continue
         finally:
             call.cancel()
-        if retries >= MAX_RETRIES:
+        if not await retries.pause():
             return
-        retries += 1
-        await asyncio.sleep(REOPEN.delay(retries))
