@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     # "agent:tool" (or "agent:*") entries offered only to users holding `tool.use` on
     # "agent/tool" (TETHER_TOOL_ALLOW_GRANT); other users are never offered them.
     tool_allow_grant: Annotated[frozenset[str], NoDecode] = frozenset()
+    # An operator's JSON file of MCP tool overrides, over the agents' own and the tools'
+    # annotations: {"agent": {"server": {"tool": {"effect": "write", "deny": true, ...}}}}.
+    mcp_overrides: str = ""
     # The agent a run gets when it names none; empty: the one loaded agent when only one is
     # loaded, else such a run is refused.
     default_agent: str = ""

@@ -13,6 +13,7 @@ whose name starts with an underscore may change without notice."""
 from tether_sdk._agent import Agent, AgentDefinitionError, Host, Limits
 from tether_sdk._approval import Approval
 from tether_sdk._context import ToolContext
+from tether_sdk._mcp import IDEMPOTENCY_META_KEY, MCPOverride, MCPServer
 from tether_sdk._model import (
     Anthropic,
     Model,
@@ -41,8 +42,11 @@ __all__ = [
     "Confirmation",
     "Effect",
     "Host",
+    "IDEMPOTENCY_META_KEY",
     "InvalidArguments",
     "Limits",
+    "MCPOverride",
+    "MCPServer",
     "Model",
     "ModelError",
     "ModelRequest",

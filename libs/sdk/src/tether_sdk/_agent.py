@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from tether_sdk._mcp import MCPServer
 from tether_sdk._model import Anthropic, Model, OpenAICompatible, Provider
 from tether_sdk._tools import Tool
 
@@ -115,6 +116,9 @@ class Agent:
     active run), "enqueue" queues its run to start when the active ones end (seeing their
     answers), "interrupt" cancels the active runs (a running one at its next safe point, never
     inside a write tool) and starts it after them."""
+    mcp_servers: Sequence[MCPServer] = ()
+    """MCP servers whose tools the agent uses beside its own, named `<server>__<tool>`: listed
+    when the agent loads, each one's effect derived from its annotations (MCPServer)."""
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -151,6 +155,16 @@ class Agent:
             seen.add(t.name)
             out.extend(t.problems())
         out.extend(self.limits.problems())
+        servers: set[str] = set()
+        for entry in self.mcp_servers:
+            server = cast(object, entry)
+            if not isinstance(server, MCPServer):
+                out.append(f"agent {self.name!r}: {server!r} is not an MCPServer")
+                continue
+            if server.name in servers:
+                out.append(f"agent {self.name!r}: two MCP servers are named {server.name!r}")
+            servers.add(server.name)
+            out.extend(server.problems())
         if self.concurrent_runs not in CONCURRENT_RUNS_POLICIES:
             out.append(
                 f"agent {self.name!r}: concurrent_runs must be one of "

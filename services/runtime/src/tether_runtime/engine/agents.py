@@ -18,6 +18,7 @@ from tether_sdk import Agent, AgentDefinitionError, Host
 from tether_runtime.domain.views import AgentToolView, AgentView
 from tether_runtime.engine.driven import is_driven
 from tether_runtime.engine.loaded_agent import AgentLoadError, LoadedAgent
+from tether_runtime.engine.mcp.hub import MCPHub, OperatorOverrides, load_overrides
 from tether_runtime.engine.model_choice import ModelConfigError, make_model
 
 log = logging.getLogger(__name__)
@@ -101,10 +102,16 @@ def discover(settings: Settings) -> list[tuple[Agent, str]]:
 
 
 class AgentRegistry:
-    def __init__(self, loaded: list[LoadedAgent], default: str) -> None:
+    def __init__(
+        self,
+        loaded: list[LoadedAgent],
+        default: str,
+        mcp_overrides: OperatorOverrides | None = None,
+    ) -> None:
         self.agents = {a.name: a for a in loaded}
         self.default = default
         self._stack = AsyncExitStack()
+        self.mcp = MCPHub(mcp_overrides)
 
     @classmethod
     def load(cls, settings: Settings) -> AgentRegistry:
@@ -124,7 +131,7 @@ class AgentRegistry:
         default = settings.default_agent if settings.default_agent in names else ""
         if not default and len(names) == 1:
             default = names[0]
-        return cls(loaded, default)
+        return cls(loaded, default, load_overrides(settings.mcp_overrides))
 
     async def start(self, database_url: str, *, transaction_pooler: bool = False) -> None:
         """Open each agent's resources (its lifespan) once for this process."""
@@ -132,8 +139,12 @@ class AgentRegistry:
         for a in self.agents.values():
             if a.agent.lifespan is not None:
                 a.state = await self._stack.enter_async_context(a.agent.lifespan(host))
+        for a in self.agents.values():
+            # Its MCP servers connected and their tools listed, beside its own.
+            await self.mcp.attach(a)
 
     async def close(self) -> None:
+        await self.mcp.close()  # stdio servers stop with the runtime
         await self._stack.aclose()
         for a in self.agents.values():
             aclose = getattr(a.model, "aclose", None)

@@ -461,8 +461,8 @@ class ToolCalls:
             ):
                 async with asyncio.timeout(timeout):
                     return await tool.invoke(ctx, args)
-        except ToolError:
-            raise
+        except (ToolError, Uncertain):
+            raise  # the tool said what happened (an MCP tool: a connection lost mid-call)
         except TimeoutError as err:
             metrics.TOOL_CALLS.labels(tool=tool.name, status="timeout").inc()
             raise Uncertain(f"{tool.name} timed out after {timeout:g} s") from err

@@ -1,0 +1,284 @@
+"""One client session per MCP server per runtime process, shared by every run of the process:
+connected when the agent loads, connected again after the server dies or the connection drops
+(at the next call), closed when the process stops (a stdio server's process with it: its stdin
+closed, then SIGTERM and SIGKILL to its process group; a runtime killed outright leaves the server
+its stdin's end of file, on which a stdio server exits).
+
+The official `mcp` SDK's client does the protocol. A client is entered and left by one task
+(anyio's rule), so each connection lives in a task of its own, and calls from any run's task go
+through it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from tether_common.redaction import redact
+from tether_sdk import MCPServer
+
+log = logging.getLogger(__name__)
+
+CONNECTION_CLOSED = mcp_types.CONNECTION_CLOSED
+Progress = ProgressFnT
+
+
+class Unavailable(Exception):
+    """The server could not be reached: the request was never sent, so nothing happened."""
+
+
+class ConnectionLost(Exception):
+    """The connection dropped while the request was out: the server may or may not have acted."""
+
+
+def headers_for(server: MCPServer, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """An http server's headers: as written, then from the runtime's variables, then from the
+    secret file (`Header: value` lines; '#' comments). A variable or file named but missing is
+    Unavailable (never a call without its credentials)."""
+    env = os.environ if environ is None else environ
+    out = dict(server.headers)
+    for header, var in server.headers_from_env.items():
+        value = env.get(var)
+        if not value:
+            raise Unavailable(f"MCP server {server.name!r}: ${var} (header {header}) is not set")
+        out[header] = value
+    if server.headers_file:
+        try:
+            text = Path(server.headers_file).read_text()
+        except OSError as err:
+            raise Unavailable(
+                f"MCP server {server.name!r}: cannot read its headers file: {err.strerror}"
+            ) from None
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, value = line.partition(":")
+            if not sep or not name.strip():
+                raise Unavailable(
+                    f"MCP server {server.name!r}: its headers file has a line that is not "
+                    "'Header: value'"
+                )
+            out[name.strip()] = value.strip()
+    return out
+
+
+def stdio_parameters(
+    server: MCPServer, environ: dict[str, str] | None = None
+) -> StdioServerParameters:
+    env = os.environ if environ is None else environ
+    child = dict(server.env)
+    for name, var in server.env_from.items():
+        value = env.get(var)
+        if value is None:
+            raise Unavailable(f"MCP server {server.name!r}: ${var} (for its {name}) is not set")
+        child[name] = value
+    return StdioServerParameters(
+        command=server.command[0], args=list(server.command[1:]), env=child, cwd=server.cwd
+    )
+
+
+class Connection:
+    """A server's session in this process. `call` and `list_tools` connect first if needed."""
+
+    def __init__(
+        self,
+        server: MCPServer,
+        on_tools_changed: Callable[[], None] | None = None,
+    ) -> None:
+        self.server = server
+        self.on_tools_changed = on_tools_changed
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._lock = asyncio.Lock()
+        self._broken = False
+        self.connects = 0
+        """How many times this process connected (1 at load; more after reconnections)."""
+
+    # -- the connection's own task ------------------------------------------------------------
+
+    def _client_for(self, http: Any) -> Client:
+        s = self.server
+        common: dict[str, Any] = {
+            "message_handler": self._on_message,
+            "logging_callback": self._on_log,
+            "client_info": mcp_types.Implementation(name="tether", version="0.1.0"),
+            "cache": None,  # a tools/call is never served from a cache
+        }
+        if s.transport == "stdio":
+            return Client(stdio_parameters(s), **common)
+        return Client(streamable_http_client(s.url, http_client=http), **common)
+
+    async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        """Enter the client, hand it over, hold it until told to stop (or the task is
+        cancelled), then leave it: in one task, as anyio requires."""
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                http = None
+                if self.server.transport == "http":
+                    made = create_mcp_http_client(headers=headers_for(self.server))
+                    http = await stack.enter_async_context(made)
+                client = await stack.enter_async_context(self._client_for(http))
+                if not ready.done():
+                    ready.set_result(client)
+                await stop.wait()
+        except BaseException as err:  # noqa: BLE001 - handed to whoever waits for the connection
+            if not ready.done():
+                ready.set_exception(err if isinstance(err, Exception) else Unavailable("stopped"))
+            if isinstance(err, asyncio.CancelledError):
+                raise
+            if ready.done() and not isinstance(err, Unavailable):
+                log.info("MCP server %r: its session ended: %s", self.server.name, err)
+
+    async def _connect(self, within_s: float) -> Client:
+        await self._drop()
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[Client] = loop.create_future()
+        stop = asyncio.Event()
+        task = loop.create_task(self._hold(ready, stop), name=f"mcp-{self.server.name}")
+        self._task, self._stop = task, stop
+        try:
+            async with asyncio.timeout(within_s):
+                client = await asyncio.shield(ready)
+        except TimeoutError:
+            await self._drop()
+            raise Unavailable(
+                f"MCP server {self.server.name!r} did not answer within {within_s:g} s"
+            ) from None
+        except Unavailable:
+            await self._drop()
+            raise
+        except Exception as err:  # noqa: BLE001 - a server that cannot be started or reached
+            await self._drop()
+            raise Unavailable(
+                f"MCP server {self.server.name!r} cannot be reached: {redact(str(err))[:300]}"
+            ) from None
+        self._client, self._broken = client, False
+        self.connects += 1
+        log.info(
+            "MCP server %r connected (%s, protocol %s)",
+            self.server.name,
+            self.server.transport,
+            client.protocol_version,
+        )
+        return client
+
+    async def _drop(self) -> None:
+        """Leave the current client, if any (a stdio server's process stops with it)."""
+        task, stop = self._task, self._stop
+        self._client, self._task, self._stop = None, None, None
+        if task is None or stop is None:
+            return
+        stop.set()
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.shield(task)
+        except (TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _usable(self) -> Client | None:
+        client = self._client
+        if client is None or self._broken or self._task is None or self._task.done():
+            return None
+        # The SDK's dispatcher knows the connection ended (end of file, a dead process) before
+        # any call fails on it: a call is then never sent on a dead connection.
+        dispatcher = getattr(client.session, "_dispatcher", None)
+        if getattr(dispatcher, "_closed", False):
+            return None
+        return client
+
+    async def client(self, within_s: float) -> Client:
+        """A live client, connecting (again) first if needed; Unavailable if it cannot."""
+        client = self._usable()
+        if client is not None:
+            return client
+        async with self._lock:
+            client = self._usable()
+            if client is not None:
+                return client
+            return await self._connect(min(within_s, self.server.connect_timeout_s))
+
+    # -- what the server tells us -------------------------------------------------------------
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            log.warning("MCP server %r: transport error: %s", self.server.name, message)
+            return
+        root = getattr(message, "root", message)
+        if isinstance(root, mcp_types.ToolListChangedNotification):
+            log.info("MCP server %r: its tools changed", self.server.name)
+            if self.on_tools_changed is not None:
+                self.on_tools_changed()
+
+    async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
+        # Masked: a server's log line can carry a token.
+        level = (
+            logging.WARNING if params.level in ("warning", "error", "critical") else logging.INFO
+        )
+        log.log(level, "MCP server %r: %s", self.server.name, redact(str(params.data))[:2000])
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def list_tools(self, within_s: float) -> list[mcp_types.Tool]:
+        client = await self.client(within_s)
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        async with asyncio.timeout(within_s):
+            for _ in range(100):  # a paginator that never ends cannot hang a load
+                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        return tools
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        meta: dict[str, Any],
+        within_s: float,
+        progress: Progress | None = None,
+    ) -> mcp_types.CallToolResult:
+        """One `tools/call`. Unavailable: never sent. ConnectionLost: sent, and the connection
+        dropped before the answer. MCPError: the server answered with a protocol error."""
+        client = await self.client(within_s)
+        try:
+            return await client.call_tool(
+                name,
+                arguments,
+                progress_callback=progress,
+                meta=meta,  # type: ignore[arg-type]
+            )
+        except MCPError as err:
+            if err.code == CONNECTION_CLOSED:
+                self._broken = True
+                raise ConnectionLost(
+                    f"the connection to MCP server {self.server.name!r} closed during the call"
+                ) from None
+            raise
+        except (OSError, EOFError) as err:
+            self._broken = True
+            raise ConnectionLost(
+                f"the connection to MCP server {self.server.name!r} failed during the call: "
+                f"{type(err).__name__}"
+            ) from None
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._drop()

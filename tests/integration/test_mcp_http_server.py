@@ -1,0 +1,250 @@
+"""Issue 31 over Streamable HTTP: the `webops` test agent on a server written with the official
+SDK's server side (tests/tether_testkit/mcp_http_server.py), its bearer token from the runtime's
+environment (headers_from_env).
+
+- read-only (`lookup`): runs at once, its progress streamed as tool_progress, Tether's key in
+  the request's `_meta`;
+- idempotent (`set_flag`), destructive (`delete_item`) and unannotated (`plain_send`): each a
+  card (risk medium, high, high), acting only on a "yes";
+- an `isError` result: a tool error the model sees;
+- a server that hangs: the call ends at its timeout with a clear message while another run
+  goes through;
+- a server that dies mid-call (`die_send`, a write): outcome_unknown, and after the server is
+  back the next call reconnects;
+- the runtime SIGKILLed inside `keyed_send` (idempotent by the agent's override): the new
+  runtime calls again with the same key, the server dedupes it: one effect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether_runtime.store import grants
+from tether_testkit import stores
+from tether_testkit.client import Client, assert_dense, token, types
+from tether_testkit.ledger import TESTS_DIR
+from tether_testkit.processes import free_port, start_runtime
+from tether_testkit.secrets import TEST_SECRET
+
+pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(240)]
+
+TOKEN = "mcp-test-token-1"
+
+
+class Server:
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.log = tmp / "calls.jsonl"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self, **env: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tether_testkit.mcp_http_server", str(self.port)],
+            env={
+                **os.environ,
+                "PYTHONPATH": TESTS_DIR,
+                "MCP_HTTP_LOG": str(self.log),
+                "MCP_HTTP_TOKEN": TOKEN,
+                **env,
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "the MCP server never listened"
+                assert self.proc.poll() is None, "the MCP server exited"
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def rows(self, tool: str, kind: str) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        rows = [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        return [r for r in rows if r["tool"] == tool and r["kind"] == kind]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+async def env(
+    base_env: dict[str, str], admin_dsn: str, server: Server
+) -> AsyncIterator[dict[str, str]]:
+    dsn = await stores.create_fresh_database(admin_dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await grants.add(conn, "alice", "mcp.web", "*")
+    finally:
+        await conn.close()
+    yield {
+        **base_env,
+        "DATABASE_URL": dsn,
+        "TETHER_AGENTS": "tether_testkit.mcp_agent:webops",
+        "TETHER_DEFAULT_AGENT": "webops",
+        "MCP_HTTP_URL": server.url,
+        "MCP_HTTP_AUTH": f"Bearer {TOKEN}",
+        "MCP_HTTP_TIMEOUT_S": "1.5",
+        "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH", "")])),
+    }
+    await stores.drop_database(admin_dsn, dsn)
+
+
+def _call(tool: str, **args: Any) -> str:
+    return f"call {tool} {json.dumps(args)}"
+
+
+def _said(evs: list[events_pb2.RunEvent]) -> str:
+    return "".join(e.text_delta.delta for e in evs if types([e]) == ["text_delta"])
+
+
+async def _start(c: Client, text: str) -> str:
+    conv = await c.conversation()
+    return str((await c.start(conv, text)).run.id)
+
+
+async def _card(c: Client, text: str) -> tuple[str, events_pb2.RunEvent]:
+    run_id = await _start(c, text)
+    evs = await c.events(run_id, until="interrupt")
+    assert types(evs)[-1] == "interrupt", types(evs)
+    return run_id, evs[-1]
+
+
+async def test_each_kind_of_tool_and_a_server_that_hangs_or_dies(env, procs, server):
+    server.start()
+    rt = start_runtime(env, name="mcp-http-rt")
+    procs.append(rt)
+    c = Client(rt.addr, token(TEST_SECRET, "alice"))
+    try:
+        # Read-only: at once, with its progress, the key in _meta.
+        run_id = await _start(c, _call("web__lookup", q="alpha"))
+        evs = await c.events(run_id)
+        assert types(evs)[-1] == "done" and "interrupt" not in types(evs), types(evs)
+        assert "web__lookup ended: ok: found alpha" in _said(evs)
+        progress = [e.tool_progress for e in evs if types([e]) == ["tool_progress"]]
+        assert [(p.fraction, p.text) for p in progress] == [(0.5, "halfway")]
+        assert_dense(evs)
+        (row,) = server.rows("lookup", "call")
+        assert row["key"] and row["key"].startswith(run_id)
+
+        # An isError result: a tool error the model sees.
+        evs = await c.events(await _start(c, _call("web__broken")))
+        assert "web__broken ended: error" in _said(evs), _said(evs)
+
+        # Writes: a card each, risk from destructiveHint (absent: destructive); act on "yes".
+        risks = {}
+        for tool, args in (
+            ("web__set_flag", {"name": "f1"}),
+            ("web__delete_item", {"item": "i1"}),
+            ("web__plain_send", {"to": "bob"}),
+        ):
+            run_id, intr = await _card(c, _call(tool, **args))
+            assert intr.interrupt.kind == resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION
+            risks[tool] = intr.interrupt.payload.risk
+            short = tool.removeprefix("web__")
+            assert server.rows(short, "call") == [], "nothing called before the approval"
+            decision = (
+                events_pb2.DECISION_REJECTED
+                if tool == "web__delete_item"
+                else events_pb2.DECISION_APPROVED
+            )
+            await c.resume(run_id, intr.interrupt.interrupt_id, decision)
+            rest = await c.events(run_id, after=intr.sequence)
+            assert types(rest)[-1] == "done", types(rest)
+            expected = 0 if tool == "web__delete_item" else 1
+            assert len(server.rows(short, "effect")) == expected, tool
+        assert risks == {
+            "web__set_flag": "medium",
+            "web__delete_item": "high",
+            "web__plain_send": "high",
+        }
+        # The title the server gave is the card's title.
+        _, intr = await _card(c, _call("web__set_flag", name="f2"))
+        assert intr.interrupt.payload.title == "Set a flag"
+
+        # A server that hangs: the call ends at its timeout (1.5 s, once more as a read), while
+        # another run goes through meanwhile.
+        t0 = time.monotonic()
+        hung = await _start(c, _call("web__hang"))
+        await asyncio.sleep(0.3)
+        quick = await _start(c, _call("web__lookup", q="beta"))
+        evs = await c.events(quick)
+        quick_s = time.monotonic() - t0
+        assert "found beta" in _said(evs)
+        evs = await c.events(hung)
+        hung_s = time.monotonic() - t0
+        assert "web__hang ended: error" in _said(evs), _said(evs)
+        assert "timed out after 1.5 s" in _said(evs), _said(evs)
+        assert quick_s < 2.5 < hung_s, (quick_s, hung_s)
+
+        # A server that dies inside a write: nobody can tell; a person decides.
+        run_id, intr = await _card(c, _call("web__die_send", to="carol"))
+        await c.resume(run_id, intr.interrupt.interrupt_id)
+        rest = await c.events(run_id, after=intr.sequence, until="interrupt")
+        raised = rest[-1].interrupt
+        assert raised.kind == resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN, types(rest)
+        assert "MCP_CONNECTION_LOST" in raised.payload.details, raised.payload.details
+        assert len(server.rows("die_send", "effect")) == 1
+        server.start()  # back on its port; the next call connects again
+        await c.resume(run_id, raised.interrupt_id, events_pb2.DECISION_ABANDON)
+        rest = await c.events(run_id, after=rest[-1].sequence)
+        assert "ended: abandoned" in _said(rest), _said(rest)
+        assert len(server.rows("die_send", "call")) == 1, "never called again"
+        evs = await c.events(await _start(c, _call("web__lookup", q="gamma")))
+        assert "found gamma" in _said(evs), _said(evs)
+    finally:
+        await c.close()
+
+
+async def test_runtime_killed_inside_a_keyed_call_calls_again_with_the_key(env, procs, server):
+    server.start(MCP_HTTP_HOLD_S="6")
+    first = start_runtime(env, name="mcp-http-rt-1")
+    procs.append(first)
+    c = Client(first.addr, token(TEST_SECRET, "alice"))
+    run_id, intr = await _card(c, _call("web__keyed_send", to="dave"))
+    # The card's target is the agent's scope template over the arguments.
+    assert intr.interrupt.payload.target == "dave"
+    await c.resume(run_id, intr.interrupt.interrupt_id)
+    deadline = time.monotonic() + 20
+    while not server.rows("keyed_send", "effect"):
+        assert time.monotonic() < deadline, "the call never acted"
+        await asyncio.sleep(0.05)
+    first.kill()  # SIGKILL while the server holds its answer
+    await c.close()
+    second = start_runtime(env, name="mcp-http-rt-2")
+    procs.append(second)
+    c = Client(second.addr, token(TEST_SECRET, "alice"))
+    try:
+        rest = await c.events(run_id, after=intr.sequence)
+        assert types(rest)[-1] == "done", types(rest)
+        assert "interrupt" not in types(rest), "no person was needed"
+        assert "web__keyed_send ended: ok: already sent to dave" in _said(rest), _said(rest)
+        calls = server.rows("keyed_send", "call")
+        assert len(calls) == 2 and len({r["key"] for r in calls}) == 1, calls
+        assert len(server.rows("keyed_send", "effect")) == 1
+    finally:
+        await c.close()

@@ -1,0 +1,139 @@
+"""A Streamable HTTP MCP server written with the official SDK's server side, for issue 31's
+tests: one tool per kind of annotation, a tool that honours Tether's idempotency key, one that
+dies mid-call and one that hangs. Every call and every effect is a line of the JSON-lines file
+MCP_HTTP_LOG ({"tool", "kind": "call" | "effect", "key", "args"}); a call whose bearer token is
+not MCP_HTTP_TOKEN is refused.
+
+    python -m tether_testkit.mcp_http_server <port>"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+KEY = "io.tether/idempotency-key"
+server = MCPServer("tether-test-http")
+
+
+def _record(tool: str, kind: str, ctx: Context, args: dict[str, Any]) -> None:
+    meta = ctx.request_context.meta or {}
+    key = meta.get(KEY) if isinstance(meta, dict) else getattr(meta, KEY, None)
+    with open(os.environ["MCP_HTTP_LOG"], "a") as f:
+        f.write(json.dumps({"tool": tool, "kind": kind, "key": key, "args": args}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _authorized(ctx: Context) -> None:
+    headers = ctx.headers or {}
+    if headers.get("authorization") != f"Bearer {os.environ['MCP_HTTP_TOKEN']}":
+        raise PermissionError("missing or wrong bearer token")
+
+
+def _key(ctx: Context) -> str | None:
+    meta = ctx.request_context.meta or {}
+    found = meta.get(KEY) if isinstance(meta, dict) else None
+    return str(found) if found else None
+
+
+def _effects(tool: str, key: str | None) -> int:
+    try:
+        with open(os.environ["MCP_HTTP_LOG"]) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return 0
+    return sum(1 for r in rows if r["tool"] == tool and r["kind"] == "effect" and r["key"] == key)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def lookup(q: str, ctx: Context) -> str:
+    """Look something up."""
+    _authorized(ctx)
+    _record("lookup", "call", ctx, {"q": q})
+    await ctx.report_progress(1, 2, "halfway")
+    return f"found {q}"
+
+
+@server.tool(
+    title="Set a flag",
+    annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False),
+)
+async def set_flag(name: str, ctx: Context) -> str:
+    """Set a named flag (setting it twice changes nothing)."""
+    _authorized(ctx)
+    _record("set_flag", "call", ctx, {"name": name})
+    await asyncio.sleep(float(os.environ.get("MCP_HTTP_HOLD_S") or 0))
+    _record("set_flag", "effect", ctx, {"name": name})
+    return f"flag {name} set"
+
+
+@server.tool(
+    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False)
+)
+async def delete_item(item: str, ctx: Context) -> str:
+    """Delete an item for good."""
+    _authorized(ctx)
+    _record("delete_item", "call", ctx, {"item": item})
+    _record("delete_item", "effect", ctx, {"item": item})
+    return f"deleted {item}"
+
+
+@server.tool()
+async def plain_send(to: str, ctx: Context) -> str:
+    """Send a message (declares no annotations)."""
+    _authorized(ctx)
+    _record("plain_send", "call", ctx, {"to": to})
+    _record("plain_send", "effect", ctx, {"to": to})
+    return f"sent to {to}"
+
+
+@server.tool()
+async def keyed_send(to: str, ctx: Context) -> str:
+    """Send a message; a repeated idempotency key sends nothing again."""
+    _authorized(ctx)
+    key = _key(ctx)
+    _record("keyed_send", "call", ctx, {"to": to})
+    if key is not None and _effects("keyed_send", key):
+        return f"already sent to {to}"
+    _record("keyed_send", "effect", ctx, {"to": to})
+    await asyncio.sleep(float(os.environ.get("MCP_HTTP_HOLD_S") or 0))
+    return f"sent to {to}"
+
+
+@server.tool()
+async def die_send(to: str, ctx: Context) -> str:
+    """Send a message, and the server dies before it answers."""
+    _authorized(ctx)
+    _record("die_send", "call", ctx, {"to": to})
+    _record("die_send", "effect", ctx, {"to": to})
+    os._exit(17)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def hang(ctx: Context) -> str:
+    """Never answers."""
+    _authorized(ctx)
+    _record("hang", "call", ctx, {})
+    await asyncio.sleep(3600)
+    return "never"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def broken(ctx: Context) -> str:
+    """Fails with an error result."""
+    _authorized(ctx)
+    raise RuntimeError("the backend said no")
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    port = int(sys.argv[1])
+    app = server.streamable_http_app()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
