@@ -37,11 +37,13 @@ from langgraph_sdk.client import LangGraphClient
 from tether_common.auth import issue_token
 from tether_testkit import reports, stores
 from tether_testkit.agent_packages import env_with_path
+from tether_testkit.node import run_node
 from tether_testkit.processes import LOG_DIR, Proc, free_port, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
+JS_SCRIPT = Path(__file__).parent / "js" / "langgraph_sdk_servers.mjs"
 sys.path.insert(0, str(BENCH))
 
 from tether_bench.langgraph_compare import ensure_langgraph_venv  # noqa: E402
@@ -213,7 +215,7 @@ def side_by_side() -> Iterator[None]:
     if not REPORT:
         return
     names = list(REPORT)
-    labels = list(next(iter(REPORT.values())))
+    labels = list(dict.fromkeys(label for figures in REPORT.values() for label in figures))
     rows = [[label, *(REPORT[n].get(label, "") for n in names)] for label in labels]
     title = "langgraph-sdk script, side by side (measured; Tether's asserted)"
     reports.write("langgraph_sdk_servers", title, names, rows)
@@ -314,25 +316,33 @@ async def the_script(s: Server) -> dict[str, Any]:
     return seen
 
 
-def report(s: Server, seen: dict[str, Any]) -> None:
-    ids = [p.id for p in seen["first"]]
-    ok = [r for r in seen["resumes"] if not isinstance(r, BaseException)]
-    REPORT[s.name] = {
+def report(s: Server, sdk: str, figures: dict[str, Any]) -> None:
+    """One client's figures on one server, for the side-by-side table."""
+    REPORT.setdefault(s.name, {}).update({f"{sdk}: {k}": v for k, v in figures.items()})
+
+
+def figures(
+    ids: list[str], exact: list[bool], answered: int, same: bool, executions: int, answer: Any
+) -> dict[str, Any]:
+    return {
         "events in the first stream": len(ids),
         "events sharing an id": len(ids) - len(set(ids)),
-        "exact joins (Last-Event-ID cuts)": (
-            f"{sum(1 for _, exact, _ in seen['joins'] if exact)}/{len(seen['joins'])}"
-        ),
-        "resumes answered (of 2 at once)": len(ok),
-        "resume streams identical": len(ok) == 2 and wire(ok[0]) == wire(ok[1]),
-        "write executions (2 resumes)": seen["executions"],
-        "final answer": seen["final"]["messages"][-1]["content"],
+        "exact joins (Last-Event-ID cuts)": f"{sum(exact)}/{len(exact)}",
+        "resumes answered (of 2 at once)": answered,
+        "resume streams identical": same,
+        "write executions (2 resumes)": executions,
+        "final answer": answer,
     }
 
 
 async def test_the_sdk_script_on_each_server(server: Server) -> None:
     seen = await the_script(server)
-    report(server, seen)
+    ok = [r for r in seen["resumes"] if not isinstance(r, BaseException)]
+    same = len(ok) == 2 and wire(ok[0]) == wire(ok[1])
+    exact = [e for _, e, _ in seen["joins"]]
+    answer = seen["final"]["messages"][-1]["content"]
+    ids = [p.id for p in seen["first"]]
+    report(server, "py", figures(ids, exact, len(ok), same, seen["executions"], answer))
     # The flow, on both: streamed, paused at the interrupt, resumed, done.
     first = seen["first"]
     assert first[0].event == "metadata", [p.event for p in first]
@@ -357,3 +367,34 @@ async def test_the_sdk_script_on_each_server(server: Server) -> None:
     assert r1[0].event == "metadata" and r1[0].data["run_id"] != first[0].data["run_id"]
     assert seen["executions"] == 1
     assert [status for _, status in seen["runs"]] == ["success", "success"]
+
+
+async def test_the_js_sdk_script_on_each_server(server: Server) -> None:
+    """The same flow with `@langchain/langgraph-sdk` (js/langgraph_sdk_servers.mjs)."""
+    token = server.headers.get("Authorization", "").removeprefix("Bearer ")
+    before = lines(server.ledger)
+    r = await run_node(str(JS_SCRIPT), *server.urls, token, GRAPH, str(TOKENS))
+    await asyncio.sleep(WRITE_PAUSE_S + 1)  # a second execution, if any, writes meanwhile
+    executions = lines(server.ledger) - before
+    exact = [j["exact"] for j in r["joins"]]
+    same = bool(r["resumesEqual"])
+    report(
+        server,
+        "js",
+        figures(r["ids"], exact, r["resumesAnswered"], same, executions, r["finalAnswer"]),
+    )
+    # The flow, on both.
+    assert r["events"][0] == "metadata", r["events"]
+    assert r["text"] == "".join(f"t{i} " for i in range(TOKENS)), r["text"]
+    assert r["interruptKind"] == "confirm_action" and r["lastIsStateWithInterrupt"]
+    assert r["pausedRun"] == "success" and r["pausedThread"] == "interrupted"
+    assert r["resumesAnswered"] >= 1, r["resumeErrors"]
+    assert executions >= 1
+    assert r["finalAnswer"] == "appended" and r["threadStatus"] == "idle"
+    if not server.strict:
+        return
+    assert all(r["ids"]) and len(set(r["ids"])) == len(r["ids"]), r["ids"]
+    assert all(exact), r["joins"]
+    assert r["resumesAnswered"] == 2 and same and r["resumedNewRun"], r["resumeErrors"]
+    assert executions == 1
+    assert r["runs"] == ["success", "success"]
