@@ -119,3 +119,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         first[path] = min(first.get(path, 2), _weight(item))
     order = {path: rank for rank, path in enumerate(sorted(first, key=lambda p: first[p]))}
     items.sort(key=lambda item: order[str(item.path)])
+
+
+_SESSION_START = [0.0]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    import time
+
+    _SESSION_START[0] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The side-by-side tables tests wrote this session (tether_testkit.reports)."""
+    from tether_testkit import reports
+
+    if hasattr(terminalreporter.config, "workerinput"):
+        return  # an xdist worker: the controller prints them
+    for doc in reports.since(_SESSION_START[0]):
+        terminalreporter.write_sep("-", doc["title"])
+        for line in reports.render(doc):
+            terminalreporter.write_line(line)

@@ -86,12 +86,14 @@ def _uv() -> str:
 
 
 def _venv(venv: Path, exe: str, packages: list[str]) -> Path:
-    """`venv/bin/exe`, the virtualenv created on first use with `packages` in it."""
+    """`venv/bin/exe`, the virtualenv created on first use with `packages` in it (made again
+    from scratch, `--clear`, when an earlier attempt left it without `exe`: e.g. an install cut
+    off)."""
     path = venv / "bin" / exe
     if path.exists():
         return path
     log(f"creating {venv} with {' '.join(packages[:2])} (once)")
-    subprocess.run([_uv(), "venv", str(venv), "--python", sys.executable], check=True)
+    subprocess.run([_uv(), "venv", "--clear", str(venv), "--python", sys.executable], check=True)
     python = str(venv / "bin" / "python")
     subprocess.run([_uv(), "pip", "install", "--python", python, *packages], check=True)
     return path

@@ -28,6 +28,7 @@ import asyncpg
 import pytest
 from tether_common.auth import issue_token
 from tether_testkit import stores
+from tether_testkit.agent_packages import env_with_path, write_package
 from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import LOG_DIR, Proc, free_port, http_ready, start_runtime
 from tether_testkit.secrets import TEST_SECRET
@@ -205,15 +206,55 @@ def fresh_database(admin_dsn: str) -> Iterator[str]:
     asyncio.run(stores.drop_database(admin_dsn, dsn))
 
 
+# A LangGraph graph over a dict state beside OpsPilot: the client's `input` and `value`.
+GRAPH = """
+import operator
+from typing import Annotated, Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from typing_extensions import TypedDict
+
+
+class Ticket(TypedDict, total=False):
+    title: str
+    priority: int
+    notes: Annotated[list[str], operator.add]
+    decision: Any
+
+
+def triage(state):
+    return {"notes": [f"triaged {state['title']}"], "priority": state.get("priority", 1) + 1}
+
+
+def ask(state):
+    return {"decision": interrupt({"title": f"Escalate {state['title']}?", "target": "queue/ops"})}
+
+
+builder = StateGraph(Ticket)
+builder.add_node("triage", triage)
+builder.add_node("ask", ask)
+builder.add_edge(START, "triage")
+builder.add_edge("triage", "ask")
+builder.add_edge("ask", END)
+jsgraph = builder.compile()
+"""
+
+
 @pytest.fixture(scope="module")
-def stack(fresh_database: str, base_env: dict[str, str]) -> Iterator[Stack]:
+def stack(
+    fresh_database: str, base_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    packages = tmp_path_factory.mktemp("jsgraph")
+    write_package(packages, "jsgraph_pkg", GRAPH)
     env = {
         **base_env,
         "DATABASE_URL": fresh_database,
         "TETHER_SCRIPTED_DELAY_S": "0.01",
         "TETHER_SSE_RETRY_MS": "100",  # the client's first reconnect waits the server's `retry:`
+        "TETHER_AGENTS": "jsgraph_pkg:jsgraph",
     }
-    s = Stack(env)
+    s = Stack(env_with_path(env, packages))
     yield s
     s.stop()
 
@@ -257,6 +298,14 @@ def test_reconnects_against_a_gateway_killed_and_restarted(
         control.server_close()
     assert "# pass 5" in out, out
     assert stack.starts >= 3, "the suite killed and restarted the gateway"
+
+
+def test_graph_input_and_resume_value_against_the_gateway(stack: Stack) -> None:
+    """startRun's `input` and resume's `value` through a real gateway to a LangGraph graph
+    (clients/js/test/graph): the input whole in the state, the value exactly interrupt()'s."""
+    env = {"TETHER_GATEWAY_URL": stack.url, "TETHER_TOKEN": issue_token(TEST_SECRET, "alice")}
+    out = _node_tests(CLIENT / "test" / "graph", env=env)
+    assert "# pass 3" in out, out
 
 
 def test_quickstart_runs_as_written(stack: Stack, fresh_database: str) -> None:

@@ -85,6 +85,11 @@ export interface StartRunOptions extends StreamOptions {
   idempotencyKey?: string;
   /** One request starts the run and streams its events (resolves to a RunStream). */
   stream?: boolean;
+  /**
+   * A graph agent's input whole: a JSON object of its input schema (sent as `input`); `text`
+   * may then be "". A native agent takes the input's last user message.
+   */
+  input?: Record<string, unknown>;
 }
 
 export interface ResumeOptions {
@@ -94,6 +99,11 @@ export interface ResumeOptions {
   fill?: Record<string, unknown>;
   /** The answer as text. */
   input?: string;
+  /**
+   * With decision "respond", alone: the exact value (any JSON, null too) a graph's `interrupt()`
+   * returns, as LangGraph's `Command(resume=value)`.
+   */
+  value?: unknown;
   /** Made for this decision when left out; reused by its retries. */
   idempotencyKey?: string;
   signal?: AbortSignal;

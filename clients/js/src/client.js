@@ -60,6 +60,33 @@ function anySignal(...signals) {
   return controller;
 }
 
+/** A plain object (not an array, not null): a graph's input. */
+function isJsonObject(value) {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * `value` as it is, if JSON holds it as it is; what JSON.stringify would change or drop silently
+ * (NaN, Infinity, undefined, a function, a bigint, a cycle) is refused before anything is sent.
+ */
+function checkedJson(value, name) {
+  const bad = (v, open) => {
+    if (v === null || typeof v === "string" || typeof v === "boolean") return false;
+    if (typeof v === "number") return !Number.isFinite(v);
+    if (typeof v !== "object" || open.has(v)) return true;
+    open.add(v);
+    const found = (Array.isArray(v) ? v : Object.values(v)).some((x) => bad(x, open));
+    open.delete(v);
+    return found;
+  };
+  if (bad(value, new Set())) {
+    throw new TetherError(`${name} must be JSON (no NaN, Infinity, undefined, function or cycle)`, {
+      code: "INVALID_ARGUMENT",
+    });
+  }
+  return value;
+}
+
 const SAFE_METHODS = new Set(["GET", "HEAD"]);
 
 export class TetherClient {
@@ -196,10 +223,21 @@ export class TetherClient {
    * Start a run. With `stream: true` one request starts it and streams its events: resolves to
    * a RunStream (which reconnects like streamRun); else to {run, replayed}. Retried with the same
    * idempotency key, so a start whose answer was lost is answered with the same run.
+   * `input`: a graph agent's input whole, a JSON object of its input schema (e.g.
+   * `{messages: [{role: "user", content: "hi"}]}`); `text` may then be "" (a native agent takes
+   * the input's last user message).
    */
   async startRun(conversationId, text, options = {}) {
-    const { agent, idempotencyKey, stream = false, signal } = options;
-    const body = { text, idempotencyKey: idempotencyKey ?? newIdempotencyKey() };
+    const { agent, idempotencyKey, stream = false, signal, input } = options;
+    if (input !== undefined && !isJsonObject(input)) {
+      throw new TetherError("input must be a JSON object (a graph's input)", { code: "INVALID_ARGUMENT" });
+    }
+    const hasInput = input !== undefined && Object.keys(input).length > 0;
+    if (!String(text ?? "").trim() && !hasInput) {
+      throw new TetherError("give text or input", { code: "INVALID_ARGUMENT" });
+    }
+    const body = { text: text ?? "", idempotencyKey: idempotencyKey ?? newIdempotencyKey() };
+    if (hasInput) body.input = checkedJson(input, "input");
     if (agent) body.agent = agent;
     const path = `/v1/conversations/${encodeURIComponent(conversationId)}/runs`;
     if (!stream) return this.#json("POST", path, { body, retry: true, signal });
@@ -238,15 +276,27 @@ export class TetherClient {
 
   /**
    * Answer an interrupt: approve / reject a confirm_action, respond to a question (`option` or
-   * `fill`, or `input` text), retry / mark_done / abandon an outcome_unknown. One idempotency key
-   * for this decision (given, or made here) is sent on every retry: a decision whose answer was
-   * lost is answered from the stored one, and is never applied twice.
+   * `fill`, or `input` text), retry / mark_done / abandon an outcome_unknown. `value` (any JSON,
+   * null too), with "respond" and alone: the exact value a graph's `interrupt()` returns
+   * (LangGraph's `Command(resume=value)`). One idempotency key for this decision (given, or made
+   * here) is sent on every retry: a decision whose answer was lost is answered from the stored
+   * one, and is never applied twice.
    */
-  async resume(runId, interruptId, decision, { option, fill, input, idempotencyKey, signal } = {}) {
+  async resume(runId, interruptId, decision, options = {}) {
+    const { option, fill, input, idempotencyKey, signal } = options;
     const body = { interruptId, decision, idempotencyKey: idempotencyKey ?? newIdempotencyKey() };
     if (option !== undefined) body.option = option;
     if (fill !== undefined) body.fill = fill;
     if (input !== undefined) body.input = input;
+    if (options.value !== undefined) {
+      if (decision !== "respond") {
+        throw new TetherError("value answers only with decision \"respond\"", { code: "INVALID_ARGUMENT" });
+      }
+      if (option !== undefined || fill !== undefined || input !== undefined) {
+        throw new TetherError("give value alone, without input, option or fill", { code: "INVALID_ARGUMENT" });
+      }
+      body.value = checkedJson(options.value, "value");
+    }
     const path = `/v1/runs/${encodeURIComponent(runId)}/resume`;
     return this.#json("POST", path, { body, retry: true, signal });
   }

@@ -187,16 +187,22 @@ export interface GraphUpdateEvent extends EventBase {
   type: "graph_update";
   node: string;
   update: unknown;
+  /** The graph step (checkpoint step) the update goes into. */
+  step: number;
 }
 /** A graph agent's whole state after a step (LangGraph's `values` stream mode). */
 export interface GraphValuesEvent extends EventBase {
   type: "graph_values";
   values: Record<string, unknown> | null;
+  /** The graph step whose state this is. */
+  step: number;
 }
 /** What a graph wrote with `get_stream_writer()(data)` (LangGraph's `custom` stream mode). */
 export interface CustomDataEvent extends EventBase {
   type: "custom_data";
   data: unknown;
+  /** The graph step of the node that wrote it. */
+  step: number;
 }
 /** Not a position in the log: the run's state, when the stream cannot resume where asked. */
 export interface ResetEvent extends EventBase {

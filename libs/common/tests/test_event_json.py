@@ -220,7 +220,9 @@ def test_graph_events_carry_their_json_parsed() -> None:
     update = events_pb2.RunEvent(
         run_id="run_1",
         sequence=2,
-        graph_update=events_pb2.GraphUpdate(node="talk", update_json='{"messages": [{"a": 1}]}'),
+        graph_update=events_pb2.GraphUpdate(
+            node="talk", update_json='{"messages": [{"a": 1}]}', step=3
+        ),
     )
     assert _data(update) == {
         "type": "graph_update",
@@ -229,6 +231,7 @@ def test_graph_events_carry_their_json_parsed() -> None:
         "time": None,
         "node": "talk",
         "update": {"messages": [{"a": 1}]},
+        "step": 3,
     }
     values = events_pb2.RunEvent(graph_values=events_pb2.GraphValues(values_json='{"n": 2}'))
     assert _data(values)["values"] == {"n": 2}

@@ -373,3 +373,32 @@ def test_a_graph_interrupt_is_resumed_with_the_exact_value() -> None:
     assert answers.answer(confirm, {"type": "accept"}).value_json == '{"type":"accept"}'
     with pytest.raises(InvalidArgument):
         answers.answer(graph, float("nan"))
+
+
+def test_a_graph_runs_second_stretch_opens_with_the_state_it_continues_from() -> None:
+    """The runtime sends a step's state once (not again when the graph continues after a pause):
+    the resumed LangGraph run opens with it, as LangGraph's does, without the interrupt."""
+    resumed = [
+        *graph_run(),
+        ev(
+            9,
+            interrupt_resolved=events_pb2.InterruptResolved(
+                interrupt_id="int_1", decision=events_pb2.DECISION_RESPONDED
+            ),
+        ),
+        ev(10, graph_update=events_pb2.GraphUpdate(node="ask", update_json='{"a": 1}', step=3)),
+        ev(11, graph_values=events_pb2.GraphValues(values_json='{"a": 1}', step=3)),
+        ev(12, done=events_pb2.Done(message_id="m", output_json='{"a": 1}')),
+    ]
+    conv = StretchFrames(
+        thread_id="t1", tether_run_id=RUN, stretch=1, history=[], modes=ALL, graph=True
+    )
+    out = [f for e in resumed for f in conv.feed(e)]
+    assert conv.done
+    assert [(f.event, f.data) for f in out] == [
+        ("metadata", {"run_id": ids.stretch_run_id(RUN, 1), "attempt": 1}),
+        ("values", {"messages": [], "step": 2}),
+        ("updates", {"ask": {"a": 1}}),
+        ("values", {"a": 1}),
+    ]
+    assert [f.cursor for f in out] == [(9, 0), (9, 1), (10, 0), (11, 0)]

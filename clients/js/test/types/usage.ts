@@ -81,7 +81,19 @@ export function wireNames(status: RunStatus, ev: RunEvent): boolean {
   return (ended as readonly string[]).includes(status) || (last as readonly string[]).includes(ev.type) || status === waiting;
 }
 
+export async function graphRun(client: TetherClient, conversationId: string): Promise<unknown> {
+  const { run } = await client.startRun(conversationId, "", { agent: "hitl", input: { title: "disk full" } });
+  await client.resume(run.id, "intr", "respond", { value: { type: "edit", args: null } });
+  await client.resume(run.id, "intr", "respond", { value: null });
+  for await (const ev of client.streamRun(run.id)) {
+    if (ev.type === "graph_update") return [ev.node, ev.update, ev.step];
+  }
+  return null;
+}
+
 export function misuse(client: TetherClient, ev: RunEvent): void {
+  // @ts-expect-error: a graph's input is an object, not a list
+  void client.startRun("conv", "", { input: [1, 2] });
   // @ts-expect-error: "paused" is no run status
   const paused: RunStatus = "paused";
   void paused;

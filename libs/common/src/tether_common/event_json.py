@@ -181,11 +181,12 @@ def event_json(ev: events_pb2.RunEvent) -> dict[str, Any]:
     elif kind == "reset":
         out["run"] = run_json(ev.reset.run)
     elif kind == "graph_update":
-        out.update(node=ev.graph_update.node, update=parsed(ev.graph_update.update_json))
+        u = ev.graph_update
+        out.update(node=u.node, update=parsed(u.update_json), step=u.step)
     elif kind == "graph_values":
-        out["values"] = parsed(ev.graph_values.values_json)
+        out.update(values=parsed(ev.graph_values.values_json), step=ev.graph_values.step)
     elif kind == "custom_data":
-        out["data"] = parsed(ev.custom_data.data_json)
+        out.update(data=parsed(ev.custom_data.data_json), step=ev.custom_data.step)
     return out
 
 

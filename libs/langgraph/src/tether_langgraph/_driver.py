@@ -10,7 +10,14 @@ Streams (stream_mode ["messages", "updates", "values", "custom"]), converted:
   -> `tool_finished`, paired by the tool call id; the host announces each id once, whatever is
   re-emitted. An interrupt is never an update: the `interrupt` event carries it.
 - `values`: the whole state after each step (and once at the start, the input merged) ->
-  `graph_values`; one per step, never per token.
+  `graph_values`; one per step, never per token. The state at an interrupt is not sent again
+  (the `interrupt` event follows it).
+
+Each graph event carries its step (the checkpoint step an update or a custom write goes into,
+or whose state the values show), counted from the checkpoint the stream starts from: a worker
+that takes the run over, or a resume, re-runs the node in progress, and LangGraph re-sends the
+state it continues from and the updates of the step's finished nodes; the host sends an event
+the run's log already has for its step once (DrivenRun.graph_update).
 - `custom` (`get_stream_writer()(...)`) -> `custom_data`, whole; a dict in Tether's progress
   convention (`progress` (0..1) or `text`, optionally `call_id` / `tool`, default the call in
   flight) also -> `tool_progress`.
@@ -81,11 +88,14 @@ class GraphRun:
         }
         self._streamed_ids: set[str] = set()
         self._in_flight: tuple[str, str] = ("", "")
+        self._step = -1  # the checkpoint step of the state the graph is at
+        self._reshown = False  # a stream that continues the graph re-shows its state first
 
     async def run(self) -> None:
         state = await self.graph.aget_state(self.config)
         mine = (state.metadata or {}).get("tether_run_id") == self.host.run_id
         graph_input: Any
+        continues = mine
         if not mine:
             given = self.host.graph_input
             graph_input = given if given is not None else self.agent.input(self.host.user_text)
@@ -97,7 +107,8 @@ class GraphRun:
             await self._finish(state.values)
             return
         for _ in range(MAX_ROUNDS):
-            await self._stream(graph_input)
+            await self._stream(graph_input, state, continues=continues)
+            continues = True
             state = await self.graph.aget_state(self.config)
             if not state.interrupts:
                 if state.next:  # stopped with nodes to run and no question (a breakpoint)
@@ -107,7 +118,14 @@ class GraphRun:
             graph_input = await self._answer(state.interrupts[0])
         raise RuntimeError("the graph kept asking the same question")
 
-    async def _stream(self, graph_input: Any) -> None:
+    async def _stream(self, graph_input: Any, state: Any, *, continues: bool) -> None:
+        """Stream the graph from `state` (its checkpoint): with a new input, or continuing it
+        (None after a takeover, a Command with an answer)."""
+        at = (state.metadata or {}).get("step")
+        if continues:  # LangGraph first re-shows the state it continues from
+            self._step, self._reshown = (at if at is not None else -1), True
+        else:  # the input makes a checkpoint (the step after `at`) before the graph starts
+            self._step, self._reshown = (at if at is not None else -2) + 1, False
         lost = lease_lost_type()
         token = current_host.set(self.host)
         try:
@@ -160,20 +178,29 @@ class GraphRun:
         elif mode == "updates":
             finished = False
             for node, update in (chunk or {}).items():
-                if node != INTERRUPT_KEY:
+                if node not in _NOT_NODES:
                     finished = True
-                    await self.host.graph_update(str(node), plain(update))
+                    await self.host.graph_update(str(node), plain(update), self._task_step())
                     await self._update(update)
             if finished:
                 await self.host.node_done()
         elif mode == "values":
-            if isinstance(chunk, dict):
-                chunk = {k: v for k, v in chunk.items() if k != INTERRUPT_KEY}
-            await self.host.graph_values(plain(chunk))
+            if isinstance(chunk, dict) and INTERRUPT_KEY in chunk:
+                return  # the state at an interrupt was sent with its step; `interrupt` follows
+            if self._reshown:
+                self._reshown = False
+            else:
+                self._step += 1
+            await self.host.graph_values(plain(chunk), self._step)
         elif mode == "custom":
-            await self.host.custom_data(plain(chunk))
+            await self.host.custom_data(plain(chunk), self._task_step())
             if isinstance(chunk, dict) and _PROGRESS_KEYS & chunk.keys():
                 await self._progress(chunk)
+
+    def _task_step(self) -> int:
+        """The step the running nodes write into: the one after the state last shown."""
+        self._reshown = False
+        return self._step + 1
 
     async def _message(self, message: Any) -> None:
         from langchain_core.messages import AIMessage, AIMessageChunk
@@ -235,6 +262,9 @@ class GraphRun:
 
 
 _PROGRESS_KEYS = frozenset({"progress", "fraction", "text"})
+# Keys of an `updates` chunk that are no node: the step's interrupts, and LangGraph's metadata
+# ({"cached": True} on the updates of a step's finished nodes, re-sent when it continues).
+_NOT_NODES = frozenset({INTERRUPT_KEY, "__metadata__"})
 
 
 def _messages_of(update: Any) -> list[Any]:

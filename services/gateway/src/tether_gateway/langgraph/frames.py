@@ -9,7 +9,8 @@ Modes: `values` (the state after each step), `updates` ({node: update}; an inter
 `metadata` ({"run_id", "attempt": 1}) opens each stretch whatever the modes.
 
 A graph agent's run carries LangGraph's own stream (GraphValues, GraphUpdate, CustomData: sent
-as they are); a native agent's is built from its events (ToolStarted / ToolFinished as the
+as they are; the runtime sends each step's once, so a stretch after a pause opens with the state
+it continues from, sent from here); a native agent's is built from its events (ToolStarted / ToolFinished as the
 `agent` and `tools` nodes' updates, the state as `{"messages": [...]}`)."""
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ class StretchFrames:
             self.open = True
             self.interrupts = []
             self._emit("", "metadata", {"run_id": self.run_id, "attempt": 1})
+            if self.graph:  # as LangGraph's resumed run: first the state it continues from
+                self._emit("values", "values", self.values())
         elif ev.sequence == 1:
             self._emit("", "metadata", {"run_id": self.run_id, "attempt": 1})
             if not self.graph:  # a graph sends its first values itself

@@ -124,16 +124,18 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def graph_update(node: str, update: Any) -> RunEvent:
-    return RunEvent(graph_update=events_pb2.GraphUpdate(node=node, update_json=json_text(update)))
+def graph_update(node: str, update: Any, step: int = 0) -> RunEvent:
+    return RunEvent(
+        graph_update=events_pb2.GraphUpdate(node=node, update_json=json_text(update), step=step)
+    )
 
 
-def graph_values(values: Any) -> RunEvent:
-    return RunEvent(graph_values=events_pb2.GraphValues(values_json=json_text(values)))
+def graph_values(values: Any, step: int = 0) -> RunEvent:
+    return RunEvent(graph_values=events_pb2.GraphValues(values_json=json_text(values), step=step))
 
 
-def custom_data(data: Any) -> RunEvent:
-    return RunEvent(custom_data=events_pb2.CustomData(data_json=json_text(data)))
+def custom_data(data: Any, step: int = 0) -> RunEvent:
+    return RunEvent(custom_data=events_pb2.CustomData(data_json=json_text(data), step=step))
 
 
 def error(code: str, message: str) -> RunEvent:

@@ -12,8 +12,10 @@ has `drive` is driven."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, runtime_checkable
@@ -40,6 +42,8 @@ NO_VALUE: Any = object()
 # A question's card fields a driven agent may fill besides its title and prompt.
 _QUESTION_CARD = ("target", "parameter_summary", "reason", "preview")
 
+# A graph's own events read back per query by a worker that continues the graph.
+_LOG_PAGE = 256
 # The interrupt kinds a driven agent may raise (outcome_unknown is the engine's own).
 KINDS = frozenset({"confirm_action", "provide_input", "select_option"})
 # How a run leaves the loop, or loses its lease or store: never the agent's failure.
@@ -79,6 +83,10 @@ class DrivenRun:
         self.x = x
         self._pending_text = ""
         self._last_flush = time.monotonic()
+        # The graph events earlier executions of the run sent (by _graph_key), read once, and
+        # this execution's.
+        self._logged: Counter[tuple[str, int, str, bytes]] | None = None
+        self._sent: Counter[tuple[str, int, str, bytes]] = Counter()
 
     # -- what the agent may read -----------------------------------------------------------
 
@@ -222,18 +230,62 @@ class DrivenRun:
     # A graph's own streams (LangGraph's `updates`, `values` and `custom` modes): events without
     # state, after the text streamed before them, masked like every event's content. `value`:
     # plain JSON (the agent serialises its framework's objects).
+    #
+    # `step`: the graph step the event belongs to (the checkpoint step an update or a custom
+    # write goes into, or whose state the values are). A worker that takes the run over, and a
+    # resume, re-run the node in progress from its start (and LangGraph re-sends the updates of
+    # the step's nodes that had finished, and the state it continues from): an event the run's
+    # log already has for its step is not sent again. Updates and custom writes count (a step's
+    # nodes may send the same one twice: the n-th is skipped only if the log has it n times),
+    # values are sent once per step and state. Deterministic nodes show each event once; a node
+    # that writes something else when re-run shows what it wrote, as its state has it. Without
+    # a step, an event is always sent.
 
-    async def graph_update(self, node: str, update: Any) -> None:
+    async def graph_update(self, node: str, update: Any, step: int | None = None) -> None:
         await self.flush()
-        await self.x.emit([ev.graph_update(node, redact_value(update))])
+        await self._graph_event(ev.graph_update(node, redact_value(update), step or 0), step)
 
-    async def graph_values(self, values: Any) -> None:
+    async def graph_values(self, values: Any, step: int | None = None) -> None:
         await self.flush()
-        await self.x.emit([ev.graph_values(redact_value(values))])
+        event = ev.graph_values(redact_value(values), step or 0)
+        await self._graph_event(event, step, once=True)
 
-    async def custom_data(self, data: Any) -> None:
+    async def custom_data(self, data: Any, step: int | None = None) -> None:
         await self.flush()
-        await self.x.emit([ev.custom_data(redact_value(data))])
+        await self._graph_event(ev.custom_data(redact_value(data), step or 0), step)
+
+    async def _graph_event(
+        self, event: ev.RunEvent, step: int | None, *, once: bool = False
+    ) -> None:
+        if step is not None:
+            key = _graph_key(event)
+            logged = await self._logged_since(step)
+            self._sent[key] += 1
+            sent = self._sent[key]
+            if (sent > 1 or logged[key] > 0) if once else sent <= logged[key]:
+                return
+        await self.x.emit([event])
+
+    async def _logged_since(self, step: int) -> Counter[tuple[str, int, str, bytes]]:
+        """The graph events earlier executions of this run sent, from `step` (this execution's
+        first: its steps only grow), read once, newest first, back to the first older step."""
+        if self._logged is not None:
+            return self._logged
+        self._logged = Counter()
+        before = self.x.run.last_sequence + 1
+        if before <= 2:  # only its run_started: the run's first execution
+            return self._logged
+        async with self.x.pool.acquire() as conn:
+            while True:
+                page = await event_log.graph_events_before(conn, self.run_id, before, _LOG_PAGE)
+                for sequence, event in page:
+                    key = _graph_key(event)
+                    if key[1] < step:
+                        return self._logged
+                    self._logged[key] += 1
+                    before = sequence
+                if len(page) < _LOG_PAGE:
+                    return self._logged
 
     # -- interrupts --------------------------------------------------------------------------
 
@@ -463,6 +515,20 @@ class DrivenRun:
             save=True,
         )
         raise AssertionError("end() raises Finished")  # pragma: no cover
+
+
+def _graph_key(event: ev.RunEvent) -> tuple[str, int, str, bytes]:
+    """What tells a graph event apart from another: its kind, step, node and content (masked, as
+    stored; digested)."""
+    kind = ev.kind_of(event)
+    if kind == "graph_update":
+        u = event.graph_update
+        step, node, body = u.step, u.node, u.update_json
+    elif kind == "graph_values":
+        step, node, body = event.graph_values.step, "", event.graph_values.values_json
+    else:
+        step, node, body = event.custom_data.step, "", event.custom_data.data_json
+    return (kind, step, node, hashlib.blake2b(body.encode(), digest_size=16).digest())
 
 
 def _summary(args: dict[str, Any]) -> str:

@@ -250,6 +250,26 @@ async def read_after(conn: Conn, run_id: str, after: int, limit: int) -> list[tu
     return [(int(r["sequence"]), bytes(r["data"])) for r in rows]
 
 
+GRAPH_EVENTS = ["graph_update", "graph_values", "custom_data"]
+
+
+async def graph_events_before(
+    conn: Conn, run_id: str, before: int, limit: int
+) -> list[tuple[int, RunEvent]]:
+    """A graph run's own events (GraphUpdate, GraphValues, CustomData) before sequence `before`,
+    newest first, at most `limit` (a worker that continues the graph pages back through the
+    steps it may re-run)."""
+    rows = await conn.fetch(
+        "SELECT sequence, data FROM run_event WHERE run_id = $1 AND sequence < $2 "
+        "AND type = ANY($3::text[]) ORDER BY sequence DESC LIMIT $4",
+        run_id,
+        before,
+        GRAPH_EVENTS,
+        limit,
+    )
+    return [(int(r["sequence"]), RunEvent.FromString(r["data"])) for r in rows]
+
+
 async def streamed_text(conn: Conn, run_id: str, message_id: str) -> str:
     """The text a run streamed under `message_id`, as its browsers saw it (a worker taking over
     a step that a crashed one had half streamed asks a provider to continue from it)."""
