@@ -31,7 +31,7 @@ from chaos.kit import (
     stored_events,
 )
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(size(120, 400))]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(size(120, 400))]
 
 ROUNDS = size(2, 6)
 POLL_S = 0.05
