@@ -70,7 +70,7 @@ fmt: .venv/.synced
 	$(PY) ruff check --fix .
 	$(PY) ruff format .
 
-# Everything the tests need that is not Python or Node: Chromium, curl, jq, pgbouncer, redis-server
+# Everything the tests need that is not Python or Node: Chromium, curl, jq, pgbouncer, redis-server, faketime
 # and redis-cli (Debian packages, installed when root or passwordless sudo can; otherwise it stops
 # before any test with the one command to run).
 test-deps:

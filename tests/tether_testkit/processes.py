@@ -95,7 +95,9 @@ def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
     full_env = {**os.environ, **env}
-    if forking() and args[0] == "-m":
+    # A preload (libfaketime's, for a pod with another clock) only takes in a new program: a
+    # forked child is the warm parent's image, so such a process starts cold.
+    if forking() and args[0] == "-m" and "LD_PRELOAD" not in env:
         forked = forkserver.spawn(args[1], args[2:], full_env, log_path)
         return Proc(name=name, popen=forked, log_path=log_path, addr=addr, env=env)
     with open(log_path, "wb") as log:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,7 +25,7 @@ from tether_runtime.engine.run_outcomes import Paused
 from tether_runtime.engine.tool_calls import ToolCalls
 from tether_runtime.engine.write_call import WriteCall
 from tether_runtime.store import conversations, event_log, interrupts, runs
-from tether_runtime.store.db import create_pool
+from tether_runtime.store.db import create_pool, db_now
 from tether_runtime.streams.run_writer import Apply, SaveCheckpoint
 from tether_sdk import Limits, ToolContext, tool
 
@@ -43,6 +44,9 @@ class Host:
         self.loaded = SimpleNamespace(
             name="crashy", state=None, agent=SimpleNamespace(limits=Limits(retry_backoff_s=0.01))
         )
+
+    async def db_now(self) -> datetime:
+        return await db_now(self.pool)
 
     async def commit(self, events: list[ev.RunEvent], apply: Apply | None = None) -> None:
         async with self.pool.acquire() as conn, conn.transaction():

@@ -6,7 +6,7 @@ agent's, goes through here."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from tether_common.ids import new_id
@@ -68,7 +68,9 @@ async def pause(
     transaction, then its `interrupt` event; the run pauses. Every field is masked once more,
     whatever raised the card (the model's `reason` included)."""
     interrupt_id = interrupt_id or new_id("int")
-    expires = datetime.now(UTC) + timedelta(seconds=ctx.interrupt_ttl_s)
+    # Counted on Postgres's clock, which also decides when it has passed (the sweeper, the
+    # claim): a pod whose clock runs ahead or behind mints the same expiry as any other.
+    expires = await ctx.db_now() + timedelta(seconds=ctx.interrupt_ttl_s)
     payload = redact_value(payload)
     save = ctx.save()
     run_id, epoch = ctx.run_id, ctx.epoch

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from tether_common.auth import Principal
@@ -36,7 +35,7 @@ from tether_runtime.domain.views import RunView
 from tether_runtime.engine import questions
 from tether_runtime.policy import approvals
 from tether_runtime.store import audit, db, event_log, idempotency, interrupts, runs
-from tether_runtime.store.db import Conn, Pool
+from tether_runtime.store.db import Conn, Pool, db_now
 from tether_runtime.streams.bus import EventBus
 
 log = logging.getLogger(__name__)
@@ -310,7 +309,9 @@ async def resume_run(
             )
             return _Decided("permission_denied", error=refused)
         # 5. reject if expired, and record the expiry so the run can finish.
-        if intr.expires_at <= datetime.now(UTC):
+        # On Postgres's clock, as the sweeper and the claim decide it: a pod whose clock runs
+        # ahead must not expire (and record as expired) a card that is still open.
+        if intr.expires_at <= await db_now(conn):
             return _Decided(
                 "expired", encoded=await _expire(conn, intr), error=Expired("the interrupt expired")
             )

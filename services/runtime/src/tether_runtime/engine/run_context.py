@@ -4,6 +4,7 @@ the executor (run_loop.RunExecutor satisfies them all) and none imports it."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
 from tether_runtime.domain import events as ev
@@ -30,6 +31,11 @@ class RunContext(Protocol):
 
     async def commit(self, events: list[ev.RunEvent], apply: Apply | None = None) -> None:
         """Events and the state they announce, durable on return, fenced by the epoch."""
+
+    async def db_now(self) -> datetime:
+        """Postgres's clock (store.db.db_now): what a card's expiry is counted from, never this
+        pod's own clock, which may differ from the other pods' by seconds."""
+        ...
 
     def save(self, *, reset_streamed: bool = False) -> SaveCheckpoint:
         """The checkpoint as of now, to commit (`reset_streamed`: the text streamed so far will

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 import asyncpg
@@ -138,3 +139,10 @@ async def create_pool(
     )
     assert pool is not None
     return pool
+
+
+async def db_now(db: asyncpg.Pool | asyncpg.Connection) -> datetime:
+    """Postgres's clock: the one every expiry is decided by (leases, cards, idempotency keys,
+    retention), so that pods whose clocks differ agree."""
+    now: datetime = await db.fetchval("SELECT now()")
+    return now
