@@ -82,6 +82,8 @@ class StretchFrames:
         self.open = True  # the current stretch has not ended yet
         self.done = False
         self.pending: _Pending | None = None
+        # A graph's message ids streamed or in a state already (not sent again as messages).
+        self._seen_messages: set[str] = set()
         self._out: list[Frame] = []
         self._seq = 0
         self._k = 0
@@ -159,10 +161,18 @@ class StretchFrames:
         kind = ev.WhichOneof("event")
         if kind == "graph_values":
             self.graph_state = orjson.loads(ev.graph_values.values_json or "{}")
+            self._seen_messages.update(_message_ids(self.graph_state))
             self._emit("values", "values", self.values())
         elif kind == "graph_update":
+            node = ev.graph_update.node
             update = orjson.loads(ev.graph_update.update_json or "null")
-            self._emit("updates", "updates", {ev.graph_update.node: update})
+            self._emit("updates", "updates", {node: update})
+            # As LangGraph's `messages` mode: a message a node returns that was neither streamed
+            # nor in the state before (e.g. the `tools` node's ToolMessage), whole, with its node.
+            for m in _messages_in(update):
+                if m["id"] not in self._seen_messages:
+                    self._seen_messages.add(m["id"])
+                    self._emit("messages-tuple", "messages", [m, self._meta(node)])
         elif kind == "custom_data":
             self._emit("custom", "custom", orjson.loads(ev.custom_data.data_json or "null"))
         elif kind == "done" and ev.done.output_json:
@@ -205,6 +215,7 @@ class StretchFrames:
             # with the id of the message in the state and the node that streams it
             meta = self._meta(d.graph_node or AGENT_NODE, d.graph_namespace)
             chunk = messages.ai_chunk(d.delta, d.graph_message_id or d.message_id)
+            self._seen_messages.add(chunk["id"])
             self._emit("messages-tuple", "messages", [chunk, meta])
             return
         pending = self.pending
@@ -236,3 +247,23 @@ class StretchFrames:
         if pending.announced:
             self._emit("messages", "messages/complete", [message])
         self._step(AGENT_NODE, {"messages": [message]})
+
+
+def _message_ids(state: Any) -> set[str]:
+    """The ids of the messages in a graph's state (its `messages` key)."""
+    found = state.get("messages") if isinstance(state, dict) else None
+    if not isinstance(found, list):
+        return set()
+    return {str(m["id"]) for m in found if isinstance(m, dict) and m.get("id")}
+
+
+def _messages_in(update: Any) -> list[dict[str, Any]]:
+    """The messages (with an id) a node's update writes: a dict's `messages`, one or a list."""
+    if isinstance(update, list):
+        return [m for u in update for m in _messages_in(u)]
+    found = update.get("messages") if isinstance(update, dict) else None
+    if isinstance(found, dict):
+        found = [found]
+    if not isinstance(found, list):
+        return []
+    return [m for m in found if isinstance(m, dict) and m.get("id") and m.get("type")]
