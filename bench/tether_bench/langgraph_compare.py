@@ -88,19 +88,35 @@ def _uv() -> str:
 def _venv(venv: Path, exe: str, packages: list[str]) -> Path:
     """`venv/bin/exe`, the virtualenv created on first use with `packages` in it (made again
     from scratch, `--clear`, when an earlier attempt left it without `exe`: e.g. an install cut
-    off)."""
+    off). A virtualenv made with another list of packages (an older one: e.g. without
+    `langchain`) gets the list installed into it once more (uv adds what is missing)."""
     path = venv / "bin" / exe
-    if path.exists():
-        return path
-    log(f"creating {venv} with {' '.join(packages[:2])} (once)")
-    subprocess.run([_uv(), "venv", "--clear", str(venv), "--python", sys.executable], check=True)
+    wanted = venv / "tether-packages.json"
+    listed = json.dumps(packages)
     python = str(venv / "bin" / "python")
+    if path.exists():
+        if wanted.exists() and wanted.read_text() == listed:
+            return path
+        log(f"updating {venv} with {' '.join(packages)}")
+    else:
+        log(f"creating {venv} with {' '.join(packages[:2])} (once)")
+        subprocess.run(
+            [_uv(), "venv", "--clear", str(venv), "--python", sys.executable], check=True
+        )
     subprocess.run([_uv(), "pip", "install", "--python", python, *packages], check=True)
+    wanted.write_text(listed)
     return path
 
 
 def ensure_langgraph_venv(venv: Path) -> Path:
-    graph_deps = ["langchain-openai", str(ROOT / "libs" / "sdk"), str(ROOT / "libs" / "langgraph")]
+    """LangGraph's dev server, with what the graphs it is compared on import (`langchain` v1:
+    create_agent and its middleware)."""
+    graph_deps = [
+        "langchain>=1.0",
+        "langchain-openai",
+        str(ROOT / "libs" / "sdk"),
+        str(ROOT / "libs" / "langgraph"),
+    ]
     return _venv(venv, "langgraph", ["langgraph-cli[inmem]", *graph_deps])
 
 

@@ -13,6 +13,14 @@ flow is asserted (stream, interrupt, resume, done) and the rest is measured, not
 does not promise it): the side-by-side table is printed in the session's summary and under -s,
 and written as JSON (.tether/test-reports/langgraph_sdk_servers.json).
 
+A second script checks fidelity on a graph nobody wrote for Tether (langgraph_graphs/
+fidelity_graphs.py, both servers loading it from one langgraph.json): LangChain v1's
+`create_agent` with the human-in-the-loop middleware, its model against the test kit's FakeOpenAI.
+On each server: every `messages-tuple` chunk carries the id of the AI message the state ends up
+with and the node whose `updates` wrote it (`model`), and the thread's state at the interrupt
+names the middleware's node in `next` and `tasks`; Tether's figures are asserted equal to
+`langgraph dev`'s. And an `@entrypoint` whose state is None, not a dict, runs through the mount.
+
 LangGraph's server runs from the benchmark's virtualenv (langgraph_compare.ensure_langgraph_venv,
 .tether/bench/langgraph-venv, ignored by git), created from PyPI on first use and kept."""
 
@@ -37,6 +45,8 @@ from langgraph_sdk.client import LangGraphClient
 from tether_common.auth import issue_token
 from tether_testkit import reports, stores
 from tether_testkit.agent_packages import env_with_path
+from tether_testkit.fake_llm import FakeCall, Reply
+from tether_testkit.fake_openai import FakeOpenAI
 from tether_testkit.node import run_node
 from tether_testkit.processes import LOG_DIR, Proc, free_port, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
@@ -44,6 +54,7 @@ from tether_testkit.secrets import TEST_SECRET
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 JS_SCRIPT = Path(__file__).parent / "js" / "langgraph_sdk_servers.mjs"
+FIDELITY_GRAPHS = Path(__file__).parent / "langgraph_graphs" / "fidelity_graphs.py"
 sys.path.insert(0, str(BENCH))
 
 from tether_bench.langgraph_compare import ensure_langgraph_venv  # noqa: E402
@@ -56,6 +67,9 @@ TOKENS = 12
 ASK = {"messages": [{"role": "user", "content": f"stream {TOKENS} deltas"}]}
 WRITE_PAUSE_S = 0.5  # inside the write: the second resume arrives while the first writes
 REPORT: dict[str, dict[str, Any]] = {}
+FIDELITY: dict[str, dict[str, Any]] = {}  # what the fidelity script saw, by server
+MAIL_MODES = ["values", "updates", "messages-tuple"]
+HITL_NODE = "HumanInTheLoopMiddleware.after_model"
 
 
 @dataclass
@@ -95,8 +109,39 @@ def provider(work: Path) -> Iterator[str]:
         log.close()
 
 
-def graph_env(provider: str, ledger: Path) -> dict[str, str]:
+def _mail_brain(body: dict[str, Any]) -> Reply:
+    """The `mail` graph's model: send_email first; once the tool's result is in, the answer."""
+    last = (body.get("messages") or [{}])[-1]
+    if last.get("role") == "tool":
+        return Reply(text="The email to Bob is sent.")
+    return Reply(
+        text="I will email Bob now.",
+        calls=[FakeCall("send_email", {"to": "bob@example.com", "subject": "lunch"})],
+    )
+
+
+@pytest.fixture(scope="module")
+async def mail_model() -> AsyncIterator[str]:
+    """The test kit's FakeOpenAI, in this process (both servers' `mail` graph call it)."""
+    async with FakeOpenAI(brain=_mail_brain) as llm:
+        yield llm.base_url
+
+
+def graphs_json(work: Path, with_lgcompare: bool) -> Path:
+    """A langgraph.json of the fidelity graphs (and the comparison graph, for langgraph dev)."""
+    graphs = {"mail": f"{FIDELITY_GRAPHS}:mail", "noop": f"{FIDELITY_GRAPHS}:noop"}
+    if with_lgcompare:
+        graphs[GRAPH] = f"{BENCH / 'tether_bench' / 'lgcompare_graph.py'}:graph"
+    folder = work / ("lgdev" if with_lgcompare else "tether-graphs")
+    folder.mkdir(exist_ok=True)
+    path = folder / "langgraph.json"
+    path.write_text(json.dumps({"dependencies": ["."], "graphs": graphs}))
+    return path
+
+
+def graph_env(provider: str, ledger: Path, mail_model: str) -> dict[str, str]:
     return {
+        "LGFIDELITY_OPENAI_BASE_URL": mail_model,
         "TETHER_OPENAI_BASE_URL": provider,
         "TETHER_OPENAI_API_KEY": "test",
         "LGCOMPARE_FILE": str(ledger),
@@ -105,7 +150,7 @@ def graph_env(provider: str, ledger: Path) -> dict[str, str]:
 
 
 def tether_server(
-    work: Path, provider: str, admin_dsn: str, base_env: dict[str, str]
+    work: Path, provider: str, mail_model: str, admin_dsn: str, base_env: dict[str, str]
 ) -> Iterator[Server]:
     import asyncpg
     from tether_runtime.store import grants
@@ -122,9 +167,9 @@ def tether_server(
     dsn = asyncio.run(fresh())
     ledger = work / "tether.txt"
     env = {**base_env, "DATABASE_URL": dsn}
+    agents = f"tether_bench.lgcompare:agent,{graphs_json(work, with_lgcompare=False)}"
     agent_env = env_with_path(
-        {**env, **graph_env(provider, ledger), "TETHER_AGENTS": "tether_bench.lgcompare:agent"},
-        BENCH,
+        {**env, **graph_env(provider, ledger, mail_model), "TETHER_AGENTS": agents}, BENCH
     )
     procs: list[Proc] = []
     try:
@@ -154,25 +199,21 @@ class Booting:
 
 
 @pytest.fixture(scope="module")
-def langgraph_dev(work: Path, provider: str) -> Iterator[Booting]:
+def langgraph_dev(work: Path, provider: str, mail_model: str) -> Iterator[Booting]:
     """`langgraph dev` started (not waited for) before Tether's processes: both boot at once."""
     exe = ensure_langgraph_venv(ROOT / ".tether" / "bench" / "langgraph-venv")
-    project = work / "lgdev"
-    project.mkdir()
-    graph = BENCH / "tether_bench" / "lgcompare_graph.py"
-    (project / "langgraph.json").write_text(
-        json.dumps({"dependencies": ["."], "graphs": {GRAPH: f"{graph}:graph"}})
-    )
+    config = graphs_json(work, with_lgcompare=True)
+    project = config.parent
     ledger = work / "langgraph-dev.txt"
     port = free_port()
     log = (LOG_DIR / "lgsdk-langgraph-dev.log").open("wb")
     proc = subprocess.Popen(
         [str(exe), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--config", str(project / "langgraph.json")],
+        + ["--port", str(port), "--config", str(config)],
         cwd=project,
         env={
             **os.environ,
-            **graph_env(provider, ledger),
+            **graph_env(provider, ledger, mail_model),
             "LANGSMITH_TRACING": "false",
             "LANGGRAPH_CLI_NO_ANALYTICS": "1",
         },
@@ -195,13 +236,14 @@ def server(
     request: pytest.FixtureRequest,
     work: Path,
     provider: str,
+    mail_model: str,
     admin_dsn: str,
     base_env: dict[str, str],
     langgraph_dev: Booting,
 ) -> Iterator[Server]:
     """Each server once per module (its tests grouped by pytest)."""
     if request.param == "tether":
-        yield from tether_server(work, provider, admin_dsn, base_env)
+        yield from tether_server(work, provider, mail_model, admin_dsn, base_env)
     else:
         _wait_http(f"{langgraph_dev.url}/ok", langgraph_dev.proc, 120)
         url = langgraph_dev.url
@@ -398,3 +440,109 @@ async def test_the_js_sdk_script_on_each_server(server: Server) -> None:
     assert r["resumesAnswered"] == 2 and same and r["resumedNewRun"], r["resumeErrors"]
     assert executions == 1
     assert r["runs"] == ["success", "success"]
+
+
+async def fidelity_script(s: Server) -> dict[str, Any]:
+    """The `mail` graph (create_agent + HITL) to its interrupt, the state there, an approval,
+    the final state; and the `noop` @entrypoint (a state that is None) by runs.wait."""
+    a = s.client(0)
+    seen: dict[str, Any] = {}
+    try:
+        t = (await a.threads.create())["thread_id"]
+        ask = {"messages": [{"role": "user", "content": "email Bob about lunch"}]}
+        parts = await collect(a.runs.stream(t, "mail", input=ask, stream_mode=MAIL_MODES))
+        paused = await a.threads.get_state(t)
+        approve = {"resume": {"decisions": [{"type": "approve"}]}}
+        parts += await collect(a.runs.stream(t, "mail", command=approve, stream_mode=MAIL_MODES))
+        final = await a.threads.get_state(t)
+        said = [p.data for p in parts if p.event == "messages"]
+        chunks = [
+            (m["id"], meta["langgraph_node"], m["content"])
+            for m, meta in said
+            if m.get("type") in ("AIMessageChunk", "ai") and m.get("content")
+        ]
+        # Messages not streamed but returned by a node (the tool's result), whole, by node.
+        seen["returned"] = [
+            (m["type"], meta["langgraph_node"], m["content"])
+            for m, meta in said
+            if m.get("type") not in ("AIMessageChunk", "ai")
+        ]
+        written: dict[str, str] = {}  # the node whose update first wrote each AI message
+        for p in parts:  # (the middleware's node writes the message again, approved)
+            for node, update in p.data.items() if p.event == "updates" else ():
+                for m in update.get("messages") or [] if isinstance(update, dict) else []:
+                    if m.get("type") == "ai":
+                        written.setdefault(m["id"], node)
+        seen["chunks"] = chunks
+        seen["written"] = written
+        seen["ai_ids"] = [m["id"] for m in final["values"]["messages"] if m["type"] == "ai"]
+        seen["ai_texts"] = [m["content"] for m in final["values"]["messages"] if m["type"] == "ai"]
+        seen["next"] = paused["next"]
+        seen["tasks"] = [(task["name"], bool(task["interrupts"])) for task in paused["tasks"]]
+        seen["interrupt_keys"] = (
+            sorted(paused["interrupts"][0]["value"]) if paused["interrupts"] else []
+        )
+        seen["final_next"] = final["next"]
+
+        t2 = (await a.threads.create())["thread_id"]
+        seen["noop_wait"] = await a.runs.wait(t2, "noop", input={"anything": 1})
+        seen["noop_state"] = (await a.threads.get_state(t2))["values"]
+        seen["noop_thread"] = (await a.threads.get(t2))["status"]
+    finally:
+        await a.aclose()
+    return seen
+
+
+async def test_a_create_agent_graph_streams_its_messages_and_nodes_as_langgraph(
+    server: Server,
+) -> None:
+    seen = await fidelity_script(server)
+    FIDELITY[server.name] = seen
+    chunk_ids = list(dict.fromkeys(i for i, _, _ in seen["chunks"]))
+    chunk_nodes = sorted({n for _, n, _ in seen["chunks"]})
+    REPORT.setdefault(server.name, {}).update(
+        {
+            "mail: AI messages streamed (chunk ids = state ids)": (
+                f"{len(set(chunk_ids) & set(seen['ai_ids']))}/{len(seen['ai_ids'])}"
+            ),
+            "mail: chunk langgraph_node": ",".join(chunk_nodes),
+            "mail: messages returned by a node": ",".join(
+                f"{k}@{n}" for k, n, _ in seen["returned"]
+            ),
+            "mail: state next at the interrupt": ",".join(seen["next"]),
+            "noop (@entrypoint, state None): runs.wait": repr(seen["noop_wait"]),
+        }
+    )
+    # Each chunk belongs to a message the final state has, by its id, and names the node whose
+    # update wrote that message; both AI messages were streamed, whole.
+    assert chunk_ids == seen["ai_ids"], (seen["chunks"], seen["ai_ids"])
+    for message_id, node, _ in seen["chunks"]:
+        assert seen["written"][message_id] == node == "model", (seen["chunks"], seen["written"])
+    for message_id, text in zip(seen["ai_ids"], seen["ai_texts"], strict=True):
+        assert "".join(c for i, _, c in seen["chunks"] if i == message_id) == text
+    assert seen["ai_texts"] == ["I will email Bob now.", "The email to Bob is sent."]
+    assert seen["returned"] == [("tool", "tools", "sent to bob@example.com: lunch")]
+    # At the interrupt the state names the middleware's node, whose task holds the interrupt.
+    assert seen["next"] == [HITL_NODE], seen["next"]
+    assert seen["tasks"] == [(HITL_NODE, True)], seen["tasks"]
+    assert seen["interrupt_keys"] == ["action_requests", "review_configs"]
+    assert seen["final_next"] == []
+    # A state that is no dict: through runs.wait and the thread's state.
+    assert seen["noop_wait"] is None and seen["noop_state"] is None, seen
+    assert seen["noop_thread"] == "idle"
+    # Tether and langgraph dev agree on all of it (the ids are each server's own).
+    other = next((v for k, v in FIDELITY.items() if k != server.name), None)
+    if other is not None:
+        keys = ("next", "tasks", "interrupt_keys", "ai_texts", "returned", "noop_wait")
+        for key in (*keys, "noop_state"):
+            assert seen[key] == other[key], (key, seen[key], other[key])
+        # The same text from the same nodes (LangGraph sends a chunk per token, Tether coalesces).
+        assert merged(seen["chunks"]) == merged(other["chunks"]), (seen["chunks"], other["chunks"])
+
+
+def merged(chunks: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    """Each streamed message's node and whole text, in order."""
+    out: dict[str, tuple[str, str]] = {}
+    for message_id, node, text in chunks:
+        out[message_id] = (node, out.get(message_id, (node, ""))[1] + text)
+    return list(out.values())

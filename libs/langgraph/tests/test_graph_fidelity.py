@@ -240,6 +240,12 @@ async def test_a_langgraph_json_graph_with_messages_and_a_human_interrupt(c: Cli
     assert json.loads(intr.payload.value_json)[0]["action_request"]["action"] == "restart"
     assert intr.payload.title == "restart" and intr.payload.details == "Restart the api service?"
     assert intr.payload.parameter_summary == "service=api"
+    # The node that asked and the nodes a resume runs, as LangGraph's state names them.
+    assert intr.payload.graph_node == "confirm" and list(intr.payload.graph_next) == ["confirm"]
+    # The text names its message (its id in the state) and the node that wrote it.
+    deltas = of_type(evs, "text_delta")
+    assert deltas and {(d.graph_message_id, d.graph_node) for d in deltas} == {("ai-1", "reply")}
+    assert all(d.graph_namespace.startswith("reply:") for d in deltas), deltas
     await decide(c, run.id, intr, events_pb2.DECISION_APPROVED)
     evs += await c.events(run.id, after=evs[-1].sequence)
     assert types(evs)[-1] == "done", types(evs)
@@ -253,6 +259,8 @@ async def test_a_langgraph_json_graph_with_messages_and_a_human_interrupt(c: Cli
     assert messages[1]["id"] == "ai-1" and messages[1]["tool_calls"] == []
     text = "".join(e.text_delta.delta for e in evs if types([e]) == ["text_delta"])
     assert text.startswith("hello ping"), text
+    after = {(d.graph_message_id, d.graph_node) for d in of_type(evs, "text_delta")}
+    assert after == {("ai-1", "reply"), ("ai-2", "confirm")}, after
     listed = await c.stub.ListMessages(
         pb.ListMessagesRequest(conversation_id=run.conversation_id), metadata=c.md, timeout=10
     )

@@ -10,10 +10,11 @@ import orjson
 import pytest
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.errors import InvalidArgument
-from tether_gateway.langgraph import answers, ids
+from tether_gateway.langgraph import answers, ids, messages, views
 from tether_gateway.langgraph.frames import Frame, StretchFrames
 from tether_gateway.langgraph.run_request import input_text, query_modes, run_request
 from tether_gateway.langgraph.stretches import stretches
+from tether_gateway.langgraph.thread_state import ThreadValues
 
 RUN = "run_1"
 ALL = frozenset({"values", "updates", "messages-tuple", "messages", "custom"})
@@ -402,3 +403,129 @@ def test_a_graph_runs_second_stretch_opens_with_the_state_it_continues_from() ->
         ("values", {"a": 1}),
     ]
     assert [f.cursor for f in out] == [(9, 0), (9, 1), (10, 0), (11, 0)]
+
+
+def graph_frames(events: list[events_pb2.RunEvent]) -> tuple[list[Frame], StretchFrames]:
+    conv = StretchFrames(
+        thread_id="t1", tether_run_id=RUN, stretch=0, history=[], modes=ALL, graph=True
+    )
+    return [f for e in events for f in conv.feed(e)], conv
+
+
+def test_a_graph_chunk_carries_the_graphs_message_id_and_node() -> None:
+    """As LangGraph streams it: the chunk's id is the message's id in the state, its metadata the
+    node that streamed it and the node's checkpoint namespace; without them (an older log), the
+    native mapping's."""
+    delta = events_pb2.TextDelta(
+        message_id="msg_1",
+        delta="Hi",
+        graph_message_id="lc_run--1",
+        graph_node="model",
+        graph_namespace="model:abc",
+    )
+    out, _ = graph_frames([ev(1, run_started=events_pb2.RunStarted()), ev(2, text_delta=delta)])
+    [chunk] = [f.data for f in out if f.event == "messages"]
+    assert chunk[0]["id"] == "lc_run--1" and chunk[0]["content"] == "Hi"
+    assert chunk[1]["langgraph_node"] == "model"
+    assert chunk[1]["langgraph_checkpoint_ns"] == chunk[1]["checkpoint_ns"] == "model:abc"
+    old = events_pb2.TextDelta(message_id="msg_1", delta="Hi")
+    out, _ = graph_frames([ev(1, run_started=events_pb2.RunStarted()), ev(2, text_delta=old)])
+    [chunk] = [f.data for f in out if f.event == "messages"]
+    assert chunk[0]["id"] == "msg_1" and chunk[1]["langgraph_node"] == "agent"
+    assert "checkpoint_ns" not in chunk[1]
+
+
+def test_a_message_a_node_returns_unstreamed_is_sent_whole_once() -> None:
+    """LangGraph's `messages` mode: a node's returned message that was neither streamed nor in
+    the state (the tools node's result) goes out whole with its node; a streamed one, or one the
+    state has (a middleware writing the AI message again), does not."""
+    human = {"type": "human", "content": "go", "id": "h1"}
+    ai = {"type": "ai", "content": "Hi", "id": "lc_run--1"}
+    result = {"type": "tool", "content": "sent", "id": "t1", "tool_call_id": "c1"}
+    update = orjson.dumps({"messages": [ai]}).decode()
+    out, _ = graph_frames(
+        [
+            ev(1, run_started=events_pb2.RunStarted()),
+            ev(
+                2,
+                graph_values=events_pb2.GraphValues(
+                    values_json=orjson.dumps({"messages": [human]}).decode()
+                ),
+            ),
+            ev(
+                3,
+                text_delta=events_pb2.TextDelta(
+                    delta="Hi", graph_message_id="lc_run--1", graph_node="model"
+                ),
+            ),
+            ev(4, graph_update=events_pb2.GraphUpdate(node="model", update_json=update)),
+            ev(5, graph_update=events_pb2.GraphUpdate(node="hitl", update_json=update)),
+            ev(
+                6,
+                graph_update=events_pb2.GraphUpdate(
+                    node="echo",
+                    update_json='{"messages": [{"type": "human", "content": "go", "id": "h1"}]}',
+                ),
+            ),
+            ev(
+                7,
+                graph_update=events_pb2.GraphUpdate(
+                    node="tools", update_json=orjson.dumps({"messages": [result]}).decode()
+                ),
+            ),
+            ev(
+                8,
+                graph_update=events_pb2.GraphUpdate(
+                    node="tools", update_json=orjson.dumps([{"messages": result}]).decode()
+                ),
+            ),
+        ]
+    )
+    said = [(f.data[0]["id"], f.data[1]["langgraph_node"]) for f in out if f.event == "messages"]
+    assert said == [("lc_run--1", "model"), ("t1", "tools")]
+    [whole] = [f.data[0] for f in out if f.event == "messages" and f.data[0]["id"] == "t1"]
+    assert whole == result
+
+
+def test_a_graph_state_that_is_no_dict() -> None:
+    """An @entrypoint's state (its value) may be None: sent as it is; at an interrupt the
+    interrupts alone."""
+    card = resources_pb2.InterruptPayload(value_json='"ok?"')
+    out, conv = graph_frames(
+        [
+            ev(1, run_started=events_pb2.RunStarted()),
+            ev(2, graph_values=events_pb2.GraphValues(values_json="null")),
+            ev(
+                3,
+                interrupt=events_pb2.InterruptRaised(
+                    interrupt_id="int_1", kind=CONFIRM, payload=card
+                ),
+            ),
+        ]
+    )
+    values = [f.data for f in out if f.event == "values"]
+    assert values[0] is None
+    assert values[1] == {"__interrupt__": [{"value": "ok?", "id": messages.interrupt_id("int_1")}]}
+    out, conv = graph_frames(
+        [
+            ev(1, run_started=events_pb2.RunStarted()),
+            ev(2, graph_values=events_pb2.GraphValues(values_json="null")),
+            ev(3, done=events_pb2.Done(output_json="null")),
+        ]
+    )
+    assert conv.done and conv.values() is None
+
+
+def test_the_state_at_a_graph_interrupt_names_its_nodes() -> None:
+    """`next` and `tasks` as LangGraph's: the nodes a resume runs, the one that asked holding
+    the interrupt; a native agent's interrupt is its `agent` node's."""
+    raised = [{"value": "ok?", "id": "i" * 32}]
+    hitl = "HumanInTheLoopMiddleware.after_model"
+    graph = views.state_json("t1", ThreadValues({}, raised, hitl, ["side", hitl]), None)
+    assert graph["next"] == ["side", hitl]
+    assert [(t["name"], t["interrupts"]) for t in graph["tasks"]] == [("side", []), (hitl, raised)]
+    assert graph["tasks"][1]["id"] == raised[0]["id"] != graph["tasks"][0]["id"]
+    native = views.state_json("t1", ThreadValues({"messages": []}, raised), None)
+    assert native["next"] == ["agent"] and native["tasks"][0]["interrupts"] == raised
+    done = views.state_json("t1", ThreadValues(None), None)
+    assert done["next"] == [] and done["tasks"] == [] and done["values"] is None

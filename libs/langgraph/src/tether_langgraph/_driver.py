@@ -3,8 +3,9 @@ continue the graph from Tether's checkpoint, convert its streams into Tether's e
 its `interrupt()` into a Tether interrupt.
 
 Streams (stream_mode ["messages", "updates", "values", "custom"]), converted:
-- `messages`: the text of AI message chunks -> `text_delta` (the host coalesces); a whole AI
-  message whose chunks were streamed already is skipped by its id.
+- `messages`: the text of AI message chunks -> `text_delta` (the host coalesces), with the
+  message's id, its node and checkpoint namespace as LangGraph's metadata names them; a whole
+  AI message whose chunks were streamed already is skipped by its id.
 - `updates`: each node's update -> `graph_update` (as JSON, messages as LangGraph's server
   sends them: _json.py); besides, an AI message's tool calls -> `tool_started`, a ToolMessage
   -> `tool_finished`, paired by the tool call id; the host announces each id once, whatever is
@@ -100,7 +101,7 @@ class GraphRun:
             given = self.host.graph_input
             graph_input = given if given is not None else self.agent.input(self.host.user_text)
         elif state.interrupts:
-            graph_input = await self._answer(state.interrupts[0])
+            graph_input = await self._answer(state)
         elif state.next:
             graph_input = None  # a worker stopped mid-graph: continue from the checkpoint
         else:
@@ -115,7 +116,7 @@ class GraphRun:
                     raise RuntimeError("the graph stopped without an interrupt()")
                 await self._finish(state.values)
                 return
-            graph_input = await self._answer(state.interrupts[0])
+            graph_input = await self._answer(state)
         raise RuntimeError("the graph kept asking the same question")
 
     async def _stream(self, graph_input: Any, state: Any, *, continues: bool) -> None:
@@ -142,11 +143,13 @@ class GraphRun:
 
     # -- interrupts --------------------------------------------------------------------------
 
-    async def _answer(self, interrupt: Any) -> Any:
-        """The Command that resumes `interrupt` with a person's answer; a question nobody has
-        answered yet is raised (persisted, announced) and the run pauses."""
+    async def _answer(self, state: Any) -> Any:
+        """The Command that resumes the state's (first) interrupt with a person's answer; a
+        question nobody has answered yet is raised (persisted, announced, with the node that
+        asked and the nodes a resume runs) and the run pauses."""
         from langgraph.types import Command
 
+        interrupt = state.interrupts[0]
         question: Question = question_of(interrupt.value)
         key = interrupt_key(interrupt.id, interrupt.value)
         answer = await self.host.answer(key)
@@ -159,6 +162,8 @@ class GraphRun:
                 action=question.action,
                 scope=question.scope,
                 value=plain(interrupt.value),
+                node=_asking_node(state, interrupt.id),
+                next_nodes=[str(n) for n in state.next or ()],
             )
         value = resume_value(question, answer)
         if value is UNANSWERED:
@@ -173,8 +178,8 @@ class GraphRun:
 
     async def _on(self, mode: str, chunk: Any) -> None:
         if mode == "messages":
-            message, _meta = chunk
-            await self._message(message)
+            message, meta = chunk
+            await self._message(message, meta if isinstance(meta, dict) else {})
         elif mode == "updates":
             finished = False
             for node, update in (chunk or {}).items():
@@ -202,7 +207,7 @@ class GraphRun:
         self._reshown = False
         return self._step + 1
 
-    async def _message(self, message: Any) -> None:
+    async def _message(self, message: Any, meta: dict[str, Any]) -> None:
         from langchain_core.messages import AIMessage, AIMessageChunk
 
         if not isinstance(message, AIMessage | AIMessageChunk):
@@ -211,7 +216,12 @@ class GraphRun:
             return  # its chunks were streamed
         if message.id:
             self._streamed_ids.add(message.id)
-        await self.host.text(_text(message.content))
+        await self.host.text(
+            _text(message.content),
+            message_id=str(message.id or ""),
+            node=str(meta.get("langgraph_node") or ""),
+            namespace=str(meta.get("langgraph_checkpoint_ns") or ""),
+        )
 
     async def _update(self, update: Any) -> None:
         from langchain_core.messages import AIMessage, ToolMessage
@@ -265,6 +275,14 @@ _PROGRESS_KEYS = frozenset({"progress", "fraction", "text"})
 # Keys of an `updates` chunk that are no node: the step's interrupts, and LangGraph's metadata
 # ({"cached": True} on the updates of a step's finished nodes, re-sent when it continues).
 _NOT_NODES = frozenset({INTERRUPT_KEY, "__metadata__"})
+
+
+def _asking_node(state: Any, interrupt_id: str) -> str:
+    """The name of the task (node) of the state whose interrupt this is."""
+    for task in state.tasks or ():
+        if any(i.id == interrupt_id for i in task.interrupts or ()):
+            return str(task.name)
+    return ""
 
 
 def _messages_of(update: Any) -> list[Any]:

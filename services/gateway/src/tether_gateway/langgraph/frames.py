@@ -10,8 +10,10 @@ Modes: `values` (the state after each step), `updates` ({node: update}; an inter
 
 A graph agent's run carries LangGraph's own stream (GraphValues, GraphUpdate, CustomData: sent
 as they are; the runtime sends each step's once, so a stretch after a pause opens with the state
-it continues from, sent from here); a native agent's is built from its events (ToolStarted / ToolFinished as the
-`agent` and `tools` nodes' updates, the state as `{"messages": [...]}`)."""
+it continues from, sent from here), and its text deltas name the message (its id in the state)
+and the node as LangGraph's `messages` stream does; a native agent's is built from its events
+(ToolStarted / ToolFinished as the `agent` and `tools` nodes' updates, the state as
+`{"messages": [...]}`)."""
 
 from __future__ import annotations
 
@@ -70,13 +72,18 @@ class StretchFrames:
         self.modes = modes
         self.after = after
         self.graph = graph
-        self.graph_state: dict[str, Any] = {"messages": list(history)}
+        self.graph_state: Any = {"messages": list(history)}
         self.state: list[dict[str, Any]] = list(history)
         self.interrupts: list[dict[str, Any]] = []
+        # A graph's interrupt: the node that asked and the nodes a resume runs (LangGraph's
+        # task name and state `next`); empty for a native agent's.
+        self.asking: tuple[str, list[str]] = ("", [])
         self.stretch = 0
         self.open = True  # the current stretch has not ended yet
         self.done = False
         self.pending: _Pending | None = None
+        # A graph's message ids streamed or in a state already (not sent again as messages).
+        self._seen_messages: set[str] = set()
         self._out: list[Frame] = []
         self._seq = 0
         self._k = 0
@@ -91,8 +98,14 @@ class StretchFrames:
         if (mode == "" or mode in self.modes) and cursor > self.after:
             self._out.append(Frame(cursor, event, data))
 
-    def values(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.graph_state) if self.graph else {"messages": self.state}
+    def values(self) -> Any:
+        """The state as LangGraph's `values` shows it: a dict with the pending interrupts under
+        `__interrupt__`; a graph's state that is no dict (an @entrypoint's value: None, a
+        string, a list) as it is, or `{"__interrupt__": [...]}` alone at an interrupt."""
+        state: Any = self.graph_state if self.graph else {"messages": self.state}
+        if not isinstance(state, dict):
+            return {"__interrupt__": list(self.interrupts)} if self.interrupts else state
+        out = dict(state)
         if self.interrupts:
             out["__interrupt__"] = list(self.interrupts)
         return out
@@ -101,8 +114,11 @@ class StretchFrames:
         self._emit("updates", "updates", {node: update})
         self._emit("values", "values", self.values())
 
-    def _meta(self, node: str) -> dict[str, Any]:
-        return {"langgraph_node": node, "run_id": self.run_id, "thread_id": self.thread_id}
+    def _meta(self, node: str, namespace: str = "") -> dict[str, Any]:
+        meta = {"langgraph_node": node, "run_id": self.run_id, "thread_id": self.thread_id}
+        if namespace:  # a graph's: its node's checkpoint namespace, under both of LangGraph's keys
+            meta["langgraph_checkpoint_ns"] = meta["checkpoint_ns"] = namespace
+        return meta
 
     # -- input --
 
@@ -114,6 +130,7 @@ class StretchFrames:
             self.stretch += 1
             self.open = True
             self.interrupts = []
+            self.asking = ("", [])
             self._emit("", "metadata", {"run_id": self.run_id, "attempt": 1})
             if self.graph:  # as LangGraph's resumed run: first the state it continues from
                 self._emit("values", "values", self.values())
@@ -144,10 +161,18 @@ class StretchFrames:
         kind = ev.WhichOneof("event")
         if kind == "graph_values":
             self.graph_state = orjson.loads(ev.graph_values.values_json or "{}")
+            self._seen_messages.update(_message_ids(self.graph_state))
             self._emit("values", "values", self.values())
         elif kind == "graph_update":
+            node = ev.graph_update.node
             update = orjson.loads(ev.graph_update.update_json or "null")
-            self._emit("updates", "updates", {ev.graph_update.node: update})
+            self._emit("updates", "updates", {node: update})
+            # As LangGraph's `messages` mode: a message a node returns that was neither streamed
+            # nor in the state before (e.g. the `tools` node's ToolMessage), whole, with its node.
+            for m in _messages_in(update):
+                if m["id"] not in self._seen_messages:
+                    self._seen_messages.add(m["id"])
+                    self._emit("messages-tuple", "messages", [m, self._meta(node)])
         elif kind == "custom_data":
             self._emit("custom", "custom", orjson.loads(ev.custom_data.data_json or "null"))
         elif kind == "done" and ev.done.output_json:
@@ -181,13 +206,16 @@ class StretchFrames:
             "id": messages.interrupt_id(i.interrupt_id),
         }
         self.interrupts = [raised]
+        self.asking = (i.payload.graph_node, list(i.payload.graph_next))
         self._emit("updates", "updates", {"__interrupt__": [raised]})
         self._emit("values", "values", self.values())
 
     def _text(self, d: events_pb2.TextDelta) -> None:
-        if self.graph:  # a graph's messages are in its state: only the chunks are streamed
-            meta = self._meta(AGENT_NODE)
-            chunk = messages.ai_chunk(d.delta, d.message_id)
+        if self.graph:  # a graph's messages are in its state: only the chunks are streamed,
+            # with the id of the message in the state and the node that streams it
+            meta = self._meta(d.graph_node or AGENT_NODE, d.graph_namespace)
+            chunk = messages.ai_chunk(d.delta, d.graph_message_id or d.message_id)
+            self._seen_messages.add(chunk["id"])
             self._emit("messages-tuple", "messages", [chunk, meta])
             return
         pending = self.pending
@@ -219,3 +247,23 @@ class StretchFrames:
         if pending.announced:
             self._emit("messages", "messages/complete", [message])
         self._step(AGENT_NODE, {"messages": [message]})
+
+
+def _message_ids(state: Any) -> set[str]:
+    """The ids of the messages in a graph's state (its `messages` key)."""
+    found = state.get("messages") if isinstance(state, dict) else None
+    if not isinstance(found, list):
+        return set()
+    return {str(m["id"]) for m in found if isinstance(m, dict) and m.get("id")}
+
+
+def _messages_in(update: Any) -> list[dict[str, Any]]:
+    """The messages (with an id) a node's update writes: a dict's `messages`, one or a list."""
+    if isinstance(update, list):
+        return [m for u in update for m in _messages_in(u)]
+    found = update.get("messages") if isinstance(update, dict) else None
+    if isinstance(found, dict):
+        found = [found]
+    if not isinstance(found, list):
+        return []
+    return [m for m in found if isinstance(m, dict) and m.get("id") and m.get("type")]

@@ -39,6 +39,12 @@ def stretch_of(tether_run_id: str, run_id: str, most: int) -> int | None:
     return None
 
 
+def task_id(interrupt_id: str, n: int) -> str:
+    """The id of the n-th task of a state at an interrupt that is not the one that asked (that
+    one's id is the interrupt's), in LangGraph's 32 hex digits."""
+    return uuid.uuid5(NAMESPACE, f"task:{interrupt_id}/{n}").hex
+
+
 def event_id(sequence: int, k: int) -> str:
     return f"{sequence}-{k}"
 

@@ -122,7 +122,7 @@ async def serve_stream(
 
 async def final_values(
     gw: GatewayState, caller: Caller, thread_id: str, run: resources_pb2.Run, stretch: int
-) -> dict[str, Any]:
+) -> Any:
     """runs.wait / runs.join: the state when the stretch ends (with `__interrupt__` at an
     interrupt; `__error__` when the run failed)."""
     history = await lookup.history(gw.client(), caller.credential, run)
@@ -144,5 +144,7 @@ async def final_values(
                 break
     values = frames.values()
     if error is not None:
-        values["__error__"] = error
+        values = (
+            {**values, "__error__": error} if isinstance(values, dict) else {"__error__": error}
+        )
     return values

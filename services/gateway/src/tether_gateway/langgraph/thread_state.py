@@ -3,6 +3,7 @@ run's log replayed over the messages before it (frames.py, sending nothing)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from tether.runtime.v1 import resources_pb2
@@ -12,12 +13,23 @@ from tether_gateway.langgraph.frames import StretchFrames
 from tether_gateway.runtime_client import Credential, RuntimeClient
 
 
+@dataclass(frozen=True)
+class ThreadValues:
+    """A thread's state: its values (a dict, or a graph's state that is no dict as it is), the
+    pending interrupts (empty unless the run waits on one) and, for a graph's interrupt, the
+    node that asked and the nodes a resume runs (empty: the native mapping's)."""
+
+    values: Any
+    interrupts: list[dict[str, Any]] = field(default_factory=list)
+    asking: str = ""
+    next: list[str] = field(default_factory=list)
+
+
 async def thread_values(
     client: RuntimeClient, token: Credential, thread_id: str, latest: resources_pb2.Run | None
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The state's values and the pending interrupts (empty unless the run waits on one)."""
+) -> ThreadValues:
     if latest is None:
-        return {}, []
+        return ThreadValues({})
     events = await lookup.read_log(client, token, latest)
     frames = StretchFrames(
         thread_id=thread_id,
@@ -30,7 +42,14 @@ async def thread_values(
     for ev in events:
         frames.feed(ev)
     interrupted = latest.status == resources_pb2.RUN_STATUS_INTERRUPTED
-    interrupts = frames.interrupts if interrupted else []
+    if not interrupted:
+        frames.interrupts = []
     values = frames.values()
-    values.pop("__interrupt__", None)
-    return values, interrupts
+    if isinstance(values, dict):
+        values.pop("__interrupt__", None)
+        if frames.graph and not isinstance(frames.graph_state, dict):
+            values = frames.graph_state  # {"__interrupt__": ...} alone: the state is no dict
+    if not interrupted:
+        return ThreadValues(values)
+    asking, next_nodes = frames.asking
+    return ThreadValues(values, frames.interrupts, asking, next_nodes)

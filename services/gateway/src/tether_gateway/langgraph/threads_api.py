@@ -63,8 +63,8 @@ async def get(request: web.Request) -> web.Response:
     req = rs.GetConversationRequest(conversation_id=thread_id)
     conv = (await client.get_conversation(req, caller.credential)).conversation
     latest = await lookup.latest_run(client, caller.credential, thread_id)
-    values, interrupts = await thread_values(client, caller.credential, thread_id, latest)
-    return web.json_response(thread_json(conv, latest, values, interrupts))
+    tv = await thread_values(client, caller.credential, thread_id, latest)
+    return web.json_response(thread_json(conv, latest, tv.values, tv.interrupts))
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -111,8 +111,8 @@ async def get_state(request: web.Request) -> web.Response:
     thread_id = request.match_info["thread_id"]
     client = gw.client()
     latest = await lookup.latest_run(client, caller.credential, thread_id)
-    values, interrupts = await thread_values(client, caller.credential, thread_id, latest)
-    return web.json_response(state_json(thread_id, values, interrupts, latest))
+    tv = await thread_values(client, caller.credential, thread_id, latest)
+    return web.json_response(state_json(thread_id, tv, latest))
 
 
 async def history(request: web.Request) -> web.Response:
@@ -122,8 +122,8 @@ async def history(request: web.Request) -> web.Response:
     thread_id = request.match_info["thread_id"]
     client = gw.client()
     latest = await lookup.latest_run(client, caller.credential, thread_id)
-    values, interrupts = await thread_values(client, caller.credential, thread_id, latest)
-    return web.json_response([state_json(thread_id, values, interrupts, latest)])
+    tv = await thread_values(client, caller.credential, thread_id, latest)
+    return web.json_response([state_json(thread_id, tv, latest)])
 
 
 def add_routes(app: web.Application) -> None:

@@ -11,6 +11,7 @@ from tether_common.event_json import timestamp_json
 from tether_gateway.langgraph import ids
 from tether_gateway.langgraph.frames import AGENT_NODE
 from tether_gateway.langgraph.lookup import LgRun
+from tether_gateway.langgraph.thread_state import ThreadValues
 
 _THREAD_STATUS = {
     resources_pb2.RUN_STATUS_QUEUED: "busy",
@@ -47,7 +48,7 @@ def thread_status(latest: resources_pb2.Run | None) -> str:
 def thread_json(
     conv: resources_pb2.Conversation,
     latest: resources_pb2.Run | None,
-    values: dict[str, Any] | None = None,
+    values: Any = None,
     interrupts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     # Keyed by the task that waits, as the state's `tasks` name it (the interrupt's id).
@@ -58,7 +59,7 @@ def thread_json(
         "updated_at": timestamp_json(conv.update_time),
         "metadata": {"title": conv.title} if conv.title else {},
         "status": thread_status(latest),
-        "values": values or {},
+        "values": {} if values is None else values,
         "interrupts": pending,
         "config": {},
     }
@@ -84,29 +85,37 @@ def run_json(lg: LgRun) -> dict[str, Any]:
 
 
 def state_json(
-    thread_id: str,
-    values: dict[str, Any],
-    interrupts: list[dict[str, Any]],
-    latest: resources_pb2.Run | None,
+    thread_id: str, tv: ThreadValues, latest: resources_pb2.Run | None
 ) -> dict[str, Any]:
+    """At an interrupt, `next` and `tasks` name the graph's nodes as LangGraph does (the nodes a
+    resume runs; the task that asked holds the interrupts); a native agent's interrupt is its
+    `agent` node's."""
     checkpoint_id = f"{latest.id}:{latest.last_sequence}" if latest is not None else ""
-    tasks = []
-    if interrupts:
+    interrupts = tv.interrupts
+    asking = tv.asking or AGENT_NODE
+    next_nodes = (list(tv.next) or [asking]) if interrupts else []
+    tasks: list[dict[str, Any]] = []
+    for name in next_nodes:
+        mine = bool(interrupts) and name == asking and not any(t["interrupts"] for t in tasks)
+        task_id = interrupts[0]["id"] if mine else ids.task_id(interrupts[0]["id"], len(tasks))
         tasks.append(
             {
-                "id": interrupts[0]["id"],
-                "name": AGENT_NODE,
+                "id": task_id,
+                "name": name,
                 "path": [],
                 "error": None,
-                "interrupts": interrupts,
+                "interrupts": interrupts if mine else [],
                 "checkpoint": None,
                 "state": None,
                 "result": None,
             }
         )
+    values = tv.values
+    if isinstance(values, dict):
+        values = {k: v for k, v in values.items() if k != "__interrupt__"}
     return {
-        "values": {k: v for k, v in values.items() if k != "__interrupt__"},
-        "next": [AGENT_NODE] if interrupts else [],
+        "values": values,
+        "next": next_nodes,
         "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id},
         "metadata": {},
         "created_at": timestamp_json(latest.update_time) if latest is not None else None,

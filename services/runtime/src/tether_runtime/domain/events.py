@@ -29,8 +29,25 @@ def run_started(conversation_id: str) -> RunEvent:
     return RunEvent(run_started=events_pb2.RunStarted(conversation_id=conversation_id))
 
 
-def text_delta(message_id: str, delta: str) -> RunEvent:
-    return RunEvent(text_delta=events_pb2.TextDelta(message_id=message_id, delta=delta))
+def text_delta(
+    message_id: str,
+    delta: str,
+    *,
+    graph_message_id: str = "",
+    graph_node: str = "",
+    graph_namespace: str = "",
+) -> RunEvent:
+    """`graph_*`: a graph agent's text, as LangGraph streams it (its message's id, its node and
+    the node's checkpoint namespace)."""
+    return RunEvent(
+        text_delta=events_pb2.TextDelta(
+            message_id=message_id,
+            delta=delta,
+            graph_message_id=graph_message_id,
+            graph_node=graph_node,
+            graph_namespace=graph_namespace,
+        )
+    )
 
 
 def tool_started(call_id: str, tool: str, args_summary: str) -> RunEvent:
@@ -80,6 +97,9 @@ def payload_message(payload: dict[str, Any]) -> resources_pb2.InterruptPayload:
         preview=payload.get("preview", ""),
         # A graph's interrupt(value), whole (masked with the card): absent from native cards.
         value_json=json_text(payload["value"]) if "value" in payload else "",
+        # A graph's interrupt: the node that asked, and the nodes a resume runs.
+        graph_node=str(payload.get("graph_node") or ""),
+        graph_next=[str(n) for n in payload.get("graph_next") or []],
     )
 
 

@@ -82,6 +82,7 @@ class DrivenRun:
     def __init__(self, x: DrivenHost) -> None:
         self.x = x
         self._pending_text = ""
+        self._pending_source = ("", "", "")  # the graph's message id, node, namespace
         self._last_flush = time.monotonic()
         # The graph events earlier executions of the run sent (by _graph_key), read once, and
         # this execution's.
@@ -169,17 +170,29 @@ class DrivenRun:
 
     # -- events ------------------------------------------------------------------------------
 
-    async def text(self, delta: str) -> None:
+    async def text(
+        self, delta: str, *, message_id: str = "", node: str = "", namespace: str = ""
+    ) -> None:
         """Streamed answer text; coalesced like a native model step's. After a takeover (or a
         resume) the node in progress runs again from its start: the text it already streamed
         (counted since the last finished node) is skipped by length, as for a native
-        deterministic model; a model that answers differently the second time shows a seam."""
+        deterministic model; a model that answers differently the second time shows a seam.
+
+        `message_id`, `node`, `namespace`: where the graph says the text belongs (its message's
+        id, the node streaming it, the node's checkpoint namespace), carried by each
+        `text_delta`: text of another message or node is never coalesced with the text before
+        it. (A re-run node's model call gets a new message id from LangChain: after a takeover
+        the text streamed before it kept the first id.)"""
         if self.x.resume_skip and delta:
             n = min(self.x.resume_skip, len(delta))
             self.x.resume_skip -= n
             delta = delta[n:]
         if not delta:
             return
+        source = (message_id, node, namespace)
+        if source != self._pending_source:
+            await self.flush()
+            self._pending_source = source
         self._pending_text += delta
         if time.monotonic() - self._last_flush >= self.x.coalesce_s:
             await self.flush()
@@ -190,7 +203,15 @@ class DrivenRun:
         if not piece:
             return
         self.x.checkpoint.text += piece
-        await self.x.emit([ev.text_delta(self.x.checkpoint.message_id, piece)], streamed=len(piece))
+        message_id, node, namespace = self._pending_source
+        delta = ev.text_delta(
+            self.x.checkpoint.message_id,
+            piece,
+            graph_message_id=message_id,
+            graph_node=node,
+            graph_namespace=namespace,
+        )
+        await self.x.emit([delta], streamed=len(piece))
         await self.x.stop_if_cancelled()
 
     async def node_done(self) -> None:
@@ -311,6 +332,8 @@ class DrivenRun:
         action: str = "",
         scope: str = "",
         value: Any = NO_VALUE,
+        node: str = "",
+        next_nodes: tuple[str, ...] | list[str] = (),
     ) -> NoReturn:
         """Persist an interrupt (its tool-call row under `key`, the interrupt, the checkpoint and
         the run's `interrupted` status in one transaction), then announce it; the run pauses.
@@ -320,7 +343,9 @@ class DrivenRun:
         provide_input or `options` for select_option), checked as a model's question is, and
         any of the card's target, parameter_summary, reason, preview. `value`: what the graph
         passed to `interrupt()` (plain JSON), kept whole on the card (`value_json`); such an
-        interrupt also takes an approve or a reject, or an exact resume value (resume.py)."""
+        interrupt also takes an approve or a reject, or an exact resume value (resume.py).
+        `node`, `next_nodes`: a graph's node that asked and the nodes a resume runs (LangGraph's
+        task name and state `next`), on the card (`graph_node`, `graph_next`)."""
         if kind not in KINDS:
             raise RunFailure(
                 "INVALID_INTERRUPT", f"an interrupt's kind must be one of {sorted(KINDS)}"
@@ -339,6 +364,10 @@ class DrivenRun:
             args = fields
         if value is not NO_VALUE:
             payload["value"] = value  # masked with the card (cards.pause)
+        if node:
+            payload["graph_node"] = node
+        if next_nodes:
+            payload["graph_next"] = [str(n) for n in next_nodes]
         await self.flush()
         run_id = self.run_id
 
