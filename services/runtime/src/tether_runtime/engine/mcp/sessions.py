@@ -27,6 +27,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from tether_common.redaction import redact
 from tether_sdk import MCPServer
+from tether_sdk._context import Ask
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,9 @@ class Connection:
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._broken = False
+        self._askers: dict[int, Ask | None] = {}
+        """Calls in flight (by a number of this process), each with its way to ask a person."""
+        self._calls = 0
         self.connects = 0
         """How many times this process connected (1 at load; more after reconnections)."""
 
@@ -114,6 +118,8 @@ class Connection:
         common: dict[str, Any] = {
             "message_handler": self._on_message,
             "logging_callback": self._on_log,
+            # Declares the elicitation capability: a server's question is put to a person.
+            "elicitation_callback": self._on_elicit,
             "client_info": mcp_types.Implementation(name="tether", version="0.1.0"),
             "cache": None,  # a tools/call is never served from a cache
         }
@@ -231,6 +237,36 @@ class Connection:
         )
         log.log(level, "MCP server %r: %s", self.server.name, redact(str(params.data))[:2000])
 
+    async def _on_elicit(
+        self, context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        """`elicitation/create`: a provide_input card for a person (held_questions.py), its form
+        the requested schema; their answer goes back as MCP's accept, decline or cancel. MCP
+        does not say which call a server's request belongs to: it is put to a person only while
+        one call is in flight on this connection (else cancelled, and said so in the log)."""
+        name = self.server.name
+        if not isinstance(params, mcp_types.ElicitRequestFormParams):
+            log.warning("MCP server %r asked for a URL elicitation: not supported, cancelled", name)
+            return mcp_types.ElicitResult(action="cancel")
+        askers = list(self._askers.values())
+        if len(askers) != 1 or askers[0] is None:
+            log.warning(
+                "MCP server %r asked a question while %d calls were in flight: it cannot be "
+                "told whose run it belongs to; cancelled",
+                name,
+                len(askers),
+            )
+            return mcp_types.ElicitResult(action="cancel")
+        action, content = await askers[0](
+            f"{name} asks",
+            redact(params.message)[:2000],
+            dict(params.requested_schema),
+            self.server.elicitation_timeout_s,
+        )
+        if action != "accept":
+            return mcp_types.ElicitResult(action=action)  # type: ignore[arg-type]
+        return mcp_types.ElicitResult(action="accept", content=content)
+
     # -- calls ----------------------------------------------------------------------------------
 
     async def list_tools(self, within_s: float) -> list[mcp_types.Tool]:
@@ -254,10 +290,15 @@ class Connection:
         meta: dict[str, Any],
         within_s: float,
         progress: Progress | None = None,
+        ask: Ask | None = None,
     ) -> mcp_types.CallToolResult:
         """One `tools/call`. Unavailable: never sent. ConnectionLost: sent, and the connection
-        dropped before the answer. MCPError: the server answered with a protocol error."""
+        dropped before the answer. MCPError: the server answered with a protocol error. `ask`:
+        how the call puts a server's question to a person."""
         client = await self.client(within_s)
+        self._calls += 1
+        number = self._calls
+        self._askers[number] = ask
         try:
             return await client.call_tool(
                 name,
@@ -278,6 +319,8 @@ class Connection:
                 f"the connection to MCP server {self.server.name!r} failed during the call: "
                 f"{type(err).__name__}"
             ) from None
+        finally:
+            self._askers.pop(number, None)
 
     async def close(self) -> None:
         async with self._lock:
