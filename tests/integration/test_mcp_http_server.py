@@ -365,3 +365,27 @@ async def test_elicitation_is_a_card_answered_on_another_pod(env, procs, server)
     finally:
         await http.close()
         await c.close()
+
+
+async def test_a_refused_connection_is_not_a_call(env, procs, server):
+    """The server gone before a write is sent (its port refuses the connection): nothing was
+    sent, so nothing happened: MCP_SERVER_UNAVAILABLE, a failed call the model sees, no
+    outcome_unknown card. A write whose connection is lost after it was sent is the other case
+    (test_each_kind_of_tool_and_a_server_that_hangs_or_dies: outcome_unknown)."""
+    server.start()
+    rt = start_runtime(env, name="mcp-http-refused-rt")
+    procs.append(rt)
+    c = Client(rt.addr, token(TEST_SECRET, "alice"))
+    try:
+        evs = await c.events(await _start(c, _call("web__lookup", q="alpha")))
+        assert "found alpha" in _said(evs), _said(evs)  # connected, the session in use
+        run_id, intr = await _card(c, _call("web__plain_send", to="frank"))
+        server.stop()  # the port refuses connections from now on
+        await c.resume(run_id, intr.interrupt.interrupt_id)
+        rest = await c.events(run_id, after=intr.sequence, until="interrupt")
+        assert types(rest)[-1] == "done", "nothing to decide: it was not sent: " + str(types(rest))
+        said = _said(rest)
+        assert "web__plain_send ended: error" in said and "MCP_SERVER_UNAVAILABLE" in said, said
+        assert server.rows("plain_send", "call") == []
+    finally:
+        await c.close()

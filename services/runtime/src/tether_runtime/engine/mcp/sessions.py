@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from tether_common.redaction import redact
-from tether_sdk import MCPServer
+from tether_sdk import IDEMPOTENCY_META_KEY, MCPServer
 from tether_sdk._context import Ask
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,35 @@ def stdio_parameters(
     )
 
 
+class _NoteRefusals(httpx2.AsyncHTTPTransport):
+    """httpx's own transport, noting each request that could not even connect (ConnectError:
+    no byte of it reached the server) by the Tether key in its `_meta`: a write whose request
+    was refused is known not to have happened (MCP_SERVER_UNAVAILABLE), unlike one whose
+    connection was lost after it was sent (Uncertain)."""
+
+    def __init__(self, refused: set[str]) -> None:
+        super().__init__()
+        self.refused = refused
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx2.ConnectError:
+            key = _key_of(request)
+            if key is not None:
+                self.refused.add(key)
+            raise
+
+
+def _key_of(request: httpx2.Request) -> str | None:
+    try:
+        body = json.loads(request.content or b"null")
+        found = body["params"]["_meta"][IDEMPOTENCY_META_KEY]
+    except (ValueError, TypeError, KeyError, httpx2.RequestNotRead):
+        return None
+    return found if isinstance(found, str) else None
+
+
 class Connection:
     """A server's session in this process. `call` and `list_tools` connect first if needed."""
 
@@ -108,6 +139,8 @@ class Connection:
         self._askers: dict[int, Ask | None] = {}
         """Calls in flight (by a number of this process), each with its way to ask a person."""
         self._calls = 0
+        self._refused: set[str] = set()
+        """Keys of calls whose request could not connect (http: _NoteRefusals)."""
         self.connects = 0
         """How many times this process connected (1 at load; more after reconnections)."""
 
@@ -134,7 +167,15 @@ class Connection:
             async with contextlib.AsyncExitStack() as stack:
                 http = None
                 if self.server.transport == "http":
-                    made = create_mcp_http_client(headers=headers_for(self.server))
+                    # The SDK's client (create_mcp_http_client: its timeouts, no redirects
+                    # followed) over a transport that notes refused requests.
+                    made = httpx2.AsyncClient(
+                        headers=headers_for(self.server),
+                        timeout=httpx2.Timeout(
+                            MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT
+                        ),
+                        transport=_NoteRefusals(self._refused),
+                    )
                     http = await stack.enter_async_context(made)
                 client = await stack.enter_async_context(self._client_for(http))
                 if not ready.done():
@@ -299,6 +340,7 @@ class Connection:
         self._calls += 1
         number = self._calls
         self._askers[number] = ask
+        key = meta.get(IDEMPOTENCY_META_KEY)
         try:
             return await client.call_tool(
                 name,
@@ -309,6 +351,11 @@ class Connection:
         except MCPError as err:
             if err.code == CONNECTION_CLOSED:
                 self._broken = True
+                if key in self._refused:
+                    raise Unavailable(
+                        f"MCP server {self.server.name!r} refused the connection: the call was "
+                        "not sent"
+                    ) from None
                 raise ConnectionLost(
                     f"the connection to MCP server {self.server.name!r} closed during the call"
                 ) from None
@@ -321,6 +368,7 @@ class Connection:
             ) from None
         finally:
             self._askers.pop(number, None)
+            self._refused.discard(key)
 
     async def close(self) -> None:
         async with self._lock:
