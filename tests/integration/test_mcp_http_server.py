@@ -269,7 +269,8 @@ async def test_elicitation_is_a_card_answered_on_another_pod(env, procs, server)
     the OTHER runtime; accept / decline / cancel go back as MCP's own; a wrong answer is
     refused and changes nothing. The worker SIGKILLed while the person thinks: its card expires
     once its lease runs out, and the call follows the rules: the write (`transfer`) raises
-    outcome_unknown (acted nowhere), the read (`greet`) is called again and asks again."""
+    outcome_unknown (acted nowhere). (A read whose waiter dies is called again: the same
+    recovery path as any read, not exercised here.)"""
     server.start()
     rts = [start_runtime(env, name=f"mcp-elicit-rt-{i}") for i in (1, 2)]
     procs.extend(rts)
