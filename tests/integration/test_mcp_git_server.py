@@ -33,7 +33,7 @@ from tether_runtime.store import grants
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.ledger import TESTS_DIR
-from tether_testkit.processes import Proc, start_gateway, start_runtime
+from tether_testkit.processes import Proc, start_gateway, start_runtime, tether_cli
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import bearer
 
@@ -136,6 +136,10 @@ async def test_reads_at_once_writes_by_card_approved_on_another_gateway(env, pro
         assert tools["git__git_status"]["effect"] == "read"
         assert tools["git__git_commit"]["effect"] == "write"
         assert tools["git__git_commit"]["action"] == "mcp.git"
+        # Where each came from (AgentTool.origin): the server, and what set its effect.
+        assert tools["git__git_status"]["origin"].startswith(
+            "MCP stdio server 'git', tool 'git_status': effect read (readOnlyHint: true)"
+        ), tools["git__git_status"]
         assert "git__git_reset" not in tools
 
         # Reads run at once.
@@ -299,3 +303,23 @@ def test_mcp_server_git_is_the_pypi_package() -> None:
         text=True,
     ).stdout
     assert "site-packages" in out, out
+
+
+def test_tether_agents_lists_mcp_tools_with_effects_and_origins(env) -> None:
+    """`tether agents` connects the agent's MCP servers as the runtime does (the git server
+    started and stopped again) and lists their tools: each derived effect, its grant, what
+    happens after a crash, and where it came from; a denied tool is not listed."""
+    out = tether_cli("agents", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    (agent,) = [a for a in json.loads(out.stdout)["agents"] if a["name"] == "gitops"]
+    tools = {t["name"]: t for t in agent["tools"]}
+    assert "git__git_reset" not in tools
+    status, commit = tools["git__git_status"], tools["git__git_commit"]
+    assert status["effect"] == "read" and "effect read (readOnlyHint: true)" in status["origin"]
+    assert commit["effect"] == "write" and commit["action"] == "mcp.git"
+    assert commit["at_most_once"], commit
+    assert commit["origin"].startswith("MCP stdio server 'git', tool 'git_commit': effect write")
+    assert "after a crash outcome_unknown" in commit["origin"], commit["origin"]
+    text = tether_cli("agents", env=env)
+    assert text.returncode == 0, text.stderr
+    assert "from: MCP stdio server 'git', tool 'git_commit'" in text.stdout, text.stdout

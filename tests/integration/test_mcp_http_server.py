@@ -23,10 +23,12 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import pytest
 from tether.runtime.v1 import events_pb2, resources_pb2
@@ -34,8 +36,9 @@ from tether_runtime.store import grants
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.ledger import TESTS_DIR
-from tether_testkit.processes import free_port, start_runtime
+from tether_testkit.processes import free_port, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
+from tether_testkit.security import bearer
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -246,5 +249,144 @@ async def test_runtime_killed_inside_a_keyed_call_calls_again_with_the_key(env, 
         calls = server.rows("keyed_send", "call")
         assert len(calls) == 2 and len({r["key"] for r in calls}) == 1, calls
         assert len(server.rows("keyed_send", "effect")) == 1
+    finally:
+        await c.close()
+
+
+async def _holder(env: dict[str, str], run_id: str) -> str:
+    """The lease owner of the run (host:pid:id), as the store says."""
+    conn = await asyncpg.connect(env["DATABASE_URL"])
+    try:
+        return str(await conn.fetchval("SELECT lease_owner FROM run WHERE id = $1", run_id))
+    finally:
+        await conn.close()
+
+
+async def test_elicitation_is_a_card_answered_on_another_pod(env, procs, server):
+    """A server's `elicitation/create` during a call: a provide_input card (the requested schema
+    its form), the run interrupted while the call waits in the worker that holds it (past the
+    tool's own 1.5 s timeout: a person's time does not count), answered through a gateway on
+    the OTHER runtime; accept / decline / cancel go back as MCP's own; a wrong answer is
+    refused and changes nothing. The worker SIGKILLed while the person thinks: its card expires
+    once its lease runs out, and the call follows the rules: the write (`transfer`) raises
+    outcome_unknown (acted nowhere). (A read whose waiter dies is called again: the same
+    recovery path as any read, not exercised here.)"""
+    server.start()
+    rts = [start_runtime(env, name=f"mcp-elicit-rt-{i}") for i in (1, 2)]
+    procs.extend(rts)
+    gws = await asyncio.gather(
+        *(
+            asyncio.to_thread(start_gateway, env, rt.addr, name=f"mcp-elicit-gw-{i}")
+            for i, rt in enumerate(rts)
+        )
+    )
+    procs.extend(gws)
+    pids = [str(rt.popen.pid) for rt in rts]
+    c = Client(rts[0].addr, token(TEST_SECRET, "alice"))
+    http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+
+    async def answer(run_id: str, card: Any, decision: str, **more: Any) -> tuple[int, Any]:
+        """Through the gateway of the runtime that does NOT hold the run."""
+        owner = await _holder(env, run_id)
+        other = 1
+        if owner != "None":  # a question of a call in progress: its worker holds the run
+            other = 1 if owner.split(":")[1] == pids[0] else 0
+            assert owner.split(":")[1] == pids[1 - other], owner
+        body = {
+            "interruptId": card.interrupt_id,
+            "decision": decision,
+            "idempotencyKey": uuid.uuid4().hex,
+            **more,
+        }
+        url = f"{gws[other].addr}/v1/runs/{run_id}/resume"
+        async with http.post(url, json=body, headers=bearer("alice")) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def asked(run_id: str, after: int = 0) -> events_pb2.RunEvent:
+        evs = await c.events(run_id, after=after, until="interrupt")
+        assert types(evs)[-1] == "interrupt", types(evs)
+        return evs[-1]
+
+    try:
+        # Accept, after longer than the tool's timeout; a wrong answer first changes nothing.
+        run_id = await _start(c, _call("web__greet"))
+        raised = await asked(run_id)
+        card = raised.interrupt
+        assert card.kind == resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT
+        assert card.payload.details == "Whom should I greet?"
+        assert card.payload.title == "web asks"
+        schema = json.loads(card.payload.input_schema_json)
+        assert schema["properties"]["name"]["type"] == "string", schema
+        async with http.get(f"{gws[0].addr}/v1/runs/{run_id}", headers=bearer("alice")) as r:
+            assert (await r.json())["run"]["status"] == "interrupted"
+        await asyncio.sleep(2.0)
+        status, data = await answer(run_id, card, "respond", fill={"name": 5})
+        assert status == 422, data
+        status, data = await answer(run_id, card, "respond", fill={"name": "Ada"})
+        assert status == 202, data
+        rest = await c.events(run_id, after=raised.sequence)
+        assert types(rest)[-1] == "done", types(rest)
+        assert "web__greet ended: ok: hello Ada" in _said(rest), _said(rest)
+        assert_dense(await c.events(run_id))
+        # Decline and cancel (reject and abandon), as MCP's own actions.
+        for decision, action in (("reject", "decline"), ("abandon", "cancel")):
+            run_id = await _start(c, _call("web__greet"))
+            raised = await asked(run_id)
+            status, data = await answer(run_id, raised.interrupt, decision)
+            assert status == 202, data
+            rest = await c.events(run_id, after=raised.sequence)
+            assert f"web__greet ended: ok: nobody greeted: {action}" in _said(rest), _said(rest)
+        actions = [r["args"]["action"] for r in server.rows("greet", "answer")]
+        assert actions == ["accept", "decline", "cancel"], actions
+
+        # A write that asks, its worker killed while the person thinks: outcome_unknown.
+        run_id = await _start(c, _call("web__transfer", to="erin"))
+        confirm = await asked(run_id)
+        status, data = await answer(run_id, confirm.interrupt, "approve")
+        assert status == 202, data
+        raised = await asked(run_id, after=confirm.sequence)
+        assert raised.interrupt.kind == resources_pb2.INTERRUPT_KIND_PROVIDE_INPUT
+        owner = await _holder(env, run_id)
+        dead = 0 if owner.split(":")[1] == pids[0] else 1
+        rts[dead].kill()
+        live = Client(rts[1 - dead].addr, token(TEST_SECRET, "alice"))
+        try:
+            rest = await live.events(run_id, after=raised.sequence, until="interrupt", timeout=40)
+            unknown = rest[-1].interrupt
+            assert unknown.kind == resources_pb2.INTERRUPT_KIND_OUTCOME_UNKNOWN, types(rest)
+            resolved = [e.interrupt_resolved for e in rest if types([e]) == ["interrupt_resolved"]]
+            assert [r.decision for r in resolved] == [events_pb2.DECISION_EXPIRED], resolved
+            assert server.rows("transfer", "effect") == []
+            assert server.rows("transfer", "answer") == [], "never called again"
+            await live.resume(run_id, unknown.interrupt_id, events_pb2.DECISION_ABANDON)
+            end = await live.events(run_id, after=rest[-1].sequence)
+            assert "web__transfer ended: abandoned" in _said(end), _said(end)
+        finally:
+            await live.close()
+    finally:
+        await http.close()
+        await c.close()
+
+
+async def test_a_refused_connection_is_not_a_call(env, procs, server):
+    """The server gone before a write is sent (its port refuses the connection): nothing was
+    sent, so nothing happened: MCP_SERVER_UNAVAILABLE, a failed call the model sees, no
+    outcome_unknown card. A write whose connection is lost after it was sent is the other case
+    (test_each_kind_of_tool_and_a_server_that_hangs_or_dies: outcome_unknown)."""
+    server.start()
+    rt = start_runtime(env, name="mcp-http-refused-rt")
+    procs.append(rt)
+    c = Client(rt.addr, token(TEST_SECRET, "alice"))
+    try:
+        evs = await c.events(await _start(c, _call("web__lookup", q="alpha")))
+        assert "found alpha" in _said(evs), _said(evs)  # connected, the session in use
+        run_id, intr = await _card(c, _call("web__plain_send", to="frank"))
+        server.stop()  # the port refuses connections from now on
+        await c.resume(run_id, intr.interrupt.interrupt_id)
+        rest = await c.events(run_id, after=intr.sequence, until="interrupt")
+        assert types(rest)[-1] == "done", "nothing to decide: it was not sent: " + str(types(rest))
+        said = _said(rest)
+        assert "web__plain_send ended: error" in said and "MCP_SERVER_UNAVAILABLE" in said, said
+        assert server.rows("plain_send", "call") == []
     finally:
         await c.close()

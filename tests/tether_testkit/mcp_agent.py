@@ -61,6 +61,7 @@ webops = Agent(
             url=os.environ.get("MCP_HTTP_URL", "http://127.0.0.1:1/mcp"),
             headers_from_env={"Authorization": "MCP_HTTP_AUTH"},
             timeout_s=float(os.environ.get("MCP_HTTP_TIMEOUT_S") or 3),
+            elicitation_timeout_s=float(os.environ.get("MCP_HTTP_ELICIT_S") or 60),
             tools={
                 # The agent says what the server does not: this tool honours the key.
                 "keyed_send": MCPOverride(idempotent=True, scope="{to}"),

@@ -1,6 +1,7 @@
 """A Streamable HTTP MCP server written with the official SDK's server side, for issue 31's
 tests: one tool per kind of annotation, a tool that honours Tether's idempotency key, one that
-dies mid-call and one that hangs. Every call and every effect is a line of the JSON-lines file
+dies mid-call, one that hangs, and two that ask a person (`elicitation/create`): a read and a
+write; each answer is a line of kind "answer". Every call and every effect is a line of the JSON-lines file
 MCP_HTTP_LOG ({"tool", "kind": "call" | "effect", "key", "args"}); a call whose bearer token is
 not MCP_HTTP_TOKEN is refused.
 
@@ -12,10 +13,12 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any
+from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
 
 KEY = "io.tether/idempotency-key"
 server = MCPServer("tether-test-http")
@@ -129,6 +132,50 @@ async def broken(ctx: Context) -> str:
     """Fails with an error result."""
     _authorized(ctx)
     raise RuntimeError("the backend said no")
+
+
+class Name(BaseModel):
+    name: str = Field(description="Who to greet")
+
+
+class Amount(BaseModel):
+    amount: int = Field(description="How much to transfer")
+
+
+# The SDK's resolvers ask the client in whichever way the protocol negotiated says: mid-call
+# (`elicitation/create`, <= 2025-11-25), or an InputRequiredResult the client answers and calls
+# again with (2026-07-28). Either way the tool's body runs once the person has answered.
+def _ask_name() -> Elicit[Name]:
+    return Elicit("Whom should I greet?", Name)
+
+
+def _ask_amount(to: str) -> Elicit[Amount]:
+    return Elicit(f"How much should go to {to}?", Amount)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def greet(
+    ctx: Context, answer: Annotated[ElicitationResult[Name], Resolve(_ask_name)]
+) -> str:
+    """Greet someone; asks a person for the name (elicitation)."""
+    _authorized(ctx)
+    _record("greet", "answer", ctx, {"action": answer.action})
+    if isinstance(answer, AcceptedElicitation):
+        return f"hello {answer.data.name}"
+    return f"nobody greeted: {answer.action}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+async def transfer(
+    to: str, ctx: Context, answer: Annotated[ElicitationResult[Amount], Resolve(_ask_amount)]
+) -> str:
+    """Transfer money; asks a person for the amount (elicitation), then acts."""
+    _authorized(ctx)
+    _record("transfer", "answer", ctx, {"to": to, "action": answer.action})
+    if not isinstance(answer, AcceptedElicitation):
+        return f"no transfer: {answer.action}"
+    _record("transfer", "effect", ctx, {"to": to, "amount": answer.data.amount})
+    return f"sent {answer.data.amount} to {to}"
 
 
 if __name__ == "__main__":

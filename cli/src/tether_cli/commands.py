@@ -16,6 +16,7 @@ from tether_common.errors import UnsafeSettings
 from tether_common.logging import setup_logging
 
 if TYPE_CHECKING:
+    from tether_runtime.engine.agents import AgentRegistry
     from tether_sdk import Approval
 
 log = logging.getLogger("tether_cli")
@@ -141,12 +142,17 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
     the runtime would: an agent it would refuse is exit 2 with the same message."""
     from tether_runtime.engine.agents import AgentRegistry
     from tether_runtime.engine.loaded_agent import AgentLoadError
+    from tether_runtime.engine.mcp.hub import tool_origins
 
     try:
         registry = AgentRegistry.load(settings)
+        # Its MCP servers' tools too, as the runtime lists them at load: connected, listed,
+        # their effects derived (a stdio server started and stopped again).
+        asyncio.run(_list_mcp_tools(registry))
     except AgentLoadError as err:
         print(f"tether agents: {err}", file=sys.stderr)
         return 2
+    origins = {name: tool_origins(loaded.agent) for name, loaded in registry.agents.items()}
     listing: list[dict[str, Any]] = [
         {
             "name": name,
@@ -172,6 +178,7 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
                         else {}
                     ),
                     "warnings": t.warnings(),
+                    **({"origin": origins[name][t.name]} if t.name in origins[name] else {}),
                 }
                 for t in loaded.agent.tools
             ],
@@ -194,6 +201,8 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
             off = "  [switched off by TETHER_TOOL_DENY]" if t["switched_off"] else ""
             print(f"    {t['name']:<{width}}  {t['effect']:<5}  {t['description']}{off}")
             pad = " " * (width + 13)
+            if "origin" in t:
+                print(f"{pad}from: {t['origin']}")
             if t["grant_to_use"]:
                 print(f"{pad}offered only to holders of tool.use on {a['name']}/{t['name']}")
             if t["effect"] == "write":
@@ -206,6 +215,14 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
                 print(f"{pad}note: {warning}")
         print()
     return 0
+
+
+async def _list_mcp_tools(registry: AgentRegistry) -> None:
+    try:
+        for loaded in registry.agents.values():
+            await registry.mcp.attach(loaded)
+    finally:
+        await registry.mcp.close()
 
 
 def serve(service: Service, settings: Settings) -> int:

@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Progress = Callable[[float, str], Awaitable[None]]
+Ask = Callable[[str, str, dict[str, Any], float], Awaitable[tuple[str, dict[str, Any] | None]]]
+"""The engine's way for a tool to ask a person a question during its call (an MCP server's
+elicitation): (title, prompt, a JSON schema of type object, the longest wait in seconds) ->
+(action, content), the action "accept" (with the content, valid against the schema), "decline"
+or "cancel"."""
 
 
 async def _no_progress(fraction: float, text: str) -> None:
@@ -34,6 +39,8 @@ class ToolContext:
     attempt: int = 1
     """1 for the first call; more when the engine calls again (transient error, crash)."""
     _progress: Progress = field(default=_no_progress, repr=False)
+    _ask: Ask | None = field(default=None, repr=False)
+    """Set by the engine for a call in progress (None: nobody can be asked: a card, a recheck)."""
 
     async def progress(self, fraction: float, text: str = "") -> None:
         """Stream a `tool_progress` event (fraction in 0..1) to everyone following the run."""

@@ -122,6 +122,10 @@ class MCPServer:
     """Each call's timeout (a tool's override wins; else the agent's `Limits.tool_timeout_s`)."""
     connect_timeout_s: float = 30.0
     """How long the runtime waits for the server to answer when it connects."""
+    elicitation_timeout_s: float = 300.0
+    """How long a call waits for a person to answer the server's elicitation (a provide_input
+    card; at most the interrupt TTL); the server is then told `cancel`. The wait does not count
+    against the call's timeout; the runtime's worker slot stays taken meanwhile."""
 
     @classmethod
     def stdio(
@@ -135,6 +139,7 @@ class MCPServer:
         tools: Mapping[str, MCPOverride] | None = None,
         timeout_s: float | None = None,
         connect_timeout_s: float = 30.0,
+        elicitation_timeout_s: float = 300.0,
     ) -> MCPServer:
         return cls(
             name=name,
@@ -146,6 +151,7 @@ class MCPServer:
             tools=dict(tools or {}),
             timeout_s=timeout_s,
             connect_timeout_s=connect_timeout_s,
+            elicitation_timeout_s=elicitation_timeout_s,
         )
 
     @classmethod
@@ -160,6 +166,7 @@ class MCPServer:
         tools: Mapping[str, MCPOverride] | None = None,
         timeout_s: float | None = None,
         connect_timeout_s: float = 30.0,
+        elicitation_timeout_s: float = 300.0,
     ) -> MCPServer:
         return cls(
             name=name,
@@ -171,6 +178,7 @@ class MCPServer:
             tools=dict(tools or {}),
             timeout_s=timeout_s,
             connect_timeout_s=connect_timeout_s,
+            elicitation_timeout_s=elicitation_timeout_s,
         )
 
     @property
@@ -212,6 +220,8 @@ class MCPServer:
             out.append(f"{where}: timeout_s must be positive")
         if not self.connect_timeout_s > 0:
             out.append(f"{where}: connect_timeout_s must be positive")
+        if not self.elicitation_timeout_s > 0:
+            out.append(f"{where}: elicitation_timeout_s must be positive")
         for tool_name, item in self.tools.items():
             override: object = item
             if not isinstance(override, MCPOverride):

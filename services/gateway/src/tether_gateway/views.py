@@ -41,6 +41,7 @@ def agent_json(a: resources_pb2.Agent) -> dict[str, Any]:
                 "effect": t.effect,
                 "action": t.action,
                 "risk": t.risk,
+                **({"origin": t.origin} if t.origin else {}),
             }
             for t in a.tools
         ],

@@ -99,6 +99,7 @@ def agent_pb(a: AgentView) -> resources_pb2.Agent:
                 effect=t.effect,
                 action=t.action,
                 risk=t.risk,
+                origin=t.origin,
             )
             for t in a.tools
         ],

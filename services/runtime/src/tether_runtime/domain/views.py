@@ -94,6 +94,7 @@ class AgentToolView:
     effect: str  # "read" or "write"
     action: str  # the grant the tool needs; "" for a read tool any user may call
     risk: str  # "low", "medium" or "high" for a write tool; "" for a read tool
+    origin: str = ""  # an MCP tool's: its server, and what set its effect; "" for a native one
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from tether_sdk import Agent, AgentDefinitionError, Host
 from tether_runtime.domain.views import AgentToolView, AgentView
 from tether_runtime.engine.driven import is_driven
 from tether_runtime.engine.loaded_agent import AgentLoadError, LoadedAgent
-from tether_runtime.engine.mcp.hub import MCPHub, OperatorOverrides, load_overrides
+from tether_runtime.engine.mcp.hub import MCPHub, OperatorOverrides, load_overrides, tool_origins
 from tether_runtime.engine.model_choice import ModelConfigError, make_model
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,7 @@ def view_of(agent: Agent) -> AgentView:
     # A graph agent describes its graph's schemas itself (tether_langgraph.GraphAgent.json_schemas).
     schemas = getattr(agent, "json_schemas", None)
     found: dict[str, Any] = schemas() if callable(schemas) else {}
+    origins = tool_origins(agent)
     return AgentView(
         kind="graph" if is_driven(agent) else "native",
         input_schema_json=_schema_text(found.get("input")),
@@ -186,6 +187,7 @@ def view_of(agent: Agent) -> AgentView:
                 effect=str(t.effect),
                 action=t.action,
                 risk=t.risk if t.effect == "write" else "",
+                origin=origins.get(t.name, ""),
             )
             for t in agent.tools
         ),

@@ -67,12 +67,44 @@ async def pause(
     or marked unknown), the interrupt, the checkpoint and the run's `interrupted` status in one
     transaction, then its `interrupt` event; the run pauses. Every field is masked once more,
     whatever raised the card (the model's `reason` included)."""
+    await show(
+        ctx,
+        call_id,
+        kind,
+        payload,
+        before,
+        action=action,
+        scope=scope,
+        approval=approval,
+        interrupt_id=interrupt_id,
+    )
+    raise Paused()
+
+
+async def show(
+    ctx: RunContext,
+    call_id: str,
+    kind: str,
+    payload: dict[str, Any],
+    before: Apply,
+    *,
+    action: str = "",
+    scope: str = "",
+    approval: Approval | None = None,
+    interrupt_id: str | None = None,
+    held_s: float | None = None,
+) -> str:
+    """`pause` without the pause; returns the interrupt's id. `held_s`: a question a tool asks
+    during its call (held_questions.py), which expires after so many seconds (at most the
+    interrupt TTL): the run is `interrupted` while its worker keeps the lease and waits
+    (runs.hold); nothing else of the run is saved."""
     interrupt_id = interrupt_id or new_id("int")
+    ttl = ctx.interrupt_ttl_s if held_s is None else min(held_s, ctx.interrupt_ttl_s)
     # Counted on Postgres's clock, which also decides when it has passed (the sweeper, the
     # claim): a pod whose clock runs ahead or behind mints the same expiry as any other.
-    expires = await ctx.db_now() + timedelta(seconds=ctx.interrupt_ttl_s)
+    expires = await ctx.db_now() + timedelta(seconds=ttl)
     payload = redact_value(payload)
-    save = ctx.save()
+    save = ctx.save() if held_s is None else None
     run_id, epoch = ctx.run_id, ctx.epoch
 
     async def apply(conn: Conn) -> None:
@@ -89,8 +121,11 @@ async def pause(
             expires,
             approval,
         )
+        if save is None:
+            await runs.hold(conn, run_id, epoch)
+            return
         await save(conn)
         await runs.finish(conn, run_id, epoch, "interrupted")
 
     await ctx.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
-    raise Paused()
+    return interrupt_id

@@ -15,6 +15,8 @@ from tether_runtime.engine import cards
 
 MAX_OPTIONS = 50
 KINDS = ("select_option", "provide_input")
+ASKED_DURING = "asked_during"
+"""A card's key naming the tool that asks the question during its call (held_questions.py)."""
 
 
 def as_call(question: SelectOption | ProvideInput) -> tuple[str, dict[str, Any]]:

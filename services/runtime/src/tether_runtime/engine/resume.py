@@ -75,6 +75,13 @@ for _kind in ("select_option", "provide_input"):
     ANSWERS[_kind] = {
         "responded": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.SUCCEEDED, acts=False)
     }
+# A question a tool asks during its call (an MCP server's elicitation, questions.ASKED_DURING):
+# respond is MCP's accept (the content the form's), reject its decline, abandon its cancel.
+_HELD_ANSWERS = {
+    "responded": ANSWERS["provide_input"]["responded"],
+    "rejected": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.REJECTED, acts=False),
+    "abandon": _Answer(ToolCallStatus.PROPOSED, ToolCallStatus.REJECTED, acts=False),
+}
 # A graph's interrupt (its payload keeps the graph's `value`, driven.py) takes any of a
 # confirmation's answers and a question's: approve and reject whatever its kind (the driver
 # turns them into the value `interrupt()` returns, tether_langgraph._interrupts), and respond
@@ -89,7 +96,14 @@ def is_graph_interrupt(intr: InterruptRow) -> bool:
     return "value" in intr.payload
 
 
+def is_held(intr: InterruptRow) -> bool:
+    """A question a tool asks during its call: its worker waits in the call (runs.hold)."""
+    return questions.ASKED_DURING in intr.payload
+
+
 def answers_for(intr: InterruptRow) -> dict[str, _Answer]:
+    if is_held(intr):
+        return _HELD_ANSWERS
     if is_graph_interrupt(intr) and intr.kind in ("confirm_action", *questions.KINDS):
         return _GRAPH_ANSWERS
     return ANSWERS.get(intr.kind, {})
@@ -366,6 +380,7 @@ async def resume_run(
             run_id,
             [ev.interrupt_resolved(intr.id, decision, principal.user_id)],
             trace_context,
+            held=is_held(intr),
         )
         fresh = await runs.get(conn, run_id)
         assert fresh is not None
@@ -402,11 +417,18 @@ async def _requeue(
     run_id: str,
     events: list[ev.RunEvent],
     trace_context: dict[str, str] | None = None,
+    *,
+    held: bool = False,
 ) -> list[bytes]:
     """Announce the decision and queue the continuation; only an interrupted run moves. The
-    continuation carries the approval's trace context through the queue."""
+    continuation carries the approval's trace context through the queue. `held`: the question
+    of a tool in progress, whose worker waits for it: the run goes back to that worker's lease
+    (or to the queue if that lease ran out)."""
     encoded, _ = await event_log.append(conn, run_id, events, statuses=["interrupted"])
-    await runs.requeue(conn, run_id, trace_context)
+    if held:
+        await runs.unhold(conn, run_id, trace_context)
+    else:
+        await runs.requeue(conn, run_id, trace_context)
     return encoded
 
 
@@ -427,7 +449,9 @@ async def _expire(conn: Conn, intr: InterruptRow) -> list[bytes]:
     await audit.record_decision(
         conn, intr, actor=audit.SYSTEM, decision="expired", outcome="expired"
     )
-    return await _requeue(conn, intr.run_id, [ev.interrupt_resolved(intr.id, "expired")])
+    return await _requeue(
+        conn, intr.run_id, [ev.interrupt_resolved(intr.id, "expired")], held=is_held(intr)
+    )
 
 
 async def expire_interrupt(pool: Pool, bus: EventBus, intr: InterruptRow) -> bool:

@@ -13,6 +13,7 @@ from tether_runtime.engine.checkpoint import Checkpoint, PendingCall
 from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store.db import Pool
+from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.run_writer import Apply, SaveCheckpoint
 
 
@@ -68,6 +69,9 @@ class RunHost(RunContext, Protocol):
     def gate(self) -> ToolGate: ...
 
     @property
+    def bus(self) -> EventBus: ...
+
+    @property
     def coalesce_s(self) -> float:
         """How long streamed text may wait to be sent with more."""
         ...
@@ -94,6 +98,11 @@ class ToolRun(RunHost, Protocol):
 
     def confirmed(self, facts: dict[str, Any]) -> None:
         """Facts a tool confirmed: the next step sees them."""
+
+    async def rejoin(self) -> None:
+        """After a question a tool asked during its call (held_questions.py): write on from
+        where the log stands now (the answer was appended by another process); Fenced if the run
+        is no longer this lease's."""
 
 
 class StepRun(RunHost, Protocol):

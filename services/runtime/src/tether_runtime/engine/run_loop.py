@@ -32,6 +32,7 @@ from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store import conversations, runs
 from tether_runtime.store.db import Pool, db_now
 from tether_runtime.store.event_log import RunEnd
+from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.run_writer import Apply, EndRun, RunWriter, SaveCheckpoint
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,14 @@ class RunExecutor:
     @property
     def gate(self) -> ToolGate:
         return self.e.gate
+
+    @property
+    def bus(self) -> EventBus:
+        return self.e.bus
+
+    async def rejoin(self) -> None:
+        await self.writer.rejoin()
+        self.cancel_requested = self.cancel_requested or self.writer.cancel_requested
 
     @property
     def checkpoint(self) -> Checkpoint:

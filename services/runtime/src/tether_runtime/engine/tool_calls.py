@@ -36,11 +36,12 @@ from tether_sdk import (
     TransientError,
 )
 from tether_sdk._agent import RESERVED_TOOL_NAMES
+from tether_sdk._context import Ask
 
 from tether_runtime import metrics, policy
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import ToolCallRow
-from tether_runtime.engine import cards, questions
+from tether_runtime.engine import cards, held_questions, questions
 from tether_runtime.engine.checkpoint import PendingCall
 from tether_runtime.engine.run_context import ToolRun
 from tether_runtime.engine.run_outcomes import Paused
@@ -64,6 +65,8 @@ _NOT_RUN = {"expired": "expired", "abandon": "abandoned", "abandoned": "abandone
 class ToolCalls:
     def __init__(self, ex: ToolRun) -> None:
         self.x = ex
+        self._asking = False
+        """A call of this run waits for a person's answer to its question (held_questions.py)."""
 
     @property
     def _run_id(self) -> str:
@@ -417,11 +420,19 @@ class ToolCalls:
         return max(0.001, min(own, self.x.time_left()))
 
     def _context(
-        self, call: PendingCall, tool: Tool, key: str, approver: str | None, attempt: int
+        self,
+        call: PendingCall,
+        tool: Tool,
+        key: str,
+        approver: str | None,
+        attempt: int,
+        ask: Ask | None = None,
     ) -> ToolContext:
         emit = self.x.emit
 
         async def progress(fraction: float, text: str) -> None:
+            if self._asking:
+                return  # the run is interrupted meanwhile: its log takes no write of this lease
             await emit([ev.tool_progress(call.call_id, tool.name, fraction, redact(text))])
 
         agent = self.x.loaded
@@ -439,7 +450,33 @@ class ToolCalls:
             state=agent.state,
             attempt=attempt,
             _progress=progress,
+            _ask=ask,
         )
+
+    def _asker(self, call: PendingCall, tool: Tool, clock: list[asyncio.Timeout]) -> Ask:
+        """A call's way to ask a person (held_questions.py). The person's time does not count
+        against the call's timeout (`clock`: the call's, stopped while the question waits)."""
+
+        async def ask(
+            title: str, prompt: str, schema: dict[str, Any], wait_s: float
+        ) -> tuple[str, dict[str, Any] | None]:
+            loop = asyncio.get_running_loop()
+            scope = clock[0] if clock else None
+            when = scope.when() if scope is not None else None
+            left = None if when is None else max(when - loop.time(), 0.0)
+            if scope is not None:
+                scope.reschedule(None)
+            self._asking = True
+            try:
+                return await held_questions.ask(
+                    self.x, call, tool.name, title, prompt, schema, wait_s
+                )
+            finally:
+                self._asking = False
+                if scope is not None and left is not None:
+                    scope.reschedule(loop.time() + left)
+
+        return ask
 
     async def _call(
         self,
@@ -453,13 +490,15 @@ class ToolCalls:
         """One call of the tool within its timeout. ToolError (and TransientError) pass
         through; a timeout or anything unforeseen is Uncertain: it may have acted."""
         timeout = self._timeout(tool)
-        ctx = self._context(call, tool, key, approver, attempt)
+        clock: list[asyncio.Timeout] = []
+        ctx = self._context(call, tool, key, approver, attempt, self._asker(call, tool, clock))
         try:
             with tracer.start_as_current_span(
                 f"tool.{tool.name}",
                 attributes={"tether.call_id": call.call_id, "tether.attempt": attempt},
             ):
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(timeout) as scope:
+                    clock.append(scope)
                     return await tool.invoke(ctx, args)
         except (ToolError, Uncertain):
             raise  # the tool said what happened (an MCP tool: a connection lost mid-call)

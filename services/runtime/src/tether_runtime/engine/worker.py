@@ -247,8 +247,11 @@ class Worker:
             ex.cancel_requested = ex.cancel_requested or cancel
 
     async def _expire_overdue(self) -> None:
+        """Overdue interrupts, and the questions of calls whose waiting worker died (its lease
+        ran out: held_questions.py): expired, so each run moves on."""
         async with self.e.pool.acquire() as conn:
             overdue = await interrupts.overdue(conn)
+            overdue += await interrupts.orphaned_held(conn)
         for intr in overdue:
             await expire_interrupt(self.e.pool, self.e.bus, intr)
 

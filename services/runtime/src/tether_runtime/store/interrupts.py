@@ -202,6 +202,18 @@ async def overdue(conn: Conn, limit: int = 50) -> list[InterruptRow]:
     return [InterruptRow.of(r) for r in rows]
 
 
+async def orphaned_held(conn: Conn, limit: int = 50) -> list[InterruptRow]:
+    """Pending questions a tool asked during its call (runs.hold) whose worker's lease ran out:
+    nobody waits for their answer any more."""
+    rows = await conn.fetch(
+        "SELECT i.* FROM interrupt i JOIN run r ON r.id = i.run_id "
+        "WHERE i.status = 'pending' AND r.status = 'interrupted' "
+        "AND r.lease_owner IS NOT NULL AND r.lease_expires_at < now() LIMIT $1",
+        limit,
+    )
+    return [InterruptRow.of(r) for r in rows]
+
+
 async def propose_call(
     conn: Conn,
     run_id: str,

@@ -144,6 +144,33 @@ async def requeue(conn: Conn, run_id: str, trace_context: dict[str, str] | None 
     await wake(conn)
 
 
+async def hold(conn: Conn, run_id: str, epoch: int) -> None:
+    """A tool in progress asks a person (an MCP server's elicitation): the run is `interrupted`
+    while its worker keeps the lease (renewed by its heartbeat) and waits in the call. Nobody
+    claims an interrupted run; the answer gives it back to the same lease (`unhold`)."""
+    await conn.execute(
+        "UPDATE run SET status = 'interrupted', updated_at = now() "
+        "WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+        run_id,
+        epoch,
+    )
+
+
+async def unhold(conn: Conn, run_id: str, trace_context: dict[str, str] | None = None) -> None:
+    """A held question answered (or expired): the run goes back to the worker that waits in the
+    call, whose lease still runs; a lease that ran out (the worker died) queues the run for any
+    worker, which finds the call in progress and follows the rules (a read called again, a
+    write called again with its key if idempotent, else outcome_unknown)."""
+    moved = await conn.execute(
+        "UPDATE run SET status = 'running', updated_at = now() "
+        "WHERE id = $1 AND status = 'interrupted' AND lease_owner IS NOT NULL "
+        "AND lease_expires_at > now()",
+        run_id,
+    )
+    if not moved.endswith(" 1"):
+        await requeue(conn, run_id, trace_context)
+
+
 async def request_cancel(conn: Conn, run_id: str, reason: str) -> None:
     """A running run's worker sees the flag at its next write or heartbeat and ends the run."""
     await conn.execute(
@@ -265,10 +292,12 @@ async def position(conn: Conn, run_id: str) -> Position | None:
 
 
 async def renew(conn: Conn, run_id: str, epoch: int, ttl_s: float) -> bool | None:
-    """Extend the lease; None if it was lost, else whether a cancel was requested."""
+    """Extend the lease (of a run held by a question its tool asks too: `hold`); None if it was
+    lost, else whether a cancel was requested."""
     row = await conn.fetchrow(
         "UPDATE run SET lease_expires_at = now() + make_interval(secs => $3) "
-        "WHERE id = $1 AND lease_epoch = $2 AND status = 'running' RETURNING cancel_requested",
+        "WHERE id = $1 AND lease_epoch = $2 AND (status = 'running' "
+        "OR (status = 'interrupted' AND lease_owner IS NOT NULL)) RETURNING cancel_requested",
         run_id,
         epoch,
         ttl_s,

@@ -316,6 +316,19 @@ class RunWriter:
             raise event_log.Fenced(self.run_id)
         return False
 
+    async def rejoin(self) -> None:
+        """The run was held for a person's answer (runs.hold) and another process appended to
+        its log (the answer): take the log's position again, under this lease only."""
+        if self._drain_task is not None:
+            await asyncio.shield(self._drain_task)
+        self._raise_failure()
+        async with self.pool.acquire() as conn:
+            at = await runs.position(conn, self.run_id)
+        if at is None or at.epoch != self.epoch or at.status != "running":
+            raise event_log.Fenced(self.run_id)
+        self.last_sequence = at.last_sequence
+        self.cancel_requested = self.cancel_requested or at.cancel_requested
+
     async def _commit(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
         """Returns the encoded events and whether they were already published."""
         append = LeaseAppend(

@@ -12,21 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from tether_common.redaction import redact
-from tether_sdk import MCPServer
+from tether_sdk import IDEMPOTENCY_META_KEY, MCPServer
+from tether_sdk._context import Ask
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,35 @@ def stdio_parameters(
     )
 
 
+class _NoteRefusals(httpx2.AsyncHTTPTransport):
+    """httpx's own transport, noting each request that could not even connect (ConnectError:
+    no byte of it reached the server) by the Tether key in its `_meta`: a write whose request
+    was refused is known not to have happened (MCP_SERVER_UNAVAILABLE), unlike one whose
+    connection was lost after it was sent (Uncertain)."""
+
+    def __init__(self, refused: set[str]) -> None:
+        super().__init__()
+        self.refused = refused
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx2.ConnectError:
+            key = _key_of(request)
+            if key is not None:
+                self.refused.add(key)
+            raise
+
+
+def _key_of(request: httpx2.Request) -> str | None:
+    try:
+        body = json.loads(request.content or b"null")
+        found = body["params"]["_meta"][IDEMPOTENCY_META_KEY]
+    except (ValueError, TypeError, KeyError, httpx2.RequestNotRead):
+        return None
+    return found if isinstance(found, str) else None
+
+
 class Connection:
     """A server's session in this process. `call` and `list_tools` connect first if needed."""
 
@@ -104,6 +136,11 @@ class Connection:
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._broken = False
+        self._askers: dict[int, Ask | None] = {}
+        """Calls in flight (by a number of this process), each with its way to ask a person."""
+        self._calls = 0
+        self._refused: set[str] = set()
+        """Keys of calls whose request could not connect (http: _NoteRefusals)."""
         self.connects = 0
         """How many times this process connected (1 at load; more after reconnections)."""
 
@@ -114,6 +151,8 @@ class Connection:
         common: dict[str, Any] = {
             "message_handler": self._on_message,
             "logging_callback": self._on_log,
+            # Declares the elicitation capability: a server's question is put to a person.
+            "elicitation_callback": self._on_elicit,
             "client_info": mcp_types.Implementation(name="tether", version="0.1.0"),
             "cache": None,  # a tools/call is never served from a cache
         }
@@ -128,7 +167,15 @@ class Connection:
             async with contextlib.AsyncExitStack() as stack:
                 http = None
                 if self.server.transport == "http":
-                    made = create_mcp_http_client(headers=headers_for(self.server))
+                    # The SDK's client (create_mcp_http_client: its timeouts, no redirects
+                    # followed) over a transport that notes refused requests.
+                    made = httpx2.AsyncClient(
+                        headers=headers_for(self.server),
+                        timeout=httpx2.Timeout(
+                            MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT
+                        ),
+                        transport=_NoteRefusals(self._refused),
+                    )
                     http = await stack.enter_async_context(made)
                 client = await stack.enter_async_context(self._client_for(http))
                 if not ready.done():
@@ -231,6 +278,36 @@ class Connection:
         )
         log.log(level, "MCP server %r: %s", self.server.name, redact(str(params.data))[:2000])
 
+    async def _on_elicit(
+        self, context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        """`elicitation/create`: a provide_input card for a person (held_questions.py), its form
+        the requested schema; their answer goes back as MCP's accept, decline or cancel. MCP
+        does not say which call a server's request belongs to: it is put to a person only while
+        one call is in flight on this connection (else cancelled, and said so in the log)."""
+        name = self.server.name
+        if not isinstance(params, mcp_types.ElicitRequestFormParams):
+            log.warning("MCP server %r asked for a URL elicitation: not supported, cancelled", name)
+            return mcp_types.ElicitResult(action="cancel")
+        askers = list(self._askers.values())
+        if len(askers) != 1 or askers[0] is None:
+            log.warning(
+                "MCP server %r asked a question while %d calls were in flight: it cannot be "
+                "told whose run it belongs to; cancelled",
+                name,
+                len(askers),
+            )
+            return mcp_types.ElicitResult(action="cancel")
+        action, content = await askers[0](
+            f"{name} asks",
+            redact(params.message)[:2000],
+            dict(params.requested_schema),
+            self.server.elicitation_timeout_s,
+        )
+        if action != "accept":
+            return mcp_types.ElicitResult(action=action)  # type: ignore[arg-type]
+        return mcp_types.ElicitResult(action="accept", content=content)
+
     # -- calls ----------------------------------------------------------------------------------
 
     async def list_tools(self, within_s: float) -> list[mcp_types.Tool]:
@@ -254,10 +331,16 @@ class Connection:
         meta: dict[str, Any],
         within_s: float,
         progress: Progress | None = None,
+        ask: Ask | None = None,
     ) -> mcp_types.CallToolResult:
         """One `tools/call`. Unavailable: never sent. ConnectionLost: sent, and the connection
-        dropped before the answer. MCPError: the server answered with a protocol error."""
+        dropped before the answer. MCPError: the server answered with a protocol error. `ask`:
+        how the call puts a server's question to a person."""
         client = await self.client(within_s)
+        self._calls += 1
+        number = self._calls
+        self._askers[number] = ask
+        key = meta.get(IDEMPOTENCY_META_KEY)
         try:
             return await client.call_tool(
                 name,
@@ -268,6 +351,11 @@ class Connection:
         except MCPError as err:
             if err.code == CONNECTION_CLOSED:
                 self._broken = True
+                if key in self._refused:
+                    raise Unavailable(
+                        f"MCP server {self.server.name!r} refused the connection: the call was "
+                        "not sent"
+                    ) from None
                 raise ConnectionLost(
                     f"the connection to MCP server {self.server.name!r} closed during the call"
                 ) from None
@@ -278,6 +366,9 @@ class Connection:
                 f"the connection to MCP server {self.server.name!r} failed during the call: "
                 f"{type(err).__name__}"
             ) from None
+        finally:
+            self._askers.pop(number, None)
+            self._refused.discard(key)
 
     async def close(self) -> None:
         async with self._lock:

@@ -167,6 +167,7 @@ class MCPTool(Tool):
                 meta={IDEMPOTENCY_META_KEY: ctx.idempotency_key},
                 within_s=max(ctx.time_left(), 0.001),
                 progress=report,
+                ask=ctx._ask,
             )
         except Unavailable as err:
             if read:
