@@ -142,7 +142,6 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
     the runtime would: an agent it would refuse is exit 2 with the same message."""
     from tether_runtime.engine.agents import AgentRegistry
     from tether_runtime.engine.loaded_agent import AgentLoadError
-    from tether_runtime.engine.mcp.hub import tool_origins
 
     try:
         registry = AgentRegistry.load(settings)
@@ -152,7 +151,7 @@ def agents(settings: Settings, *, as_json: bool = False) -> int:
     except AgentLoadError as err:
         print(f"tether agents: {err}", file=sys.stderr)
         return 2
-    origins = {name: tool_origins(loaded.agent) for name, loaded in registry.agents.items()}
+    origins = {name: registry.tool_origins(name) for name in registry.agents}
     listing: list[dict[str, Any]] = [
         {
             "name": name,

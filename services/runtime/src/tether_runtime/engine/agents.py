@@ -161,6 +161,10 @@ class AgentRegistry:
             raise AgentNotFound(f"no agent named {name!r} is loaded (loaded: {known})")
         return name
 
+    def tool_origins(self, name: str) -> dict[str, str]:
+        """Each of the agent's MCP tools' origin (where it and its effect came from), by name."""
+        return dict(tool_origins(self.get(name).agent))
+
     def get(self, name: str) -> LoadedAgent:
         return self.agents[self.resolve(name)]
 
