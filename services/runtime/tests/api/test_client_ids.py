@@ -64,7 +64,8 @@ async def test_a_client_id_names_one_conversation_per_user_even_when_raced(runti
 
 async def test_runs_and_resumed_stretches_are_found_by_their_client_ids(alice, db):
     service, _ = await abnormal_service(db, prefix="cid")
-    conv = (await _conv(alice, str(uuid.uuid4()))).conversation.id
+    thread = str(uuid.uuid4())
+    conv = (await _conv(alice, thread)).conversation.id
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
     start = pb.StartRunRequest(
         conversation_id=conv,
@@ -82,6 +83,7 @@ async def test_runs_and_resumed_stretches_are_found_by_their_client_ids(alice, d
         pb.GetRunRequest(client_run_id=first), metadata=alice.md, timeout=10
     )
     assert found.run.id == run.id and found.answered_interrupt_id == ""
+    assert found.client_conversation_id == thread
 
     # A start that reuses the id on another conversation is refused and starts nothing.
     other = (await _conv(alice, str(uuid.uuid4()))).conversation.id

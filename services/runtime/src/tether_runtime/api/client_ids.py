@@ -6,6 +6,8 @@ before anything changes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tether_common.auth import Principal
 from tether_common.errors import ClientIdTaken, InvalidArgument, NotFound, TetherError
 from tether_common.input_parsers import MAX_IDEMPOTENCY_KEY, storable
@@ -87,11 +89,20 @@ async def name_run(
         raise ClientIdTaken("client_run_id already names another run")
 
 
-async def find_run(pool: Pool, principal: Principal, client_run_id: str) -> tuple[RunView, str]:
-    """The run the caller's id names and the interrupt it was given with ("" for a start)."""
+@dataclass(frozen=True)
+class Found:
+    run: RunView
+    answered_interrupt_id: str  # "" for the run's start
+    client_conversation_id: str  # the conversation's client id, "" for none
+
+
+async def find_run(pool: Pool, principal: Principal, client_run_id: str) -> Found:
+    """The run the caller's id names, the interrupt it was given with, its thread's id."""
     checked(client_run_id, "client_run_id")
     async with pool.acquire() as conn:
         ref = await client_refs.run_of(conn, principal.user_id, client_run_id)
-    if ref is None:
-        raise NotFound("run not found", reason="RUN_NOT_FOUND")
-    return await runs_api.get_run(pool, principal, ref.run_id), ref.interrupt_id
+        if ref is None:
+            raise NotFound("run not found", reason="RUN_NOT_FOUND")
+        thread = await client_refs.client_id_of(conn, principal.user_id, ref.conversation_id)
+    run = await runs_api.get_run(pool, principal, ref.run_id)
+    return Found(run, ref.interrupt_id, thread)

@@ -163,8 +163,12 @@ class RuntimeServicer:
     async def GetRun(self, request: pb.GetRunRequest, context: Any) -> pb.GetRunResponse:
         p = caller()
         if request.client_run_id and not request.run_id:
-            view, answered = await client_ids.find_run(self.e.pool, p, request.client_run_id)
-            return pb.GetRunResponse(run=convert.run_pb(view), answered_interrupt_id=answered)
+            found = await client_ids.find_run(self.e.pool, p, request.client_run_id)
+            return pb.GetRunResponse(
+                run=convert.run_pb(found.run),
+                answered_interrupt_id=found.answered_interrupt_id,
+                client_conversation_id=found.client_conversation_id,
+            )
         view = await runs_api.get_run(self.e.pool, p, request.run_id)
         return pb.GetRunResponse(run=convert.run_pb(view))
 

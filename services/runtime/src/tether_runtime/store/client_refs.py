@@ -25,6 +25,17 @@ async def conversation_of(conn: Conn, user_id: str, client_id: str) -> str | Non
     return found
 
 
+async def client_id_of(conn: Conn, user_id: str, conv_id: str) -> str:
+    """The conversation's client id ("" for none)."""
+    found: str | None = await conn.fetchval(
+        "SELECT client_id FROM client_ref "
+        "WHERE user_id = $1 AND kind = 'conversation' AND conversation_id = $2 LIMIT 1",
+        user_id,
+        conv_id,
+    )
+    return found or ""
+
+
 async def take_conversation(conn: Conn, user_id: str, client_id: str, conv_id: str) -> bool:
     """Give the id to the conversation; False when it already names one (which keeps it)."""
     took = await conn.fetchval(
