@@ -56,6 +56,16 @@ async def test_a_client_id_names_one_conversation_per_user_even_when_raced(runti
         assert not theirs.existed and theirs.conversation.id != made[0].conversation.id
     finally:
         await bob.close()
+    got = await alice.stub.GetConversation(
+        pb.GetConversationRequest(client_id=thread), metadata=alice.md, timeout=10
+    )
+    assert got.conversation.id == made[0].conversation.id
+    code, why = await _refused(
+        alice.stub.GetConversation(
+            pb.GetConversationRequest(client_id="unknown"), metadata=alice.md, timeout=10
+        )
+    )
+    assert (code, why) == (grpc.StatusCode.NOT_FOUND, "CONVERSATION_NOT_FOUND")
     plain = await _conv(alice, "")  # no id: an ordinary new conversation each time
     assert not plain.existed and plain.conversation.id != made[0].conversation.id
     code, why = await _refused(_conv(alice, "x" * 129))

@@ -55,6 +55,15 @@ async def create_conversation(
     raise TetherError("the conversation's client id could not be settled")
 
 
+async def get_conversation(pool: Pool, principal: Principal, client_id: str) -> ConversationRow:
+    checked(client_id, "client_id")
+    async with pool.acquire() as conn:
+        found = await client_refs.conversation_of(conn, principal.user_id, client_id)
+        if found is None:
+            raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+        return await runs_api.owned_conversation(conn, principal, found)
+
+
 async def check_start(pool: Pool, principal: Principal, client_run_id: str, conv_id: str) -> str:
     """Before a start: the run the id already names on this conversation (a repeat), or ""."""
     checked(client_run_id, "client_run_id")

@@ -64,6 +64,9 @@ class RuntimeServicer:
         self, request: pb.GetConversationRequest, context: Any
     ) -> pb.GetConversationResponse:
         p = caller()
+        if request.client_id and not request.conversation_id:
+            conv = await client_ids.get_conversation(self.e.pool, p, request.client_id)
+            return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
         conv = await runs_api.get_conversation(self.e.pool, p, request.conversation_id)
         return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
 
