@@ -6,16 +6,13 @@ and the finished runs listed and joined."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tether_common.auth import issue_token
 from tether_testkit.inventory import abnormal_service, executions
+from tether_testkit.node_scripts import run_node
 from tether_testkit.processes import Proc, start_gateway
 from tether_testkit.secrets import TEST_SECRET
 
@@ -32,26 +29,6 @@ def gateways(runtime: Proc, base_env: dict[str, str]) -> Iterator[tuple[str, str
     yield a.addr, b.addr
     for proc in (a, b):
         proc.terminate()
-
-
-async def run_node(*args: str, timeout: float = 120) -> dict[str, Any]:
-    node = shutil.which("node")
-    assert node, "node (20+) is required for the JS LangGraph SDK test"
-    proc = await asyncio.create_subprocess_exec(
-        node, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        out, _ = await proc.communicate()
-        raise AssertionError(f"node timed out:\n{out.decode()}") from None
-    output = out.decode()
-    assert proc.returncode == 0, output
-    line = next((ln for ln in output.splitlines() if ln.startswith("RESULT ")), None)
-    assert line is not None, output
-    result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
-    return result
 
 
 async def test_the_js_sdk_streams_joins_exactly_and_resumes_once_across_pods(gateways, db):

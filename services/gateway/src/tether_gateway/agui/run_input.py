@@ -24,7 +24,7 @@ MAX_TEXT = 8000
 MAX_TITLE = 200
 MAX_RESUME = 16
 # What a client's id may be: a UUID, or any id of this shape (it is echoed and sits in paths).
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,119}")
 STATUSES = ("resolved", "cancelled")
 
 
@@ -47,7 +47,7 @@ class RunInput:
 def client_id(value: object, name: str) -> str:
     if not isinstance(value, str) or not _ID.fullmatch(value):
         raise InvalidArgument(
-            f"{name} must be an id of 1 to 128 letters, digits, '.', '_', ':' or '-' (a UUID)"
+            f"{name} must be an id of 1 to 120 letters, digits, '.', '_', ':' or '-' (a UUID)"
         )
     return value
 
