@@ -174,6 +174,18 @@ async def test_bad_input_is_a_clear_4xx_and_changes_nothing(gateways, db, http):
             assert words in answer["error"]["message"], answer
     async with http.post(base + "/agui/opspilot", json=body()) as resp:
         assert resp.status == 401
+    # The session cookie acts only with its CSRF token, from this origin (as on /v1).
+    async with http.post(base + "/v1/session", headers=auth) as resp:
+        session = resp.cookies["tether_session"].value
+        csrf = (await resp.json())["csrfToken"]
+    cookie = {"Cookie": f"tether_session={session}", "Origin": base}
+    async with http.post(base + "/agui/opspilot", json=body(), headers=cookie) as resp:
+        assert resp.status == 403 and (await resp.json())["error"]["code"] == "CSRF_TOKEN_INVALID"
     async with http.get(base + f"/agui/opspilot/runs/{uuid.uuid4()}/events", headers=auth) as resp:
         assert resp.status == 404
     assert await _counts(db) == before
+    with_csrf = {**cookie, "X-CSRF-Token": csrf}
+    async with http.post(base + "/agui/opspilot", json=body(), headers=with_csrf) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+        assert await resp.content.readuntil(b"\n\n") == b"retry: 2000\n\n"
+        assert '"type":"RUN_STARTED"' in (await resp.content.readuntil(b"\n\n")).decode()

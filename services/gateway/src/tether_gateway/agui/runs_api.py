@@ -1,6 +1,8 @@
 """AG-UI's endpoints: POST /agui/{agent} (a RunAgentInput in, the AG-UI run's events out over
 SSE) and Tether's extension GET /agui/{agent}/runs/{runId}/events (the same run's events after
-`Last-Event-ID`, exactly, then live; 204 once the run is over and the client has all of it)."""
+`Last-Event-ID`, exactly, then live; 204 once the run is over and the client has all of it).
+The gateway's edge rules as on /v1: a bearer header or the session cookie (with CSRF on the
+POST), the per-user rate limits (start, resume, events) and stream cap, heartbeats."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tether_gateway.agui import run_stream
 from tether_gateway.agui.events import AguiRun
 from tether_gateway.agui.run_input import client_id, run_input
 from tether_gateway.agui.run_start import begin, stretch_after
-from tether_gateway.auth import authenticate
+from tether_gateway.auth import session_or_bearer
 from tether_gateway.langgraph import ids, lookup
 from tether_gateway.state import state
 from tether_gateway.validation import read_json
@@ -23,7 +25,7 @@ from tether_gateway.validation import read_json
 async def run_agent(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
-    caller = await authenticate(request, gw.auth)
+    caller = await session_or_bearer(request, gw.auth)
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     inp = run_input(await read_json(request, gw.settings.max_body_bytes))
     agent = request.match_info["agent"]
@@ -50,7 +52,7 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
 async def run_events(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
-    caller = await authenticate(request, gw.auth)
+    caller = await session_or_bearer(request, gw.auth)
     await gw.limiter.check(gw.redis, "events", caller.principal.user_id)
     agent = request.match_info["agent"]
     run_id = client_id(request.match_info["run_id"], "runId")
