@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -31,14 +31,6 @@ async def ledger_env(admin_dsn: str, base_env: dict[str, str]) -> AsyncIterator[
     dsn = await create_ledger_database(admin_dsn)
     yield {**base_env, **AGENT_ENV, "DATABASE_URL": dsn}
     await stores.drop_database(admin_dsn, dsn)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.kill()
 
 
 def _auth(**extra: str) -> dict[str, str]:
