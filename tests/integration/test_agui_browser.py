@@ -52,7 +52,11 @@ async def test_the_card_survives_a_reload_on_another_pod_and_approves_once(
     # The card on pod A, and the same card after the reload on pod B.
     assert r["before"]["reason"] == "tool_approval" and r["before"]["message"]
     assert r["after"] == r["before"]
-    assert r["atCard"][0][0] == "user"
+    # The page's own copy of the question was replaced by Tether's stored one (the snapshot),
+    # and after the reload the conversation is there again, the question first.
+    question = r["atCard"][0]
+    assert question[0] == "user" and question[1].startswith("msg_"), r["atCard"]
+    assert r["afterReload"] == r["atCard"]
     # The reload asked pod B for the run's events (the reconnect), not for a new run.
     reload_calls = [q for q in r["requests"] if q["url"].startswith(b.addr)]
     assert reload_calls[0]["method"] == "GET" and reload_calls[0]["url"].endswith("/events")

@@ -67,8 +67,9 @@ async def test_the_official_client_runs_an_approval_and_every_question_across_po
     assert started["threadId"] == first_run["finishedThreadId"]
     assert first_run["types"][-2:] == ["STATE_SNAPSHOT", "RUN_FINISHED"], first_run["types"]
     # OpsPilot looks the instances up first (a read tool, no approval): a step with its call.
-    assert first_run["types"][:7] == [
+    assert first_run["types"][:8] == [
         "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
         "STEP_STARTED",
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
@@ -76,6 +77,10 @@ async def test_the_official_client_runs_an_approval_and_every_question_across_po
         "TOOL_CALL_RESULT",
         "STEP_FINISHED",
     ], first_run["types"]
+    # Tether's stored history wins: the client's own copy of the turn is replaced by Tether's.
+    (turn,) = first_run["snapshot"]
+    assert turn["role"] == "user" and turn["id"].startswith("msg_"), turn
+    assert turn["content"] == f"restart the abnormal {service} instance"
     interrupt = first_run["interrupt"]
     assert interrupt["id"].startswith("int_") and interrupt["reason"] == "tool_approval"
     assert interrupt["message"] and interrupt["expiresAt"]
@@ -93,7 +98,10 @@ async def test_the_official_client_runs_an_approval_and_every_question_across_po
     # The answer on pod B, twice at once: one restart, the same events for both tabs.
     resumed = r["resumed"]
     assert resumed["runStarted"]["runId"] == r["approvalRuns"][1]
-    assert resumed["types"][0] == "RUN_STARTED"
+    assert resumed["types"][:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+    # The resumed run's snapshot: the turn, then what the first run streamed, with its ids.
+    assert [m["role"] for m in resumed["snapshot"]] == ["user", "assistant", "tool"]
+    assert resumed["snapshot"][0] == turn
     assert resumed["finished"]["outcome"] == {"type": "success"}
     for kind in ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"):
         assert kind in resumed["types"], resumed["types"]

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether_common.errors import InvalidArgument
-from tether_gateway.agui import interrupts
+from tether_gateway.agui import interrupts, transcript
 from tether_gateway.agui.events import AguiRun, Frame
 from tether_gateway.agui.run_input import ResumeEntry, run_input
 from tether_gateway.agui.run_start import stretch_after
+from tether_gateway.agui.transcript import Transcript
 from tether_gateway.langgraph import ids
 
 RUN = "run_1"
@@ -71,10 +72,15 @@ def paused_then_resumed() -> list[events_pb2.RunEvent]:
     ]
 
 
+HISTORY = [{"id": "msg_1", "role": "user", "content": "restart web-1"}]
+
+
 def events_of(
     stretch: int, after: ids.Cursor = ids.START, log: list[events_pb2.RunEvent] | None = None
 ) -> tuple[list[Frame], AguiRun]:
-    run = AguiRun(thread_id="t1", run_id=f"client-{stretch}", stretch=stretch, after=after)
+    run = AguiRun(
+        thread_id="t1", run_id=f"client-{stretch}", stretch=stretch, after=after, history=HISTORY
+    )
     out: list[Frame] = []
     for e in log if log is not None else paused_then_resumed():
         if run.snapshot_due(e):
@@ -94,6 +100,7 @@ def test_the_first_run_ends_at_the_interrupt_with_everything_closed() -> None:
     assert run.done
     assert types(frames) == [
         "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
         "TEXT_MESSAGE_START",
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_CONTENT",
@@ -108,6 +115,8 @@ def test_the_first_run_ends_at_the_interrupt_with_everything_closed() -> None:
     ]
     by_type = {f.event["type"]: f.event for f in frames}
     assert by_type["RUN_STARTED"] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "client-0"}
+    # The conversation as Tether stored it (the run's own user message last): it wins.
+    assert by_type["MESSAGES_SNAPSHOT"]["messages"] == HISTORY
     assert by_type["TEXT_MESSAGE_START"] == {
         "type": "TEXT_MESSAGE_START",
         "messageId": "m1",
@@ -135,7 +144,7 @@ def test_the_first_run_ends_at_the_interrupt_with_everything_closed() -> None:
     assert raised["metadata"]["tether"]["card"]["target"] == "web-1"
     # Ids: `{sequence}-{k}`, increasing, each its own.
     assert [f.id for f in frames] == [
-        "1-0", "2-0", "2-1", "3-0", "4-0", "4-1", "4-2", "4-3", "4-4", "5-0", "5-1", "5-2"
+        "1-0", "1-1", "2-0", "2-1", "3-0", "4-0", "4-1", "4-2", "4-3", "4-4", "5-0", "5-1", "5-2"
     ]  # fmt: skip
     assert all(f.encode().startswith(f"id: {f.id}\ndata: ".encode()) for f in frames)
 
@@ -145,6 +154,7 @@ def test_the_resumed_run_carries_the_result_of_the_approved_call() -> None:
     assert run.done
     assert types(frames) == [
         "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
         "CUSTOM",
         # The approved call was never announced before it ran: its START / ARGS / END come
         # before its result.
@@ -159,12 +169,29 @@ def test_the_resumed_run_carries_the_result_of_the_approved_call() -> None:
         "RUN_FINISHED",
     ]
     assert frames[0].id == "6-0" and frames[0].event["runId"] == "client-1"
-    assert frames[1].event == {
+    # The conversation so far: the stored history, then what the first AG-UI run streamed,
+    # folded as the client folds it (the same ids the client holds).
+    assert frames[1].event["messages"] == [
+        *HISTORY,
+        {
+            "id": "m1",
+            "role": "assistant",
+            "content": "Let me check.",
+            "toolCalls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "find", "arguments": '{"summary":"x"}'},
+                }
+            ],
+        },
+    ]
+    assert frames[2].event == {
         "type": "CUSTOM",
         "name": "tether.tool_progress",
         "value": {"toolCallId": "call_2", "tool": "", "fraction": 0.5, "text": "half"},
     }
-    assert frames[5].event == {
+    assert frames[6].event == {
         "type": "TOOL_CALL_RESULT",
         "messageId": "call_2:result",
         "toolCallId": "call_2",
@@ -386,3 +413,31 @@ def test_run_agent_input_is_read_and_checked() -> None:
     ):
         with pytest.raises(InvalidArgument):
             run_input(bad)
+
+
+def test_the_transcript_folds_events_as_the_client_does() -> None:
+    stored = resources_pb2.Message(
+        id="msg_2", role=resources_pb2.MESSAGE_ROLE_TOOL, content="ok", tool_call_id="c0"
+    )
+    t = Transcript([transcript.stored(stored)])
+    for event in (
+        {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "find"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c1", "delta": "{}"},
+        {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+        {"type": "TOOL_CALL_RESULT", "messageId": "c1:result", "toolCallId": "c1", "content": "1"},
+    ):
+        t.apply(event)
+    assert t.snapshot() == [
+        {"id": "msg_2", "role": "tool", "content": "ok", "toolCallId": "c0"},
+        {
+            "id": "c1",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "find", "arguments": "{}"}}
+            ],
+        },
+        {"id": "c1:result", "role": "tool", "content": "1", "toolCallId": "c1"},
+    ]
+    snap = t.snapshot()
+    snap[1]["toolCalls"][0]["function"]["arguments"] = "changed"
+    assert t.snapshot()[1]["toolCalls"][0]["function"]["arguments"] == "{}", "a copy"

@@ -111,6 +111,7 @@ const result = {};
     runStarted: first[0],
     finishedRunId: finished.runId,
     finishedThreadId: finished.threadId,
+    snapshot: first.find((e) => e.type === "MESSAGES_SNAPSHOT")?.messages,
     interrupt,
   };
 
@@ -142,6 +143,7 @@ const result = {};
   result.resumed = {
     types: types(s1),
     runStarted: s1[0],
+    snapshot: s1.find((e) => e.type === "MESSAGES_SNAPSHOT")?.messages,
     finished: s1.at(-1),
     twinSame: withoutRunId(s1) === withoutRunId(s2),
     liveEqual: strip(followed) === strip(s1),

@@ -8,7 +8,8 @@ is what makes a reconnect with `Last-Event-ID` exact. The one exception is STATE
 content: the conversation's facts as they are when it is sent (state, not history).
 
 Tether event -> AG-UI (README "AG-UI" has the table):
-  RunStarted, or the InterruptResolved that begins a stretch -> RUN_STARTED
+  RunStarted, or the InterruptResolved that begins a stretch -> RUN_STARTED + MESSAGES_SNAPSHOT
+    (the conversation so far: Tether's stored history wins over the client's copy)
   TextDelta -> TEXT_MESSAGE_START (a new message id) + TEXT_MESSAGE_CONTENT
   ToolStarted -> STEP_STARTED `{tool}:{call id}` + TOOL_CALL_START / ARGS ({"summary": masked
     arguments}) / END
@@ -31,6 +32,7 @@ import orjson
 from tether.runtime.v1 import events_pb2
 
 from tether_gateway.agui.interrupts import interrupt_json
+from tether_gateway.agui.transcript import Transcript
 from tether_gateway.langgraph import ids
 from tether_gateway.langgraph.stretches import ending, starts_stretch
 
@@ -60,6 +62,7 @@ class AguiRun:
         run_id: str,
         stretch: int,
         after: ids.Cursor = ids.START,
+        history: list[dict[str, Any]] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -76,8 +79,13 @@ class AguiRun:
         self._out: list[Frame] = []
         self._seq = 0
         self._k = 0
+        # The conversation before the target stretch (its MESSAGES_SNAPSHOT): the stored
+        # messages before the run, then what the run's earlier stretches streamed.
+        self._transcript = Transcript(history)
 
     def _emit(self, event: dict[str, Any]) -> None:
+        if self.stretch < self.target and self.open:
+            self._transcript.apply(event)
         if self.stretch != self.target or not self.open:
             return
         cursor = (self._seq, self._k)
@@ -108,6 +116,9 @@ class AguiRun:
             self._text = self._last_text = ""
             self._steps = []
             self._emit({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id})
+            if self.stretch == self.target:
+                snapshot = self._transcript.snapshot()
+                self._emit({"type": "MESSAGES_SNAPSHOT", "messages": snapshot})
         kind = ev.WhichOneof("event")
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:

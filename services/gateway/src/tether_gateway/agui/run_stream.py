@@ -12,6 +12,7 @@ from aiohttp import web
 from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 
+from tether_gateway.agui import transcript
 from tether_gateway.agui.events import AguiRun
 from tether_gateway.auth import Caller
 from tether_gateway.langgraph import lookup
@@ -26,6 +27,14 @@ async def facts(gw: GatewayState, caller: Caller, conversation_id: str) -> dict[
     conv = (await gw.client().get_conversation(req, caller.credential)).conversation
     found = orjson.loads(conv.facts_json or "{}")
     return found if isinstance(found, dict) else {}
+
+
+async def history(gw: GatewayState, caller: Caller, run: resources_pb2.Run) -> list[dict[str, Any]]:
+    """The stored conversation before the run, as AG-UI messages (MESSAGES_SNAPSHOT)."""
+    return [
+        transcript.stored(m)
+        for m in await lookup.stored_before(gw.client(), caller.credential, run)
+    ]
 
 
 def events_path(agent: str, run_id: str) -> str:

@@ -7,6 +7,7 @@ POST), the per-user rate limits (start, resume, events) and stream cap, heartbea
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from aiohttp import web
 from tether.runtime.v1 import runtime_service_pb2 as rs
@@ -33,10 +34,13 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
     try:
         begun = await begin(gw, caller, agent, inp)
+        history = await run_stream.history(gw, caller, begun.run)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
-    mapper = AguiRun(thread_id=inp.thread_id, run_id=inp.run_id, stretch=begun.stretch)
+    mapper = AguiRun(
+        thread_id=inp.thread_id, run_id=inp.run_id, stretch=begun.stretch, history=history
+    )
     return await run_stream.serve(
         request,
         gw,
@@ -67,12 +71,15 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         events = await lookup.read_log(client, token, run)
         stretch = stretch_after(events, found.answered_interrupt_id)
 
-    def mapper() -> AguiRun:
+    def mapper(history: list[dict[str, Any]] | None = None) -> AguiRun:
         thread = found.client_conversation_id or run.conversation_id
-        return AguiRun(thread_id=thread, run_id=run_id, stretch=stretch, after=after)
+        return AguiRun(
+            thread_id=thread, run_id=run_id, stretch=stretch, after=after, history=history
+        )
 
     if await run_stream.nothing_left(gw, caller, run, mapper()):
         return web.Response(status=204)
+    history = await run_stream.history(gw, caller, run)
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
     return await run_stream.serve(
         request,
@@ -80,7 +87,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         caller,
         agent=agent,
         run=run,
-        mapper=mapper(),
+        mapper=mapper(history),
         slot=slot,
         started=started,
     )
