@@ -193,7 +193,27 @@ async def test_bad_input_is_a_clear_4xx_and_changes_nothing(gateways, db, http):
         assert resp.status == 404
     assert await _counts(db) == before
     with_csrf = {**cookie, "X-CSRF-Token": csrf}
-    async with http.post(base + "/agui/opspilot", json=body(), headers=with_csrf) as resp:
+    mine = body()
+    async with http.post(base + "/agui/opspilot", json=mine, headers=with_csrf) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+        assert resp.headers["Content-Location"] == f"/agui/opspilot/runs/{mine['runId']}/events"
         assert await resp.content.readuntil(b"\n\n") == b"retry: 2000\n\n"
         assert '"type":"RUN_STARTED"' in (await resp.content.readuntil(b"\n\n")).decode()
+    # Client ids are per user: bob neither reads alice's run nor answers on her thread.
+    bob = {"Authorization": f"Bearer {issue_token(TEST_SECRET, 'bob')}"}
+    events = f"/agui/opspilot/runs/{mine['runId']}/events"
+    async with http.get(base + events, headers=bob) as resp:
+        assert resp.status == 404
+    async with http.get(base + events, headers=auth) as resp:
+        assert resp.status == 200
+    answer = {"interruptId": "int_x", "status": "resolved", "payload": True}
+    same_thread = body(threadId=mine["threadId"], messages=[], resume=[answer])
+    async with http.post(base + "/agui/opspilot", json=same_thread, headers=bob) as resp:
+        assert resp.status == 409, await resp.text()
+    # The same runId again on another thread: CLIENT_ID_TAKEN, nothing made or started.
+    before = await _counts(db)
+    again = body(runId=mine["runId"])
+    async with http.post(base + "/agui/opspilot", json=again, headers=auth) as resp:
+        answer_body = await resp.json()
+        assert resp.status == 409 and answer_body["error"]["code"] == "CLIENT_ID_TAKEN"
+    assert await _counts(db) == before

@@ -37,6 +37,7 @@ async def begin(gw: GatewayState, caller: Caller, agent_name: str, inp: RunInput
     agent = await agent_named(client, caller.credential, agent_name)
     if inp.resume:
         return await _resume(gw, caller, agent.name, inp)
+    await _run_id_free(client, caller.credential, inp)
     conv = await client.create_conversation(
         rs.CreateConversationRequest(title=inp.title, client_id=inp.thread_id), caller.credential
     )
@@ -53,6 +54,19 @@ async def begin(gw: GatewayState, caller: Caller, agent_name: str, inp: RunInput
     if started.run.agent != agent.name:
         raise ClientIdTaken(f"runId {inp.run_id} names a run of another agent")
     return Begun(started.run, 0)
+
+
+async def _run_id_free(client: RuntimeClient, token: Credential, inp: RunInput) -> None:
+    """Before anything is made (an unknown thread's conversation): the runId names nothing
+    yet, or this thread's start (a repeated request, which StartRun answers with that run)."""
+    try:
+        found = await client.get_run(rs.GetRunRequest(client_run_id=inp.run_id), token)
+    except grpc.aio.AioRpcError as err:
+        if err.code() == grpc.StatusCode.NOT_FOUND:
+            return
+        raise
+    if found.answered_interrupt_id or found.client_conversation_id != inp.thread_id:
+        raise ClientIdTaken(f"runId {inp.run_id} already names another run")
 
 
 async def _resume(gw: GatewayState, caller: Caller, agent: str, inp: RunInput) -> Begun:
