@@ -83,6 +83,9 @@ async def test_the_official_client_runs_an_approval_and_every_question_across_po
     assert turn["content"] == f"restart the abnormal {service} instance"
     interrupt = first_run["interrupt"]
     assert interrupt["id"].startswith("int_") and interrupt["reason"] == "tool_approval"
+    # The call the card is about was streamed before it (AG-UI's approval pattern), no result.
+    assert interrupt["toolCallId"] in first_run["toolCalls"], first_run["toolCalls"]
+    assert interrupt["toolCallId"] not in first_run["results"]
     assert interrupt["message"] and interrupt["expiresAt"]
     assert interrupt["responseSchema"]["properties"]["decision"]["enum"] == ["approve", "reject"]
     assert interrupt["metadata"]["tether"]["kind"] == "confirm_action"
@@ -99,12 +102,16 @@ async def test_the_official_client_runs_an_approval_and_every_question_across_po
     resumed = r["resumed"]
     assert resumed["runStarted"]["runId"] == r["approvalRuns"][1]
     assert resumed["types"][:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
-    # The resumed run's snapshot: the turn, then what the first run streamed, with its ids.
-    assert [m["role"] for m in resumed["snapshot"]] == ["user", "assistant", "tool"]
+    # The resumed run's snapshot: the turn, then what the first run streamed, with its ids:
+    # the lookup's call and result, then the gated call (no result yet).
+    assert [m["role"] for m in resumed["snapshot"]] == ["user", "assistant", "tool", "assistant"]
     assert resumed["snapshot"][0] == turn
+    gated = resumed["snapshot"][-1]["toolCalls"]
+    assert [c["id"] for c in gated] == [interrupt["toolCallId"]]
     assert resumed["finished"]["outcome"] == {"type": "success"}
-    for kind in ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"):
-        assert kind in resumed["types"], resumed["types"]
+    # The resumed run: the approved call's result (no second TOOL_CALL_START), in its step.
+    assert interrupt["toolCallId"] in resumed["results"]
+    assert interrupt["toolCallId"] not in resumed["toolCalls"]
     assert resumed["types"].index("STEP_STARTED") < resumed["types"].index("STEP_FINISHED")
     assert resumed["toolResults"] and resumed["text"].strip()
     assert resumed["twinSame"]

@@ -54,6 +54,12 @@ async def _post(http: aiohttp.ClientSession, gw: str, body: dict[str, Any]) -> S
     return SseReader(resp)
 
 
+def unknown_call(seen: list[Frame]) -> str:
+    """The tool call the run's progress is about."""
+    progress = [f.json for f in seen if f.json["type"] == "CUSTOM"]
+    return str(progress[0]["value"]["toolCallId"])
+
+
 async def _wait_for(db: asyncpg.Connection, sql: str, n: int, timeout: float = 20) -> None:
     for _ in range(int(timeout / 0.05)):
         if await db.fetchval(sql) >= n:
@@ -129,11 +135,15 @@ async def test_outcome_unknown_round_trips_through_resume_and_a_reconnect(
                 assert resp.status == 204  # over, and nothing left: stop reconnecting
 
             types = [f.json["type"] for f in seen]
-            assert types[0] == "RUN_STARTED" and "TOOL_CALL_START" in types
+            # The approved call was streamed with its card: here its step and progress.
+            assert types[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STEP_STARTED"], types
+            assert "TOOL_CALL_START" not in types
+            assert confirm["toolCallId"] and unknown_call(seen) == confirm["toolCallId"]
             ended = seen[-1].json
             assert (ended["type"], ended["runId"]) == ("RUN_FINISHED", second)
             (unknown,) = ended["outcome"]["interrupts"]
             assert unknown["reason"] == "outcome_unknown"
+            assert unknown["toolCallId"] == confirm["toolCallId"]  # the same call, unknown now
             choices = unknown["responseSchema"]["properties"]["decision"]["enum"]
             assert choices == ["retry", "mark_done", "abandon"]
             assert unknown["metadata"]["tether"]["card"]["tool"] == "send_unkeyed"

@@ -441,3 +441,59 @@ def test_the_transcript_folds_events_as_the_client_does() -> None:
     snap = t.snapshot()
     snap[1]["toolCalls"][0]["function"]["arguments"] = "changed"
     assert t.snapshot()[1]["toolCalls"][0]["function"]["arguments"] == "{}", "a copy"
+
+
+def test_a_gated_call_is_streamed_with_its_card_and_its_result_after_the_answer() -> None:
+    """AG-UI's approval pattern: the call the card is about, without a result, then the
+    interrupt naming it (toolCallId); the run that resumes carries its result."""
+    log = [
+        ev(1, run_started=events_pb2.RunStarted(conversation_id="c1")),
+        text(2, "m1", "Restarting."),
+        ev(
+            3,
+            interrupt=events_pb2.InterruptRaised(
+                interrupt_id="int_1", kind=CONFIRM, payload=CARD, call_id="call_w"
+            ),
+        ),
+        resolved(4),
+        ev(5, tool_started=events_pb2.ToolStarted(call_id="call_w", tool="restart")),
+        finished(6, "call_w", "restarted"),
+        ev(7, done=events_pb2.Done(message_id="m1")),
+    ]
+    first, _ = events_of(0, log=log)
+    assert types(first) == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STATE_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+    start = first[5].event
+    assert start == {
+        "type": "TOOL_CALL_START",
+        "toolCallId": "call_w",
+        "toolCallName": "restart",
+        "parentMessageId": "m1",
+    }
+    assert first[6].event["delta"] == '{"summary":"id=1"}'
+    (raised,) = first[-1].event["outcome"]["interrupts"]
+    assert raised["toolCallId"] == "call_w"
+    resumed, _ = events_of(1, log=log)
+    assert types(resumed) == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "STEP_STARTED",  # no second TOOL_CALL_START: the client has the call
+        "TOOL_CALL_RESULT",
+        "STEP_FINISHED",
+        "STATE_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+    assert resumed[3].event["toolCallId"] == "call_w"
+    # The snapshot holds the call under the text message it followed, as the client folded it.
+    (_, message) = resumed[1].event["messages"]
+    assert message["id"] == "m1" and message["toolCalls"][0]["id"] == "call_w"

@@ -112,6 +112,8 @@ const result = {};
     finishedRunId: finished.runId,
     finishedThreadId: finished.threadId,
     snapshot: first.find((e) => e.type === "MESSAGES_SNAPSHOT")?.messages,
+    toolCalls: first.filter((e) => e.type === "TOOL_CALL_START").map((e) => e.toolCallId),
+    results: first.filter((e) => e.type === "TOOL_CALL_RESULT").map((e) => e.toolCallId),
     interrupt,
   };
 
@@ -150,6 +152,8 @@ const result = {};
     liveIdsUnique: new Set(followed.map((f) => f.id)).size === followed.length,
     text: s1.filter((e) => e.type === "TEXT_MESSAGE_CONTENT").map((e) => e.delta).join(""),
     toolResults: s1.filter((e) => e.type === "TOOL_CALL_RESULT").map((e) => e.content),
+    toolCalls: s1.filter((e) => e.type === "TOOL_CALL_START").map((e) => e.toolCallId),
+    results: s1.filter((e) => e.type === "TOOL_CALL_RESULT").map((e) => e.toolCallId),
     pendingAfter: b1.pendingInterrupts.length,
     messages: b1.messages.map((m) => m.role),
   };

@@ -18,7 +18,8 @@ Tether event -> AG-UI (README "AG-UI" has the table):
     one, gets its START / ARGS / END first)
   GraphUpdate (a graph agent's node) -> STEP_STARTED + STEP_FINISHED `{node}`
   CustomData -> CUSTOM `tether.custom`
-  InterruptRaised -> STATE_SNAPSHOT + RUN_FINISHED {outcome: interrupt}
+  InterruptRaised -> (its tool call's START / ARGS / END, when not announced yet) +
+    STATE_SNAPSHOT + RUN_FINISHED {outcome: interrupt, its toolCallId}
   Done -> STATE_SNAPSHOT + RUN_FINISHED {outcome: success}; Cancelled -> RUN_FINISHED
     {outcome: cancelled}; Error -> RUN_ERROR
 Whatever is open (a text message, a step) is closed before the run's terminal event."""
@@ -190,7 +191,8 @@ class AguiRun:
         step = f"{t.tool}:{t.call_id}"
         self._steps.append(step)
         self._emit({"type": "STEP_STARTED", "stepName": step})
-        self._announce(t.call_id, t.tool, t.args_summary)
+        if t.call_id not in self._announced:  # an approved call was announced with its card
+            self._announce(t.call_id, t.tool, t.args_summary)
 
     def _on_tool_progress(self, p: events_pb2.ToolProgress) -> None:
         value: dict[str, Any] = {"toolCallId": p.call_id, "tool": p.tool, "fraction": p.fraction}
@@ -227,6 +229,13 @@ class AguiRun:
             self._emit({"type": "CUSTOM", "name": "tether.custom", "value": value})
 
     def _on_interrupt(self, i: events_pb2.InterruptRaised) -> None:
+        """A card about a tool call the client has not seen yet (a write waiting for its
+        approval, a question tool's call) streams that call first, with no result: AG-UI binds
+        the interrupt to it by `toolCallId`; its TOOL_CALL_RESULT comes in the run that resumes."""
+        if i.call_id and i.call_id not in self._announced:
+            self._announce(
+                i.call_id, i.payload.tool or i.payload.title, i.payload.parameter_summary
+            )
         self._finish({"type": "interrupt", "interrupts": [interrupt_json(i)]}, snapshot=True)
 
     def _on_done(self, d: events_pb2.Done) -> None:

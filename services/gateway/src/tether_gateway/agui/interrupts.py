@@ -91,6 +91,8 @@ def interrupt_json(i: events_pb2.InterruptRaised) -> dict[str, Any]:
         "reason": REASONS.get(i.kind, "input_required"),
         "message": _message(i.kind, i.payload),
     }
+    if i.call_id:
+        out["toolCallId"] = i.call_id
     schema = response_schema(i.kind, i.payload)
     if schema is not None:
         out["responseSchema"] = schema

@@ -62,11 +62,13 @@ async def pause(
     scope: str = "",
     approval: Approval | None = None,
     interrupt_id: str | None = None,
+    tool_call: bool = True,
 ) -> NoReturn:
     """Raise the interrupt showing `payload` for the call: `before` (the call's row: proposed,
     or marked unknown), the interrupt, the checkpoint and the run's `interrupted` status in one
     transaction, then its `interrupt` event; the run pauses. Every field is masked once more,
-    whatever raised the card (the model's `reason` included)."""
+    whatever raised the card (the model's `reason` included). `tool_call`: `call_id` is a tool
+    call the run's events name (the event carries it), not a graph interrupt's own key."""
     interrupt_id = interrupt_id or new_id("int")
     expires = datetime.now(UTC) + timedelta(seconds=ctx.interrupt_ttl_s)
     payload = redact_value(payload)
@@ -90,5 +92,6 @@ async def pause(
         await save(conn)
         await runs.finish(conn, run_id, epoch, "interrupted")
 
-    await ctx.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
+    raised = ev.interrupt(interrupt_id, kind, payload, expires, call_id if tool_call else "")
+    await ctx.commit([raised], apply)
     raise Paused()
