@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 from tether.runtime.v1 import runtime_service_pb2 as rs
-from tether_common.errors import NotFound
+from tether_common.errors import FailedPrecondition, NotFound
 
 from tether_gateway.agui import run_stream
 from tether_gateway.agui.events import AguiRun
@@ -66,6 +66,8 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     run = found.run
     if run.agent != agent:
         raise NotFound("run not found", reason="RUN_NOT_FOUND")
+    if run.events_expired:
+        raise FailedPrecondition("the run's events are past retention: nothing to replay")
     stretch = 0
     if found.answered_interrupt_id:
         events = await lookup.read_log(client, token, run)
