@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tether_common.auth import issue_token
 from tether_testkit.inventory import abnormal_service, executions
-from tether_testkit.node_scripts import run_node
+from tether_testkit.node import run_node
 from tether_testkit.processes import start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.vite_pages import served_page

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from tether_common.auth import issue_token
 from tether_testkit.inventory import abnormal_service, executions
-from tether_testkit.node_scripts import run_node
+from tether_testkit.node import run_node
 from tether_testkit.processes import Proc, start_gateway
 from tether_testkit.secrets import TEST_SECRET
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from tether_common.auth import issue_token
 from tether_testkit.inventory import abnormal_service, executions
-from tether_testkit.node_scripts import run_node
+from tether_testkit.node import run_node
 from tether_testkit.processes import Proc, start_gateway
 from tether_testkit.secrets import TEST_SECRET
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).parent / "js" / "langgraph_sdk_flow.mjs"
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(180)]

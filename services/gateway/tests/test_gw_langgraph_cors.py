@@ -134,24 +134,3 @@ async def test_bare_lines_put_heartbeats_and_retry_in_the_next_block(
         assert blocks[0].endswith("event: metadata\ndata: {}\nid: 1-0"), body
     else:
         assert blocks[0] == "retry: 1500" and blocks[1] == ": keep-alive", body
-
-
-async def test_the_agui_mount_has_its_own_grant(make_client: MakeClient, user_token: str) -> None:
-    """TETHER_AGUI_CORS_ORIGINS grants /agui (its answers, errors too), and only /agui."""
-    client = await make_client(agui_cors_origins=frozenset({APP}))
-    resp = await client.options("/agui/opspilot", headers=preflight(APP))
-    assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == APP
-    assert "Access-Control-Allow-Credentials" not in resp.headers, "never cookies"
-    resp = await client.options("/agui/opspilot/runs/r1/events", headers=preflight(APP, "GET"))
-    assert resp.headers["Access-Control-Allow-Origin"] == APP
-    resp = await client.post("/agui/opspilot", json={}, headers={"Origin": APP})
-    assert resp.status == 401 and resp.headers["Access-Control-Allow-Origin"] == APP
-    resp = await client.post(
-        "/agui/opspilot", json={}, headers={"Origin": APP, "Authorization": f"Bearer {user_token}"}
-    )
-    assert resp.status == 400 and resp.headers["Access-Control-Allow-Origin"] == APP
-    assert "Content-Location" in resp.headers["Access-Control-Expose-Headers"]
-    resp = await client.options("/langgraph/assistants/search", headers=preflight(APP))
-    assert "Access-Control-Allow-Origin" not in resp.headers, "the other mount's list is its own"
-    with pytest.raises(UnsafeSettings, match="TETHER_AGUI_CORS_ORIGINS"):
-        Settings.from_env({"TETHER_AGUI_CORS_ORIGINS": "*"})

@@ -1,5 +1,5 @@
-"""Running a test's Node script (an official JS client against real processes): it prints
-`RESULT <json>` for the test to check."""
+"""Node scripts that print one `RESULT <json>` line (tests/integration/js/*.mjs), run from the
+repository's root (its node_modules)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def run_node(*args: str, timeout: float = 120) -> dict[str, Any]:
+    """`node ARGS` to its end; its RESULT document (the test fails with its output otherwise)."""
     node = shutil.which("node")
-    assert node, "node (20+) is required for the tests of the official JS clients"
+    assert node, "node (20+) is required for the JS tests"
     proc = await asyncio.create_subprocess_exec(
         node, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
