@@ -8,7 +8,6 @@ and every rendering of the messages shows each once, in order, never cut or doub
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator
@@ -16,17 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from langgraph_sdk import get_client
 from tether_common.auth import issue_token
 from tether_testkit.inventory import abnormal_service, executions
-from tether_testkit.processes import free_port, start_gateway, start_runtime
+from tether_testkit.processes import start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
+from tether_testkit.vite_pages import run, served_page
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = Path(__file__).parent / "langgraph_page"
 SCRIPT = Path(__file__).parent / "js" / "langgraph_page_flow.mjs"
-VITE = ROOT / "node_modules" / "vite" / "bin" / "vite.js"
 DELTAS = 250  # 5 s at 20 ms each: the reload lands mid-stream even on a busy machine
 
 pytestmark = [pytest.mark.process, pytest.mark.browser, pytest.mark.timeout(240)]
@@ -34,44 +31,12 @@ pytestmark = [pytest.mark.process, pytest.mark.browser, pytest.mark.timeout(240)
 Rendered = list[list[str]]  # [[type, id, text], ...]
 
 
-async def run(*args: str, timeout: float) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        out, _ = await proc.communicate()
-        raise AssertionError(f"{args[1]} timed out:\n{out.decode()}") from None
-    assert proc.returncode == 0, out.decode()
-    return out.decode()
-
-
 @pytest.fixture
 async def page_origin(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     """The page built with Vite into a temporary folder and served on a port of its own: (its
     origin, its URL)."""
-    node = shutil.which("node")
-    assert node, "node is required for the useStream page"
-    assert VITE.is_file(), "vite is a dev dependency: run `npm ci` (make setup)"
-    out = tmp_path / "page"
-    config = PAGE / "vite.config.mjs"
-    await run(node, str(VITE), "build", "--config", str(config), "--outDir", str(out), timeout=180)
-    app = web.Application()
-
-    async def index(request: web.Request) -> web.FileResponse:
-        return web.FileResponse(out / "index.html")
-
-    app.router.add_get("/", index)
-    app.router.add_static("/assets/", out / "assets")
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    origin = f"http://127.0.0.1:{port}"
-    yield origin, f"{origin}/"
-    await runner.cleanup()
+    async with served_page(PAGE, tmp_path / "page") as served:
+        yield served
 
 
 def lg_state(base: str, thread_id: str) -> Any:

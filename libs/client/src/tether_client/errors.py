@@ -138,6 +138,12 @@ class IdempotencyKeyReused(TetherError):
     default_reason, default_code = "IDEMPOTENCY_KEY_REUSED", grpc.StatusCode.ALREADY_EXISTS
 
 
+class ClientIdTaken(TetherError):
+    """A client id for a run (StartRun / ResumeRun `client_run_id`) already names another."""
+
+    default_reason, default_code = "CLIENT_ID_TAKEN", grpc.StatusCode.ALREADY_EXISTS
+
+
 class RateLimited(TetherError):
     default_reason, default_code = "RATE_LIMITED", grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -184,6 +190,7 @@ ERRORS_BY_REASON: dict[str, type[TetherError]] = {
         ApprovalAlreadyGiven,
         SelfApprovalForbidden,
         IdempotencyKeyReused,
+        ClientIdTaken,
         RateLimited,
         Unavailable,
         DeadlineExceeded,

@@ -199,6 +199,8 @@ class Settings(BaseSettings):
     # Gateway: the web origins (`https://app.example.com`) whose pages may call /langgraph from
     # the browser (CORS, bearer tokens only, never cookies); empty: none.
     langgraph_cors_origins: Annotated[frozenset[str], NoDecode] = frozenset()
+    # Gateway: the same for /agui (AG-UI pages on another origin).
+    agui_cors_origins: Annotated[frozenset[str], NoDecode] = frozenset()
     # Gateway: continue a caller's `traceparent` and baggage (only internal callers reach it);
     # off: each request starts its own trace and links the caller's (request_tracing.py).
     trust_traceparent: bool = False
@@ -376,14 +378,14 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("langgraph_cors_origins")
+    @field_validator("langgraph_cors_origins", "agui_cors_origins")
     @classmethod
-    def _cors_origins(cls, value: frozenset[str]) -> frozenset[str]:
+    def _cors_origins(cls, value: frozenset[str], info: ValidationInfo) -> frozenset[str]:
         for origin in value:
             if not _ORIGIN.fullmatch(origin):
                 raise UnsafeSettings(
-                    "TETHER_LANGGRAPH_CORS_ORIGINS takes origins, scheme://host[:port] with no "
-                    f"path and no wildcard, comma-separated, not {origin!r}"
+                    f"{cls.env_name(str(info.field_name))} takes origins, scheme://host[:port] "
+                    f"with no path and no wildcard, comma-separated, not {origin!r}"
                 )
         return value
 

@@ -53,6 +53,12 @@ class IdempotencyKeyReused(TetherError):
     reason = "IDEMPOTENCY_KEY_REUSED"
 
 
+class ClientIdTaken(TetherError):
+    """A caller's own id for a run (AG-UI's `runId`) that already names something else."""
+
+    reason = "CLIENT_ID_TAKEN"
+
+
 class FailedPrecondition(TetherError):
     reason = "FAILED_PRECONDITION"
 
@@ -109,6 +115,7 @@ STATUS_BY_REASON: dict[str, tuple[str, int]] = {
     "RUN_ACTIVE": ("FAILED_PRECONDITION", 409),
     "INTERRUPT_EXPIRED": ("FAILED_PRECONDITION", 410),
     "IDEMPOTENCY_KEY_REUSED": ("ALREADY_EXISTS", 422),
+    "CLIENT_ID_TAKEN": ("ALREADY_EXISTS", 409),
     "RATE_LIMITED": ("RESOURCE_EXHAUSTED", 429),
     "UNAVAILABLE": ("UNAVAILABLE", 503),
     "INTERNAL": ("INTERNAL", 500),

@@ -19,7 +19,7 @@ from tether_proto import wire
 
 from tether_gateway import csrf
 from tether_gateway.audit_api import query_time
-from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate
+from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate, session_or_bearer
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
 from tether_gateway.sse import is_finished, stream_response
@@ -72,12 +72,7 @@ def _json(data: dict[str, Any], status: int = 200) -> web.Response:
 
 
 async def _caller(request: web.Request, gw: GatewayState) -> Caller:
-    """A bearer header, or the session cookie: for a state-changing method only with the CSRF
-    token and from this origin (csrf.py), checked before anything is changed."""
-    caller = await authenticate(request, gw.auth, cookie=True)
-    if caller.via_cookie and request.method not in ("GET", "HEAD", "OPTIONS"):
-        csrf.check(request, caller.token)
-    return caller
+    return await session_or_bearer(request, gw.auth)
 
 
 async def _body(request: web.Request, gw: GatewayState, schema: dict[str, Field]) -> dict[str, str]:

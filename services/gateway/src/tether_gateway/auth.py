@@ -10,6 +10,7 @@ from tether_common.auth import Principal, TokenVerifier, bearer_from_header
 from tether_common.errors import Unauthenticated
 from tether_common.revocation import Revocations
 
+from tether_gateway import csrf
 from tether_gateway.runtime_client import Credential
 from tether_gateway.service_identity import OnBehalf
 from tether_gateway.stream_tokens import StreamTokens, is_stream_token
@@ -52,8 +53,8 @@ async def authenticate(
     request: web.Request, auth: Authenticator, *, cookie: bool = False, stream_token: bool = False
 ) -> Caller:
     """The caller of this request. Cookies are only honoured where `cookie` (a state-changing
-    route then checks CSRF: api._caller), `?token=` only where `stream_token`, and a stream token
-    never acts."""
+    route then checks CSRF: `session_or_bearer`), `?token=` only where `stream_token`, and a
+    stream token never acts."""
     header = request.headers.get("Authorization")
     in_url = via_cookie = False
     if header:
@@ -75,6 +76,15 @@ async def authenticate(
         raise Unauthenticated("only a stream token may be passed in the URL")
     if any(auth.revocations.is_revoked(jti) for jti in caller.jtis):
         raise Unauthenticated("token revoked")
+    return caller
+
+
+async def session_or_bearer(request: web.Request, auth: Authenticator) -> Caller:
+    """A bearer header, or the session cookie: for a state-changing method only with the CSRF
+    token and from this origin (csrf.py), checked before anything is changed."""
+    caller = await authenticate(request, auth, cookie=True)
+    if caller.via_cookie and request.method not in ("GET", "HEAD", "OPTIONS"):
+        csrf.check(request, caller.token)
     return caller
 
 

@@ -1,14 +1,17 @@
-"""CORS for the /langgraph mount: a web app on another origin (a React page with `useStream`)
-calls the LangGraph API from the browser with a bearer token. Only the origins listed in
-TETHER_LANGGRAPH_CORS_ORIGINS are granted, and never credentials: the mount reads no cookie, so
-a granted origin can do only what the token its page holds allows (csrf.py's cookie session is
-not reachable through it). The grant exposes `Location` and `Content-Location`, which the SDK
-reads for the run id (`onRunCreated`, what `useStream` rejoins after a reload) and reconnects
-to."""
+"""CORS for a mount a web app on another origin calls from the browser with a bearer token:
+/langgraph (a React page with `useStream`) and /agui (an AG-UI page). Only the origins its setting
+lists are granted (TETHER_LANGGRAPH_CORS_ORIGINS, TETHER_AGUI_CORS_ORIGINS), and never
+credentials: a granted origin's page can do only what the token it holds allows (csrf.py's cookie
+session is not reachable through the grant). The grant exposes `Location` and
+`Content-Location`, which the LangGraph SDK reads for the run id (`onRunCreated`, what
+`useStream` rejoins after a reload) and reconnects to, and where an AG-UI run reconnects."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
+from tether_common.config import Settings
 
 from tether_gateway.state import state
 
@@ -16,10 +19,17 @@ METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
 EXPOSED = "Location, Content-Location, Retry-After"
 PREFLIGHT_MAX_AGE_S = 600
 
+Origins = Callable[[Settings], frozenset[str]]
+ORIGINS: web.AppKey[Origins] = web.AppKey("cors_origins")  # the mount's granted origins
+
+
+def _langgraph_origins(settings: Settings) -> frozenset[str]:
+    return settings.langgraph_cors_origins
+
 
 def _granted(request: web.Request) -> str | None:
     origin = request.headers.get("Origin")
-    if origin and origin in state(request).settings.langgraph_cors_origins:
+    if origin and origin in request.app[ORIGINS](state(request).settings):
         return origin
     return None
 
@@ -49,7 +59,8 @@ async def grant(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["Access-Control-Expose-Headers"] = EXPOSED
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, origins: Origins = _langgraph_origins) -> None:
     """Last: the catch-all OPTIONS route must not shadow the API's own routes."""
+    app[ORIGINS] = origins
     app.router.add_route("OPTIONS", "/{tail:.*}", preflight)
     app.on_response_prepare.append(grant)

@@ -65,9 +65,17 @@ async def read_log(
 async def history(
     client: RuntimeClient, token: Credential, run: resources_pb2.Run
 ) -> list[dict[str, Any]]:
-    """The thread's messages up to and including the run's own user message: the state a run
-    starts from. Messages are append-only, so every pod computes the same."""
-    out: list[dict[str, Any]] = []
+    """The thread's messages up to and including the run's own user message, as LangChain's
+    dicts: the state a run starts from."""
+    return [messages.stored(m) for m in await stored_before(client, token, run)]
+
+
+async def stored_before(
+    client: RuntimeClient, token: Credential, run: resources_pb2.Run
+) -> list[resources_pb2.Message]:
+    """The conversation's stored messages up to and including the run's own user message.
+    Messages are append-only, so every pod reads the same."""
+    out: list[resources_pb2.Message] = []
     page = ""
     while True:
         req = rs.ListMessagesRequest(
@@ -77,7 +85,7 @@ async def history(
         for m in resp.messages:
             if m.run_id == run.id and m.id != run.user_message_id:
                 return out
-            out.append(messages.stored(m))
+            out.append(m)
             if m.id == run.user_message_id:
                 return out
         page = resp.next_page_token

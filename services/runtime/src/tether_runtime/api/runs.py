@@ -49,13 +49,15 @@ async def owned_conversation(conn: Conn, principal: Principal, conv_id: str) -> 
 
 
 async def create_conversation(pool: Pool, principal: Principal, title: str) -> ConversationRow:
+    async with pool.acquire() as conn:
+        return await new_conversation(conn, principal, title)
+
+
+async def new_conversation(conn: Conn, principal: Principal, title: str) -> ConversationRow:
     _acting(principal)
     if len(title) > MAX_TITLE:
         raise InvalidArgument(f"title is longer than {MAX_TITLE} characters")
-    async with pool.acquire() as conn:
-        return await conversations.create(
-            conn, principal.user_id, title.strip() or "New conversation"
-        )
+    return await conversations.create(conn, principal.user_id, title.strip() or "New conversation")
 
 
 async def get_conversation(pool: Pool, principal: Principal, conv_id: str) -> ConversationRow:

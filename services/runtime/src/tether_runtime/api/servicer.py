@@ -18,7 +18,7 @@ from tether_proto import wire
 
 from tether_runtime.api import approvals as approvals_api
 from tether_runtime.api import audit as audit_api
-from tether_runtime.api import convert, erasure, run_listing
+from tether_runtime.api import client_ids, convert, erasure, run_listing
 from tether_runtime.api import runs as runs_api
 from tether_runtime.api.caller import caller
 from tether_runtime.api.event_stream import EventStream
@@ -50,6 +50,13 @@ class RuntimeServicer:
         self, request: pb.CreateConversationRequest, context: Any
     ) -> pb.CreateConversationResponse:
         p = caller()
+        if request.client_id:
+            conv, existed = await client_ids.create_conversation(
+                self.e.pool, p, request.client_id, request.title
+            )
+            return pb.CreateConversationResponse(
+                conversation=convert.conversation_pb(conv), existed=existed
+            )
         conv = await runs_api.create_conversation(self.e.pool, p, request.title)
         return pb.CreateConversationResponse(conversation=convert.conversation_pb(conv))
 
@@ -57,6 +64,9 @@ class RuntimeServicer:
         self, request: pb.GetConversationRequest, context: Any
     ) -> pb.GetConversationResponse:
         p = caller()
+        if request.client_id and not request.conversation_id:
+            conv = await client_ids.get_conversation(self.e.pool, p, request.client_id)
+            return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
         conv = await runs_api.get_conversation(self.e.pool, p, request.conversation_id)
         return pb.GetConversationResponse(conversation=convert.conversation_pb(conv))
 
@@ -91,7 +101,15 @@ class RuntimeServicer:
 
     async def StartRun(self, request: pb.StartRunRequest, context: Any) -> pb.StartRunResponse:
         p = caller()
+        named = request.client_run_id
+        if named and (
+            earlier := await client_ids.check_start(self.e.pool, p, named, request.conversation_id)
+        ):
+            view = await runs_api.get_run(self.e.pool, p, earlier)
+            return pb.StartRunResponse(run=convert.run_pb(view), replayed=True)
         view, replayed = await self._start(p, request, context)
+        if named:
+            await client_ids.name_run(self.e.pool, p, named, view)
         return pb.StartRunResponse(run=convert.run_pb(view), replayed=replayed)
 
     async def _start(
@@ -123,6 +141,11 @@ class RuntimeServicer:
 
     async def ResumeRun(self, request: pb.ResumeRunRequest, context: Any) -> pb.ResumeRunResponse:
         p = caller()
+        named = request.client_run_id
+        if named:
+            await client_ids.check_resume(
+                self.e.pool, p, named, request.run_id, request.interrupt_id
+            )
         view, replayed = await resume.resume_run(
             self.e.pool,
             self.e.bus,
@@ -136,10 +159,19 @@ class RuntimeServicer:
             audit_ctx=self._audit_context(context),
             value_json=request.value_json,
         )
+        if named:
+            await client_ids.name_run(self.e.pool, p, named, view, request.interrupt_id)
         return pb.ResumeRunResponse(run=convert.run_pb(view), replayed=replayed)
 
     async def GetRun(self, request: pb.GetRunRequest, context: Any) -> pb.GetRunResponse:
         p = caller()
+        if request.client_run_id and not request.run_id:
+            found = await client_ids.find_run(self.e.pool, p, request.client_run_id)
+            return pb.GetRunResponse(
+                run=convert.run_pb(found.run),
+                answered_interrupt_id=found.answered_interrupt_id,
+                client_conversation_id=found.client_conversation_id,
+            )
         view = await runs_api.get_run(self.e.pool, p, request.run_id)
         return pb.GetRunResponse(run=convert.run_pb(view))
 

@@ -104,7 +104,7 @@ def payload_message(payload: dict[str, Any]) -> resources_pb2.InterruptPayload:
 
 
 def interrupt(
-    interrupt_id: str, kind: str, payload: dict[str, Any], expires_at: datetime
+    interrupt_id: str, kind: str, payload: dict[str, Any], expires_at: datetime, call_id: str = ""
 ) -> RunEvent:
     return RunEvent(
         interrupt=events_pb2.InterruptRaised(
@@ -112,6 +112,7 @@ def interrupt(
             kind=KINDS[kind],
             payload=payload_message(payload),
             expire_time=timestamp(expires_at),
+            call_id=call_id,
         )
     )
 

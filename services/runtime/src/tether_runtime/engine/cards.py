@@ -62,11 +62,13 @@ async def pause(
     scope: str = "",
     approval: Approval | None = None,
     interrupt_id: str | None = None,
+    tool_call: bool = True,
 ) -> NoReturn:
     """Raise the interrupt showing `payload` for the call: `before` (the call's row: proposed,
     or marked unknown), the interrupt, the checkpoint and the run's `interrupted` status in one
     transaction, then its `interrupt` event; the run pauses. Every field is masked once more,
-    whatever raised the card (the model's `reason` included)."""
+    whatever raised the card (the model's `reason` included). `tool_call`: `call_id` is a tool
+    call the run's events name (the event carries it), not a graph interrupt's own key."""
     await show(
         ctx,
         call_id,
@@ -77,6 +79,7 @@ async def pause(
         scope=scope,
         approval=approval,
         interrupt_id=interrupt_id,
+        tool_call=tool_call,
     )
     raise Paused()
 
@@ -93,6 +96,7 @@ async def show(
     approval: Approval | None = None,
     interrupt_id: str | None = None,
     held_s: float | None = None,
+    tool_call: bool = True,
 ) -> str:
     """`pause` without the pause; returns the interrupt's id. `held_s`: a question a tool asks
     during its call (held_questions.py), which expires after so many seconds (at most the
@@ -127,5 +131,6 @@ async def show(
         await save(conn)
         await runs.finish(conn, run_id, epoch, "interrupted")
 
-    await ctx.commit([ev.interrupt(interrupt_id, kind, payload, expires)], apply)
+    raised = ev.interrupt(interrupt_id, kind, payload, expires, call_id if tool_call else "")
+    await ctx.commit([raised], apply)
     return interrupt_id

@@ -374,7 +374,9 @@ class DrivenRun:
         async def propose(conn: Conn) -> None:
             await interrupts.propose_call(conn, run_id, key, kind, args, key)
 
-        await cards.pause(self.x, key, kind, payload, propose, action=action, scope=scope)
+        await cards.pause(
+            self.x, key, kind, payload, propose, action=action, scope=scope, tool_call=False
+        )
 
     # -- at-most-once writes -----------------------------------------------------------------
 

@@ -64,8 +64,10 @@ async def ask(
             conn, run_id, question_id, "provide_input", args, f"{run_id}:{question_id}"
         )
 
+    # Not a tool call's card: the events name no call for it (the call it is asked in was
+    # announced by its own tool_started).
     interrupt_id = await cards.show(
-        x, question_id, "provide_input", payload, propose, held_s=wait_s
+        x, question_id, "provide_input", payload, propose, held_s=wait_s, tool_call=False
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait_s, x.interrupt_ttl_s)

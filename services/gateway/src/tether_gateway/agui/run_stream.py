@@ -1,0 +1,112 @@
+"""An AG-UI run's events on the gateway's one SSE writer (sse.py: heartbeats, the per-connection
+buffer, the token's expiry and revocation), fed from the Tether run's log through
+runtime_client.follow_events (reopened on another runtime pod if one drains) and events.py."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import orjson
+from aiohttp import web
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
+
+from tether_gateway.agui import transcript
+from tether_gateway.agui.events import AguiRun
+from tether_gateway.auth import Caller
+from tether_gateway.langgraph import lookup
+from tether_gateway.runtime_client import follow_events
+from tether_gateway.sse import EventStream, stream_response
+from tether_gateway.state import GatewayState
+
+
+async def facts(gw: GatewayState, caller: Caller, conversation_id: str) -> dict[str, Any]:
+    """The conversation's confirmed facts (STATE_SNAPSHOT's content)."""
+    req = rs.GetConversationRequest(conversation_id=conversation_id)
+    conv = (await gw.client().get_conversation(req, caller.credential)).conversation
+    found = orjson.loads(conv.facts_json or "{}")
+    return found if isinstance(found, dict) else {}
+
+
+async def history(gw: GatewayState, caller: Caller, run: resources_pb2.Run) -> list[dict[str, Any]]:
+    """The stored conversation before the run, as AG-UI messages (MESSAGES_SNAPSHOT)."""
+    return [
+        transcript.stored(m)
+        for m in await lookup.stored_before(gw.client(), caller.credential, run)
+    ]
+
+
+def events_path(agent: str, run_id: str) -> str:
+    return f"/agui/{agent}/runs/{run_id}/events"
+
+
+async def nothing_left(
+    gw: GatewayState, caller: Caller, run: resources_pb2.Run, mapper: AguiRun
+) -> bool:
+    """Whether the AG-UI run is over and the client has all of it (a reconnect then gets 204):
+    the log as it is now, fed through a copy of the client's mapper."""
+    for ev in await lookup.read_log(gw.client(), caller.credential, run):
+        if mapper.snapshot_due(ev):
+            mapper.facts = {}  # the content does not matter here, only whether events are left
+        if mapper.feed(ev):
+            return False
+        if mapper.done:
+            return True
+    return False
+
+
+async def serve(
+    request: web.Request,
+    gw: GatewayState,
+    caller: Caller,
+    *,
+    agent: str,
+    run: resources_pb2.Run,
+    mapper: AguiRun,
+    slot: str | None,
+    started: float,
+) -> web.StreamResponse:
+    async def source(stream: EventStream) -> None:
+        last = 0
+        events = follow_events(gw.client, run.id, caller.credential, lambda: last)
+        async with contextlib.aclosing(events):
+            async for batch in events:
+                out: list[bytes] = []
+                for ev in batch:
+                    if ev.WhichOneof("event") == "reset":
+                        return  # the log is gone (retention): nothing exact to send
+                    last = ev.sequence
+                    out.extend(await _frames(gw, caller, run, mapper, ev))
+                    if mapper.done:
+                        break
+                if out and not stream.offer(b"".join(out), len(out)):
+                    return
+                if mapper.done or stream.client_gone():
+                    return
+
+    return await stream_response(
+        request,
+        gw,
+        run_id=run.id,
+        token=caller.credential,
+        after=0,
+        started=started,
+        headers={"Content-Location": events_path(agent, mapper.run_id)},
+        slot=slot,
+        expires_at=caller.expires_at,
+        jtis=caller.jtis,
+        source=source,
+    )
+
+
+async def _frames(
+    gw: GatewayState,
+    caller: Caller,
+    run: resources_pb2.Run,
+    mapper: AguiRun,
+    ev: events_pb2.RunEvent,
+) -> list[bytes]:
+    if mapper.snapshot_due(ev):
+        mapper.facts = await facts(gw, caller, run.conversation_id)
+    return [f.encode() for f in mapper.feed(ev)]
