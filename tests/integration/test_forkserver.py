@@ -5,7 +5,10 @@ serves and calls gRPC as a fresh process does; and it costs less than a cold sta
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -103,3 +106,42 @@ def test_sigkill_is_minus_9_and_poll_says_running_until_then(probe: Path, tmp_pa
     proc.send_signal(signal.SIGKILL)  # type: ignore[attr-defined]
     assert proc.wait(30) == -signal.SIGKILL  # type: ignore[attr-defined]
     proc.kill()  # a dead process is never signalled again (its pid may be reused)
+
+
+PID_REUSE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from tether_cli import forkserver
+
+    folder = Path(sys.argv[1])
+    env = {"PYTHONPATH": sys.argv[2], "PATH": "/usr/bin", "PROBE_VALUE": "v"}
+    first = forkserver.spawn("fs_probe", ["7"], {**env, "PROBE_MODE": "exit"}, folder / "a.log")
+    assert first.wait(30) == 7
+    # The next process of this pid namespace takes the first one's pid, as one does on a busy
+    # machine once pid_max wraps.
+    Path("/proc/sys/kernel/ns_last_pid").write_text(str(first.pid - 1))
+    second = forkserver.spawn("fs_probe", [], {**env, "PROBE_MODE": "hang"}, folder / "b.log")
+    assert second.pid == first.pid, (second.pid, first.pid)
+    alive = second.poll() is None
+    second.kill()
+    print("alive" if alive else f"reported {second.returncode}", flush=True)
+    """
+)
+
+
+def test_a_reused_pid_is_a_new_process(probe: Path, tmp_path: Path) -> None:
+    """Once a child is reaped its pid comes back to a later one (pid_max is 32,768 here, and a
+    test session forks thousands): the server reported the new, running child as exited with
+    the old one's status, so a test saw its runtime "exit with -9" while it ran on, leaked. Run
+    in a pid namespace of its own (root), where the next pid can be chosen."""
+    script = tmp_path / "pid_reuse.py"
+    script.write_text(PID_REUSE)
+    assert os.geteuid() == 0, "choosing a pid takes root (CI and make test run as root here)"
+    out = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(script),
+         str(tmp_path), str(probe)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "alive"

@@ -211,6 +211,9 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 _child(request, (wire_in, wire_out))
+            # A pid comes back once its holder was reaped (pid_max here: 32768, and a test
+            # session forks thousands): the new child's status is not the old one's.
+            statuses.pop(pid, None)
             answer: dict[str, Any] = {"pid": pid}
         elif op == "poll":
             pid = request["pid"]
