@@ -884,6 +884,13 @@ async def provider_stream(ctx: Ctx) -> dict[str, Any]:
     return {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
 
 
+async def mcp_call(ctx: Ctx) -> dict[str, Any]:
+    """An MCP tool call's overhead over a native tool's, stdio and HTTP (mcp_overhead.py)."""
+    from tether_bench.mcp_overhead import mcp_call as measure
+
+    return await measure(ctx.params)
+
+
 async def langgraph_run(ctx: Ctx) -> dict[str, Any]:
     """The LangGraph agent (lggraph.py: a graph whose node streams ChatOpenAI from the fake
     provider) against the native agent on the same provider doing the same work (one model call,
@@ -1046,6 +1053,7 @@ SCENARIOS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "idle_sse": idle_sse,
     "provider_stream": provider_stream,
     "langgraph": langgraph_run,
+    "mcp_call": mcp_call,
 }
 
 

@@ -70,6 +70,7 @@ MODES: dict[str, dict[str, Any]] = {
                 "count_rows": False,
             },
             "provider_stream": {"provider": True, "deltas": 500, "samples": 1},
+            "mcp_call": {"calls": 50},
             "langgraph": {
                 "provider": True,
                 "env": LANGGRAPH_ENV,
@@ -119,6 +120,9 @@ MODES: dict[str, dict[str, Any]] = {
             },
             # A real streaming provider (fake_provider.py, over the official `openai` SDK):
             # every token its own event, and with the default 40 ms coalescing window.
+            # An MCP tool call against a native one, µs per call, stdio and Streamable HTTP
+            # (mcp_overhead.py: in the load generator's process, the runtime's own MCP client).
+            "mcp_call": {"calls": 300},
             "provider_stream": {"provider": True, "deltas": 5000, "samples": 5},
             "provider_stream_coalesced": {
                 "scenario": "provider_stream",

@@ -12,7 +12,11 @@ environment (headers_from_env).
 - a server that dies mid-call (`die_send`, a write): outcome_unknown, and after the server is
   back the next call reconnects;
 - the runtime SIGKILLed inside `keyed_send` (idempotent by the agent's override): the new
-  runtime calls again with the same key, the server dedupes it: one effect."""
+  runtime calls again with the same key, the server dedupes it: one effect.
+
+One stack per module (a database, the server, two runtimes and a gateway on each) serves the
+tests that kill no runtime, and the elicitation test, which kills one of them, last; the keyed
+test (its server holds its answers, its runtime killed) keeps its own runtimes and server."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +41,7 @@ from tether_runtime.store import grants
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.ledger import TESTS_DIR
-from tether_testkit.processes import free_port, start_gateway, start_runtime
+from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import bearer
 
@@ -51,6 +56,14 @@ class Server:
         self.log = tmp / "calls.jsonl"
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.since = 0  # rows() reads the log from here: the current test's rows only
+
+    def mark(self) -> None:
+        """From now on, rows() sees only what is logged after this (a test's own calls)."""
+        self.since = len(self.log.read_text().splitlines()) if self.log.exists() else 0
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def start(self, **env: str) -> None:
         self.proc = subprocess.Popen(
@@ -83,28 +96,21 @@ class Server:
     def rows(self, tool: str, kind: str) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []
-        rows = [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        lines = self.log.read_text().splitlines()[self.since :]
+        rows = [json.loads(line) for line in lines if line]
         return [r for r in rows if r["tool"] == tool and r["kind"] == kind]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-async def env(
-    base_env: dict[str, str], admin_dsn: str, server: Server
-) -> AsyncIterator[dict[str, str]]:
-    dsn = await stores.create_fresh_database(admin_dsn)
+async def _grant(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await grants.add(conn, "alice", "mcp.web", "*")
     finally:
         await conn.close()
-    yield {
+
+
+def _env(base_env: dict[str, str], dsn: str, server: Server) -> dict[str, str]:
+    return {
         **base_env,
         "DATABASE_URL": dsn,
         "TETHER_AGENTS": "tether_testkit.mcp_agent:webops",
@@ -114,7 +120,59 @@ async def env(
         "MCP_HTTP_TIMEOUT_S": "1.5",
         "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH", "")])),
     }
-    await stores.drop_database(admin_dsn, dsn)
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    server: Server
+    rts: list[Proc]
+    gws: list[Proc]
+
+
+@pytest.fixture(scope="module")
+async def stack(
+    base_env: dict[str, str], admin_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """The module's shared stack: a fresh database (alice granted mcp.web), the server, two
+    runtimes and a gateway on each. Each test finds the server running and reads only its own
+    rows of the server's log."""
+    server = Server(tmp_path_factory.mktemp("mcp-http"))
+    server.start()
+    dsn = await stores.create_fresh_database(admin_dsn)
+    procs: list[Proc] = []
+    try:
+        await _grant(dsn)
+        env = _env(base_env, dsn, server)
+        rts = list(
+            await asyncio.gather(
+                *(asyncio.to_thread(start_runtime, env, name=f"mcp-http-rt-{i}") for i in (1, 2))
+            )
+        )
+        procs.extend(rts)
+        gws = list(
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(start_gateway, env, rt.addr, name=f"mcp-http-gw-{i}")
+                    for i, rt in enumerate(rts)
+                )
+            )
+        )
+        procs.extend(gws)
+        yield Stack(env, server, rts, gws)
+    finally:
+        for p in procs:
+            p.kill()
+        server.stop()
+        await stores.drop_database(admin_dsn, dsn)
+
+
+@pytest.fixture
+def shared(stack: Stack) -> Stack:
+    if not stack.server.running():
+        stack.server.start()
+    stack.server.mark()
+    return stack
 
 
 def _call(tool: str, **args: Any) -> str:
@@ -137,11 +195,9 @@ async def _card(c: Client, text: str) -> tuple[str, events_pb2.RunEvent]:
     return run_id, evs[-1]
 
 
-async def test_each_kind_of_tool_and_a_server_that_hangs_or_dies(env, procs, server):
-    server.start()
-    rt = start_runtime(env, name="mcp-http-rt")
-    procs.append(rt)
-    c = Client(rt.addr, token(TEST_SECRET, "alice"))
+async def test_each_kind_of_tool_and_a_server_that_hangs_or_dies(shared: Stack) -> None:
+    server = shared.server
+    c = Client(shared.rts[0].addr, token(TEST_SECRET, "alice"))
     try:
         # Read-only: at once, with its progress, the key in _meta.
         run_id = await _start(c, _call("web__lookup", q="alpha"))
@@ -223,32 +279,24 @@ async def test_each_kind_of_tool_and_a_server_that_hangs_or_dies(env, procs, ser
         await c.close()
 
 
-async def test_runtime_killed_inside_a_keyed_call_calls_again_with_the_key(env, procs, server):
-    server.start(MCP_HTTP_HOLD_S="6")
-    first = start_runtime(env, name="mcp-http-rt-1")
-    procs.append(first)
-    c = Client(first.addr, token(TEST_SECRET, "alice"))
-    run_id, intr = await _card(c, _call("web__keyed_send", to="dave"))
-    # The card's target is the agent's scope template over the arguments.
-    assert intr.interrupt.payload.target == "dave"
-    await c.resume(run_id, intr.interrupt.interrupt_id)
-    deadline = time.monotonic() + 20
-    while not server.rows("keyed_send", "effect"):
-        assert time.monotonic() < deadline, "the call never acted"
-        await asyncio.sleep(0.05)
-    first.kill()  # SIGKILL while the server holds its answer
-    await c.close()
-    second = start_runtime(env, name="mcp-http-rt-2")
-    procs.append(second)
-    c = Client(second.addr, token(TEST_SECRET, "alice"))
+async def test_a_refused_connection_is_not_a_call(shared: Stack) -> None:
+    """The server gone before a write is sent (its port refuses the connection): nothing was
+    sent, so nothing happened: MCP_SERVER_UNAVAILABLE, a failed call the model sees, no
+    outcome_unknown card. A write whose connection is lost after it was sent is the other case
+    (test_each_kind_of_tool_and_a_server_that_hangs_or_dies: outcome_unknown)."""
+    server = shared.server
+    c = Client(shared.rts[0].addr, token(TEST_SECRET, "alice"))
     try:
-        rest = await c.events(run_id, after=intr.sequence)
-        assert types(rest)[-1] == "done", types(rest)
-        assert "interrupt" not in types(rest), "no person was needed"
-        assert "web__keyed_send ended: ok: already sent to dave" in _said(rest), _said(rest)
-        calls = server.rows("keyed_send", "call")
-        assert len(calls) == 2 and len({r["key"] for r in calls}) == 1, calls
-        assert len(server.rows("keyed_send", "effect")) == 1
+        evs = await c.events(await _start(c, _call("web__lookup", q="alpha")))
+        assert "found alpha" in _said(evs), _said(evs)  # connected, the session in use
+        run_id, intr = await _card(c, _call("web__plain_send", to="frank"))
+        server.stop()  # the port refuses connections from now on
+        await c.resume(run_id, intr.interrupt.interrupt_id)
+        rest = await c.events(run_id, after=intr.sequence, until="interrupt")
+        assert types(rest)[-1] == "done", "nothing to decide: it was not sent: " + str(types(rest))
+        said = _said(rest)
+        assert "web__plain_send ended: error" in said and "MCP_SERVER_UNAVAILABLE" in said, said
+        assert server.rows("plain_send", "call") == []
     finally:
         await c.close()
 
@@ -262,7 +310,7 @@ async def _holder(env: dict[str, str], run_id: str) -> str:
         await conn.close()
 
 
-async def test_elicitation_is_a_card_answered_on_another_pod(env, procs, server):
+async def test_elicitation_is_a_card_answered_on_another_pod(shared: Stack) -> None:
     """A server's `elicitation/create` during a call: a provide_input card (the requested schema
     its form), the run interrupted while the call waits in the worker that holds it (past the
     tool's own 1.5 s timeout: a person's time does not count), answered through a gateway on
@@ -270,17 +318,9 @@ async def test_elicitation_is_a_card_answered_on_another_pod(env, procs, server)
     refused and changes nothing. The worker SIGKILLed while the person thinks: its card expires
     once its lease runs out, and the call follows the rules: the write (`transfer`) raises
     outcome_unknown (acted nowhere). (A read whose waiter dies is called again: the same
-    recovery path as any read, not exercised here.)"""
-    server.start()
-    rts = [start_runtime(env, name=f"mcp-elicit-rt-{i}") for i in (1, 2)]
-    procs.extend(rts)
-    gws = await asyncio.gather(
-        *(
-            asyncio.to_thread(start_gateway, env, rt.addr, name=f"mcp-elicit-gw-{i}")
-            for i, rt in enumerate(rts)
-        )
-    )
-    procs.extend(gws)
+    recovery path as any read, not exercised here.) The last test on the module's stack: it
+    kills one of its runtimes."""
+    env, server, rts, gws = shared.env, shared.server, shared.rts, shared.gws
     pids = [str(rt.popen.pid) for rt in rts]
     c = Client(rts[0].addr, token(TEST_SECRET, "alice"))
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
@@ -368,25 +408,52 @@ async def test_elicitation_is_a_card_answered_on_another_pod(env, procs, server)
         await c.close()
 
 
-async def test_a_refused_connection_is_not_a_call(env, procs, server):
-    """The server gone before a write is sent (its port refuses the connection): nothing was
-    sent, so nothing happened: MCP_SERVER_UNAVAILABLE, a failed call the model sees, no
-    outcome_unknown card. A write whose connection is lost after it was sent is the other case
-    (test_each_kind_of_tool_and_a_server_that_hangs_or_dies: outcome_unknown)."""
-    server.start()
-    rt = start_runtime(env, name="mcp-http-refused-rt")
-    procs.append(rt)
-    c = Client(rt.addr, token(TEST_SECRET, "alice"))
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+async def own_env(
+    base_env: dict[str, str], admin_dsn: str, own_server: Server
+) -> AsyncIterator[dict[str, str]]:
+    dsn = await stores.create_fresh_database(admin_dsn)
+    await _grant(dsn)
+    yield _env(base_env, dsn, own_server)
+    await stores.drop_database(admin_dsn, dsn)
+
+
+async def test_runtime_killed_inside_a_keyed_call_calls_again_with_the_key(
+    own_env: dict[str, str], procs: list[Proc], own_server: Server
+) -> None:
+    """Its own server (it holds its answers 6 s), database and runtimes: it kills one."""
+    env, server = own_env, own_server
+    server.start(MCP_HTTP_HOLD_S="6")
+    first = start_runtime(env, name="mcp-http-rt-1")
+    procs.append(first)
+    c = Client(first.addr, token(TEST_SECRET, "alice"))
+    run_id, intr = await _card(c, _call("web__keyed_send", to="dave"))
+    # The card's target is the agent's scope template over the arguments.
+    assert intr.interrupt.payload.target == "dave"
+    await c.resume(run_id, intr.interrupt.interrupt_id)
+    deadline = time.monotonic() + 20
+    while not server.rows("keyed_send", "effect"):
+        assert time.monotonic() < deadline, "the call never acted"
+        await asyncio.sleep(0.05)
+    first.kill()  # SIGKILL while the server holds its answer
+    await c.close()
+    second = start_runtime(env, name="mcp-http-rt-2")
+    procs.append(second)
+    c = Client(second.addr, token(TEST_SECRET, "alice"))
     try:
-        evs = await c.events(await _start(c, _call("web__lookup", q="alpha")))
-        assert "found alpha" in _said(evs), _said(evs)  # connected, the session in use
-        run_id, intr = await _card(c, _call("web__plain_send", to="frank"))
-        server.stop()  # the port refuses connections from now on
-        await c.resume(run_id, intr.interrupt.interrupt_id)
-        rest = await c.events(run_id, after=intr.sequence, until="interrupt")
-        assert types(rest)[-1] == "done", "nothing to decide: it was not sent: " + str(types(rest))
-        said = _said(rest)
-        assert "web__plain_send ended: error" in said and "MCP_SERVER_UNAVAILABLE" in said, said
-        assert server.rows("plain_send", "call") == []
+        rest = await c.events(run_id, after=intr.sequence)
+        assert types(rest)[-1] == "done", types(rest)
+        assert "interrupt" not in types(rest), "no person was needed"
+        assert "web__keyed_send ended: ok: already sent to dave" in _said(rest), _said(rest)
+        calls = server.rows("keyed_send", "call")
+        assert len(calls) == 2 and len({r["key"] for r in calls}) == 1, calls
+        assert len(server.rows("keyed_send", "effect")) == 1
     finally:
         await c.close()

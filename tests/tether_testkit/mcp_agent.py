@@ -2,6 +2,8 @@
 
 - `gitops`: the reference `mcp-server-git` from PyPI, unmodified, over stdio, on the repository
   MCP_GIT_REPO;
+- `fileops`: the reference `@modelcontextprotocol/server-filesystem` from npm (the repository's
+  node_modules), unmodified, over stdio, on the directory MCP_FS_ROOT;
 - `webops`: the Streamable HTTP server at MCP_HTTP_URL (tests/tether_testkit/mcp_http_server.py),
   its Authorization header from MCP_HTTP_AUTH (headers_from_env), with a short timeout.
 
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from tether_sdk import Agent, Limits, MCPOverride, MCPServer, ModelRequest, ScriptedModel, ToolCall
 
@@ -45,6 +49,34 @@ gitops = Agent(
             ],
             # git_reset is destructive: an operator may switch a tool off altogether.
             tools={"git_reset": MCPOverride(deny=True)},
+        )
+    ],
+    limits=Limits(max_steps=5, tool_retries=1, retry_backoff_s=0.05),
+)
+
+# The package's entry point as npm installed it (package.json's devDependencies, `npm ci`).
+FS_SERVER = (
+    Path(__file__).resolve().parents[2]
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-filesystem"
+    / "dist"
+    / "index.js"
+)
+
+fileops = Agent(
+    name="fileops",
+    description="Test agent: the reference filesystem MCP server from npm over stdio.",
+    instructions="Do what you are asked with files.",
+    model=ScriptedModel(decide),
+    mcp_servers=[
+        MCPServer.stdio(
+            "fs",
+            command=[
+                shutil.which("node") or "node",
+                str(FS_SERVER),
+                os.environ.get("MCP_FS_ROOT", "."),
+            ],
         )
     ],
     limits=Limits(max_steps=5, tool_retries=1, retry_backoff_s=0.05),
