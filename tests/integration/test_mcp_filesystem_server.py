@@ -16,11 +16,14 @@ SIGKILLs the runtime inside write_file: the other runtime takes the run over and
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
 import json
 import os
 import signal
 import subprocess
+import termios
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -208,6 +211,28 @@ async def test_read_at_once_writes_by_card_approved_on_the_other_gateway(stack: 
         await c.close()
 
 
+def _unread_stdin(pid: int) -> int:
+    """Bytes waiting in a process's stdin, read without taking them. asyncio gives a child's
+    stdin a socket pair: its receive queue, as `ss` shows it for the socket's inode; a pipe:
+    FIONREAD on the same pipe, opened through /proc."""
+    target = os.readlink(f"/proc/{pid}/fd/0")
+    if target.startswith("socket:["):
+        inode = target[len("socket:[") : -1]
+        listing = subprocess.run(["ss", "-xn"], capture_output=True, text=True, check=True)
+        for line in listing.stdout.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == inode:
+                return int(fields[2])
+        return 0
+    fd = os.open(f"/proc/{pid}/fd/0", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        waiting = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, waiting)
+        return waiting[0]
+    finally:
+        os.close(fd)
+
+
 async def test_runtime_killed_inside_write_file_the_call_is_made_again(stack: Stack) -> None:
     """Each runtime's filesystem server stopped (SIGSTOP) so that the approved write_file is
     in flight (its tool_call `executing`, the request in the server's stdin) when the runtime
@@ -246,6 +271,11 @@ async def test_runtime_killed_inside_write_file_the_call_is_made_again(stack: St
         owner = str(await db.fetchval("SELECT lease_owner FROM run WHERE id = $1", run_id))
         dead = next(rt for rt in rts if owner.split(":")[1] == str(rt.pid))
         live = next(rt for rt in rts if rt is not dead)
+        # `executing` is written when the call is claimed, before the request is sent: wait
+        # until the request is in the (stopped) server's stdin, then kill inside the call.
+        while _unread_stdin(servers[dead.pid][0].pid) == 0:
+            assert time.monotonic() < deadline, "the request never reached the server"
+            await asyncio.sleep(0.02)
         dead.kill()  # SIGKILL, inside write_file
         for p in stopped:
             p.send_signal(signal.SIGCONT)
