@@ -585,6 +585,9 @@ class Bench:
                 else {}
             ),
             "langgraph": med("langgraph"),
+            # A read tool's call through an MCP server (stdio, Streamable HTTP) against a native
+            # one, µs per call (mcp_overhead.py).
+            "mcp_call_us": med("mcp_call"),
             "db_rows_per_event": med("fanout", "db_rows_per_event"),
             "redis_messages_per_event": med("fanout", "redis_messages_per_event"),
             "wal_bytes_per_event": med("fanout", "wal_bytes_per_event"),

@@ -60,6 +60,7 @@ REQUIRED: dict[str, list[str]] = {
         "native.us_per_event",
         "overhead_us_per_event",
     ],
+    "mcp_call_us": ["native_us", "stdio_us", "http_us", "stdio_overhead_us", "http_overhead_us"],
     "db_rows_per_event": ["inserted", "updated", "run_event_inserted"],
     "redis_messages_per_event": ["pubsub_received", "publish_calls"],
 }
