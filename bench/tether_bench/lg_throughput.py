@@ -6,7 +6,8 @@ The stack as langgraph_compare.py starts it (the benchmark's fake provider, a fr
 one runtime and one gateway started cold, `TETHER_AGENTS=tether_bench.lgcompare:agent`), then
 per concurrency the SDK script's throughput trial (sdk_trials.py: `runs.stream` on a fresh thread
 to the interrupt) and the CPU seconds of the runtime, the gateway, the fake provider and this
-client (`/proc/<pid>/stat` utime + stime) over the trial, per run. `--profile DIR` records the
+client (`/proc/<pid>/stat` utime + stime) over the trial, per run, and the statements the
+runtime's pool sent per run (tether_db_statements_total). `--profile DIR` records the
 runtime and the gateway with py-spy (it must be on PATH or in the virtualenv) during the last
 concurrency's trial, as collapsed stacks (`python -m tether_bench.profile DIR/*.txt`)."""
 
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from tether_bench import stack
+from tether_bench.loadgen import _statements
 from tether_bench.main import BENCH_DIR, _wait_port, process_env
-from tether_bench.sdk_trials import SdkTrials, log
+from tether_bench.sdk_trials import SdkTrials, log, run_all
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -69,7 +71,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     redis_url = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     common = {
         "TETHER_OPENAI_API_KEY": "bench",
-        "LGCOMPARE_WRITE_PAUSE_S": "0",
+        "LGCOMPARE_WRITE_PAUSE_S": str(args.write_pause_s),
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH", "")) if p
         ),
@@ -118,6 +120,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         }
         doc: dict[str, Any] = {"benchmark": "lg_throughput", "text": args.text, "trials": []}
         try:
+            if args.sdk_script:
+                # as langgraph_compare.py runs it, before its own throughput trial
+                doc["sdk_script"] = await run_all(
+                    side, cuts=5, tokens=60, pace_ms=5, doubled=3, runs=20, concurrency=4
+                )
             await side.throughput(args.warmup, min(4, args.warmup), args.text)
             for i, c in enumerate(args.concurrency):
                 spies: list[asyncio.subprocess.Process] = []
@@ -129,14 +136,19 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                             spies.append(spy)
                     await asyncio.sleep(0.5)
                 before = {n: cpu_s(p) for n, p in pids.items()}
+                sent = await _statements([runtime.metrics_url])
                 got = await side.throughput(args.runs, c, args.text)
                 after = {n: cpu_s(p) for n, p in pids.items()}
+                sent_after = await _statements([runtime.metrics_url])
                 for spy in spies:
                     spy.send_signal(2)  # SIGINT: py-spy writes its file
                     await spy.wait()
                 got["cpu_ms_per_run"] = {
                     n: round((after[n] - before[n]) * 1000 / args.runs, 1) for n in pids
                 }
+                got["db_statements_per_run"] = round(
+                    (sum(sent_after.values()) - sum(sent.values())) / args.runs, 1
+                )
                 doc["trials"].append(got)
                 log(f"c={c}: {got}")
         finally:
@@ -167,6 +179,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=8, help="runs before the first trial")
     ap.add_argument("--text", default="stream 5 deltas", help="the user message of each run")
     ap.add_argument("--profile", type=Path, default=None, help="py-spy output folder")
+    ap.add_argument(
+        "--sdk-script",
+        action="store_true",
+        help="first the whole SDK script of langgraph_compare.py (rejoins, joins, doubled "
+        "resumes, its own throughput trial) with its default settings",
+    )
+    ap.add_argument("--write-pause-s", type=float, default=0.0, help="pause inside the write")
     return ap.parse_args(argv)
 
 
