@@ -66,13 +66,16 @@ async def serve_stream(
     slot: str | None,
     on_disconnect: str,
     started: float,
+    graph: bool | None = None,
 ) -> web.StreamResponse:
     """The stretch's LangGraph events on the gateway's SSE writer (sse.py: heartbeats, the
     per-connection buffer, the token's expiry and revocation), fed from the Tether run's log
-    through runtime_client.follow_events (reopened on another runtime pod if one drains)."""
+    through runtime_client.follow_events (reopened on another runtime pod if one drains).
+    `graph`: whether the run is a graph agent's, when the caller knows (else ListAgents tells)."""
     try:
         history = await lookup.history(gw.client(), caller.credential, run)
-        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+        if graph is None:
+            graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
@@ -121,12 +124,19 @@ async def serve_stream(
 
 
 async def final_values(
-    gw: GatewayState, caller: Caller, thread_id: str, run: resources_pb2.Run, stretch: int
+    gw: GatewayState,
+    caller: Caller,
+    thread_id: str,
+    run: resources_pb2.Run,
+    stretch: int,
+    graph: bool | None = None,
 ) -> dict[str, Any]:
     """runs.wait / runs.join: the state when the stretch ends (with `__interrupt__` at an
-    interrupt; `__error__` when the run failed)."""
+    interrupt; `__error__` when the run failed). `graph`: whether the run is a graph agent's,
+    when the caller knows (else ListAgents tells)."""
     history = await lookup.history(gw.client(), caller.credential, run)
-    graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    if graph is None:
+        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
     frames = _frames(thread_id, run, stretch, history, frozenset(), graph=graph)
     last = 0
     error: dict[str, str] | None = None

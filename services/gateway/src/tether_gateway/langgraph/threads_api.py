@@ -51,6 +51,7 @@ async def create(request: web.Request) -> web.Response:
             raise InvalidArgument("metadata.title must be a text of at most 200 characters")
         req_new = rs.CreateConversationRequest(title=title)
         conv = (await client.create_conversation(req_new, caller.credential)).conversation
+        return web.json_response(thread_json(conv, None))  # new: no run yet
     latest = await lookup.latest_run(client, caller.credential, conv.id)
     return web.json_response(thread_json(conv, latest))
 
