@@ -94,6 +94,15 @@ def test_a_run_paused_once_is_two_langgraph_runs() -> None:
     assert ids.stretch_of(RUN, "someone-else", most=10) is None
 
 
+def test_only_a_uuid5_is_looked_for_among_a_runs_later_stretches() -> None:
+    # A join of an older run by its own id meets the thread's newer runs first: a Tether run id
+    # is never one of their stretches, whatever their length (no uuid5 per event of each).
+    assert ids.stretch_of("run_newer", RUN, most=10**9) is None
+    later = ids.stretch_run_id("run_newer", 3)
+    assert ids.stretch_of("run_newer", later, most=10**9) == 3
+    assert ids.stretch_of("run_newer", later.upper(), most=10) is None  # not an id we gave
+
+
 def test_an_open_stretch_takes_the_run_status() -> None:
     [only] = stretches(paused_then_resumed()[:3])
     assert only.end == ""

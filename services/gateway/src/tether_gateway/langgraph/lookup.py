@@ -123,6 +123,20 @@ async def find_run(client: RuntimeClient, token: Credential, thread_id: str, run
     raise NotFound(f"run {run_id} not found on thread {thread_id}")
 
 
+async def find_stretch(
+    client: RuntimeClient, token: Credential, thread_id: str, run_id: str
+) -> tuple[resources_pb2.Run, int]:
+    """The Tether run and the stretch the LangGraph run `run_id` is (404 when it names none),
+    for a join: a run's first stretch always is, so its log is read only for a later one."""
+    for run in await thread_runs(client, token, thread_id):
+        n = ids.stretch_of(run.id, run_id, most=run.last_sequence)
+        if n == 0:
+            return run, 0
+        if n is not None and n < len(await lg_runs(client, token, thread_id, run)):
+            return run, n
+    raise NotFound(f"run {run_id} not found on thread {thread_id}")
+
+
 async def newest_lg_run(client: RuntimeClient, token: Credential, thread_id: str) -> LgRun | None:
     run = await latest_run(client, token, thread_id)
     if run is None:

@@ -85,15 +85,15 @@ async def join_stream(request: web.Request) -> web.StreamResponse:
     asked = query_modes(request.query.getall("stream_mode", []))
     modes = stream_modes(asked or None, JOIN_MODES)
     cancel = request.query.get("cancel_on_disconnect", "false").lower() in ("1", "true")
-    lg = await lookup.find_run(gw.client(), caller.credential, thread_id, run_id)
+    run, stretch = await lookup.find_stretch(gw.client(), caller.credential, thread_id, run_id)
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
     return await serve_stream(
         request,
         gw,
         caller,
         thread_id=thread_id,
-        run=lg.run,
-        stretch=lg.stretch.index,
+        run=run,
+        stretch=stretch,
         modes=modes,
         after=after,
         slot=slot,
@@ -126,8 +126,8 @@ async def join_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = await _caller(request, gw)
     thread_id, run_id = request.match_info["thread_id"], request.match_info["run_id"]
-    lg = await lookup.find_run(gw.client(), caller.credential, thread_id, run_id)
-    return web.json_response(await final_values(gw, caller, thread_id, lg.run, lg.stretch.index))
+    run, stretch = await lookup.find_stretch(gw.client(), caller.credential, thread_id, run_id)
+    return web.json_response(await final_values(gw, caller, thread_id, run, stretch))
 
 
 async def create_run(request: web.Request) -> web.Response:
