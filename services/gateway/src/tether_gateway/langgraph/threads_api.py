@@ -4,6 +4,7 @@ state from that run's log (thread_state.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -93,8 +94,12 @@ async def search(request: web.Request) -> web.Response:
     while len(out) < limit:
         req = rs.ListConversationsRequest(page_size=_SEARCH_PAGE, page_token=page)
         resp = await client.list_conversations(req, caller.credential)
-        for conv in resp.conversations:
-            latest = await lookup.latest_run(client, caller.credential, conv.id)
+        # Each thread's newest run, asked for the whole page at once (one round trip, not one
+        # per thread in turn).
+        newest = await asyncio.gather(
+            *(lookup.latest_run(client, caller.credential, c.id) for c in resp.conversations)
+        )
+        for conv, latest in zip(resp.conversations, newest, strict=True):
             if status and thread_status(latest) != status:
                 continue
             seen += 1
