@@ -5,7 +5,9 @@ message's text."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import cast
 
 from tether.runtime.v1 import resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
@@ -42,8 +44,17 @@ class Begun:
 async def begin(gw: GatewayState, caller: Caller, thread_id: str, req: RunRequest) -> Begun:
     """Resume the thread's interrupted Tether run, or start one."""
     client = gw.client()
-    agent = await agent_named(client, caller.credential, req.assistant_id)
-    latest = await lookup.latest_run(client, caller.credential, thread_id)
+    # Both at once (one round trip before the run starts); the assistant's error comes first.
+    agent_found, latest_found = await asyncio.gather(
+        agent_named(client, caller.credential, req.assistant_id),
+        lookup.latest_run(client, caller.credential, thread_id),
+        return_exceptions=True,
+    )
+    for found in (agent_found, latest_found):
+        if isinstance(found, BaseException):
+            raise found
+    agent = cast("resources_pb2.Agent", agent_found)
+    latest = cast("resources_pb2.Run | None", latest_found)
     if req.has_resume:
         run, stretch = await _resume(gw, caller, thread_id, latest, req)
         return Begun(run, stretch, _kind_of(agent, run))
