@@ -57,7 +57,7 @@ class StretchFrames:
         thread_id: str,
         tether_run_id: str,
         stretch: int,
-        history: list[dict[str, Any]],
+        history: list[dict[str, Any]] | None,
         modes: frozenset[str],
         after: ids.Cursor = ids.START,
         graph: bool = False,
@@ -69,8 +69,15 @@ class StretchFrames:
         self.modes = modes
         self.after = after
         self.graph = graph
-        self.graph_state: dict[str, Any] = {"messages": list(history)}
-        self.state: list[dict[str, Any]] = list(history)
+        if history is None and not graph:
+            raise ValueError("a native agent's run needs the thread's messages from the start")
+        # A graph's run brings its state in its log (GraphValues, from its first step): the
+        # thread's messages (`history`, None until read) are needed only if an interrupt or
+        # the end comes before any (needs_history).
+        self.graph_state: dict[str, Any] | None = None
+        self.state: list[dict[str, Any]] = []
+        if history is not None:
+            self.set_history(history)
         self.interrupts: list[dict[str, Any]] = []
         self.stretch = 0
         self.open = True  # the current stretch has not ended yet
@@ -90,7 +97,23 @@ class StretchFrames:
         if (mode == "" or mode in self.modes) and cursor > self.after:
             self._out.append(Frame(cursor, event, data))
 
+    def needs_history(self, ev: events_pb2.RunEvent | None) -> bool:
+        """Whether the thread's messages must be set (set_history) before feeding `ev` (None:
+        before values() at the end): a graph's run whose log brought no state yet, at an
+        interrupt (sent with the state) or at the end."""
+        if self.graph_state is not None or not self.graph:
+            return False
+        return ev is None or ev.WhichOneof("event") == "interrupt"
+
+    def set_history(self, history: list[dict[str, Any]]) -> None:
+        """The thread's messages up to the run's own: the state the run starts from."""
+        if self.graph_state is None:
+            self.graph_state = {"messages": list(history)}
+            self.state = list(history)
+
     def values(self) -> dict[str, Any]:
+        if self.graph_state is None:
+            raise RuntimeError("the thread's messages were not read (needs_history)")
         out: dict[str, Any] = dict(self.graph_state) if self.graph else {"messages": self.state}
         if self.interrupts:
             out["__interrupt__"] = list(self.interrupts)
