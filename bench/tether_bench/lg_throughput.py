@@ -7,7 +7,8 @@ one runtime and one gateway started cold, `TETHER_AGENTS=tether_bench.lgcompare:
 per concurrency the SDK script's throughput trial (sdk_trials.py: `runs.stream` on a fresh thread
 to the interrupt) and the CPU seconds of the runtime, the gateway, the fake provider and this
 client (`/proc/<pid>/stat` utime + stime) over the trial, per run, and the statements the
-runtime's pool sent per run (tether_db_statements_total). `--profile DIR` records the
+runtime's pool sent per run (tether_db_statements_total) and the gRPC requests it served per run,
+by method (tether_grpc_request_seconds). `--profile DIR` records the
 runtime and the gateway with py-spy (it must be on PATH or in the virtualenv) during the last
 concurrency's trial, as collapsed stacks (`python -m tether_bench.profile DIR/*.txt`)."""
 
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -24,12 +26,33 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from tether_bench import stack
 from tether_bench.loadgen import _statements
 from tether_bench.main import BENCH_DIR, _wait_port, process_env
 from tether_bench.sdk_trials import SdkTrials, log, run_all
 
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+_RPCS = re.compile(r'^tether_grpc_request_seconds_count\{(?:[^}]*,)?method="([^"]+)"[^}]*\} (\S+)$')
+
+
+async def _rpcs(url: str) -> dict[str, float]:
+    """The runtime's gRPC requests so far, by method (tether_grpc_request_seconds_count)."""
+    out: dict[str, float] = {}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s,
+        s.get(url) as resp,
+    ):
+        text = await resp.text()
+    for line in text.splitlines():
+        m = _RPCS.match(line)
+        if m:
+            name = m.group(1).rsplit("/", 1)[-1]
+            out[name] = out.get(name, 0.0) + float(m.group(2))
+    return out
 
 
 def cpu_s(pid: int) -> float:
@@ -137,9 +160,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(0.5)
                 before = {n: cpu_s(p) for n, p in pids.items()}
                 sent = await _statements([runtime.metrics_url])
+                asked = await _rpcs(runtime.metrics_url)
                 got = await side.throughput(args.runs, c, args.text)
                 after = {n: cpu_s(p) for n, p in pids.items()}
                 sent_after = await _statements([runtime.metrics_url])
+                asked_after = await _rpcs(runtime.metrics_url)
                 for spy in spies:
                     spy.send_signal(2)  # SIGINT: py-spy writes its file
                     await spy.wait()
@@ -149,6 +174,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 got["db_statements_per_run"] = round(
                     (sum(sent_after.values()) - sum(sent.values())) / args.runs, 1
                 )
+                got["rpcs_per_run"] = {
+                    m: round((n - asked.get(m, 0.0)) / args.runs, 2)
+                    for m, n in sorted(asked_after.items())
+                    if n - asked.get(m, 0.0) >= args.runs / 10
+                }
                 doc["trials"].append(got)
                 log(f"c={c}: {got}")
         finally:
