@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from langgraph_sdk import get_client
 from tether_client import TetherClient
 from tether_common.auth import issue_token
 from tether_testkit import stores
@@ -186,3 +187,53 @@ async def test_python_client_start_input_and_resume_value(stack: tuple[Proc, Pro
             "notes": ["triaged db slow"],
             "decision": answer,
         }
+
+
+async def test_the_langgraph_sdk_streams_joins_and_reads_a_graphs_state(
+    stack: tuple[Proc, Proc],
+) -> None:
+    """A graph agent through the gateway's /langgraph with the official `langgraph-sdk` (its
+    log brings its state: the gateway reads the thread's messages only when it has none yet,
+    frames.py needs_history): the stream, the joins from several cut points, the thread's
+    state and runs.wait agree."""
+    token = issue_token(TEST_SECRET, "alice")
+    lg = get_client(url=f"{stack[1].addr}/langgraph", headers={"Authorization": f"Bearer {token}"})
+    try:
+        t = (await lg.threads.create())["thread_id"]
+        modes = ["values", "updates", "custom"]
+        first = [
+            p
+            async for p in lg.runs.stream(
+                t, "tickets", input={"title": "disk full"}, stream_mode=modes
+            )
+        ]
+        run_id = first[0].data["run_id"]
+        assert first[0].event == "metadata"
+        values = [p.data for p in first if p.event == "values"]
+        assert values[0] == {"title": "disk full", "notes": []}, "the input, merged, whole"
+        asked = {"title": "Escalate disk full?", "severity": "sev2"}
+        assert [i["value"] for i in values[-1]["__interrupt__"]] == [asked]
+        assert [p.data for p in first if p.event == "custom"] == [{"stage": "triage", "score": 7}]
+        for cut in (1, len(first) // 2, len(first) - 1):
+            joined = [
+                p
+                async for p in lg.runs.join_stream(
+                    t, run_id, stream_mode=modes, last_event_id=first[cut - 1].id
+                )
+            ]
+            assert [(p.event, p.data, p.id) for p in joined] == [
+                (p.event, p.data, p.id) for p in first[cut:]
+            ], cut
+        state = await lg.threads.get_state(t)
+        assert state["values"] == {k: v for k, v in values[-1].items() if k != "__interrupt__"}
+        assert [i["value"] for i in state["tasks"][0]["interrupts"]] == [asked]
+        assert (await lg.runs.get(t, run_id))["status"] == "success"
+
+        answer = {"queue": "sre", "note": "é"}
+        final = await lg.runs.wait(t, "tickets", command={"resume": answer})
+        whole = {"title": "disk full", "notes": ["triaged disk full"], "decision": answer}
+        assert final == whole
+        assert (await lg.threads.get_state(t))["values"] == whole
+        assert (await lg.threads.get(t))["status"] == "idle"
+    finally:
+        await lg.aclose()

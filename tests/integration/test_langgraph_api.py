@@ -101,6 +101,8 @@ async def test_stream_to_interrupt_exact_joins_and_one_resume_on_the_other_pod(c
 
     # The stream ended at the interrupt with its run already finished, as LangGraph's does.
     assert (await a.runs.get(t, run_id))["status"] == "success"
+    # (found from the run alone, its log unread: the same as listed from the log)
+    assert await a.runs.get(t, run_id) == (await a.runs.list(t))[0]
     assert (await b.threads.get(t))["status"] == "interrupted"
     state = await b.threads.get_state(t)
     assert state["next"] and state["tasks"][0]["interrupts"] == [interrupt]
@@ -146,6 +148,7 @@ async def test_stream_to_interrupt_exact_joins_and_one_resume_on_the_other_pod(c
     listed = await a.runs.list(t)
     assert [r["run_id"] for r in listed] == [resumed_id, run_id]
     assert [r["status"] for r in listed] == ["success", "success"]
+    assert [await a.runs.get(t, r["run_id"]) for r in listed] == listed
     assert all(r["assistant_id"] == opspilot["assistant_id"] for r in listed)
     # A join of the finished resume run replays it whole, on either pod.
     assert wire(

@@ -4,6 +4,7 @@ the fence comes from the saver or from the graph's config; the new holder writes
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -190,3 +191,54 @@ async def test_with_sync_durability_a_zombie_runs_no_node(private_pool: asyncpg.
     with pytest.raises(LeaseLost):
         await graph.ainvoke({"n": 0}, config, durability="sync")
     assert ran == []
+
+
+async def _waits_on_a_lock(conn: asyncpg.Connection, others: int) -> bool:
+    """Whether `others` backends of this database wait on a lock (the write behind a takeover)."""
+    n = await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock'"
+    )
+    return int(n) >= others
+
+
+@pytest.mark.parametrize("takeover", ["commits", "rolls back"])
+async def test_a_takeover_in_flight_decides_the_one_statement_writes(
+    private_pool: asyncpg.Pool, takeover: str
+) -> None:
+    """aput and aput_writes are one statement each, the fence's share lock in a CTE: a write
+    that meets a takeover in flight (the run row updated, not committed) waits for it, then
+    writes nothing and raises LeaseLost if the takeover committed (its epoch moved on), or
+    writes if it rolled back."""
+    async with private_pool.acquire() as conn:
+        run_id, thread_id = await queued_run(conn)
+        epoch = await claim(conn, "worker-1")
+    saver = TetherCheckpointer(private_pool).fenced(run_id, epoch)
+    stored = await _put(saver, thread_id)
+    async with private_pool.acquire() as conn:
+        before = await _rows(conn, thread_id)
+    async with private_pool.acquire() as taker, private_pool.acquire() as watcher:
+        tx = taker.transaction()
+        await tx.start()
+        await taker.execute("UPDATE run SET lease_epoch = lease_epoch + 1 WHERE id = $1", run_id)
+        put = asyncio.create_task(_put(saver, thread_id, parent=stored))
+        writes = asyncio.create_task(saver.aput_writes(stored, [("messages", "x")], "task-9"))
+        for _ in range(200):
+            if await _waits_on_a_lock(watcher, 2):
+                break
+            await asyncio.sleep(0.02)
+        assert not put.done() and not writes.done()  # held behind the takeover
+        await (tx.commit() if takeover == "commits" else tx.rollback())
+        outcomes = await asyncio.gather(put, writes, return_exceptions=True)
+    async with private_pool.acquire() as conn:
+        after = await _rows(conn, thread_id)
+    if takeover == "commits":
+        assert all(isinstance(o, LeaseLost) for o in outcomes), outcomes
+        assert after == before
+    else:
+        assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
+        assert after == {
+            "langgraph_checkpoint": 2,
+            "langgraph_checkpoint_blob": 2,
+            "langgraph_checkpoint_write": 1,
+        }

@@ -95,6 +95,15 @@ def test_a_run_paused_once_is_two_langgraph_runs() -> None:
     assert ids.stretch_of(RUN, "someone-else", most=10) is None
 
 
+def test_only_a_uuid5_is_looked_for_among_a_runs_later_stretches() -> None:
+    # A join of an older run by its own id meets the thread's newer runs first: a Tether run id
+    # is never one of their stretches, whatever their length (no uuid5 per event of each).
+    assert ids.stretch_of("run_newer", RUN, most=10**9) is None
+    later = ids.stretch_run_id("run_newer", 3)
+    assert ids.stretch_of("run_newer", later, most=10**9) == 3
+    assert ids.stretch_of("run_newer", later.upper(), most=10) is None  # not an id we gave
+
+
 def test_an_open_stretch_takes_the_run_status() -> None:
     [only] = stretches(paused_then_resumed()[:3])
     assert only.end == ""
@@ -355,6 +364,38 @@ def test_a_graph_run_streams_its_own_values_updates_and_custom_data() -> None:
     assert interrupt["value"] == {"question": "Restart?", "args": {"service": "web"}}
     assert out[6].data == {"messages": [], "step": 2, "__interrupt__": [interrupt]}
     assert len(out) == 7, "Tether's tool events add nothing to a graph's own stream"
+
+
+def test_a_graph_run_needs_the_threads_messages_only_when_its_log_has_no_state_yet() -> None:
+    def frames(history: list[dict[str, Any]] | None) -> StretchFrames:
+        return StretchFrames(
+            thread_id="t1", tether_run_id=RUN, stretch=0, history=history, modes=ALL, graph=True
+        )
+
+    # Its state comes first in its log: the same frames as with the messages read, none asked.
+    lazy, eager = frames(None), frames([{"type": "human", "content": "before"}])
+    for e in graph_run():
+        assert not lazy.needs_history(e)
+        assert [(f.event, f.data, f.cursor) for f in lazy.feed(e)] == [
+            (f.event, f.data, f.cursor) for f in eager.feed(e)
+        ]
+    assert not lazy.needs_history(None) and lazy.values() == eager.values()
+
+    # An interrupt (or the end) before any state: the messages are asked for, then used.
+    early = [graph_run()[0], graph_run()[-1]]
+    lazy, eager = frames(None), frames([{"type": "human", "content": "before"}])
+    assert not lazy.needs_history(early[0])
+    lazy.feed(early[0])
+    assert lazy.needs_history(early[1]) and lazy.needs_history(None)
+    with pytest.raises(RuntimeError, match="needs_history"):
+        lazy.values()
+    lazy.set_history([{"type": "human", "content": "before"}])
+    eager.feed(early[0])
+    assert lazy.feed(early[1]) == eager.feed(early[1])
+    assert lazy.values() == eager.values()
+    assert lazy.values()["messages"] == [{"type": "human", "content": "before"}]
+    with pytest.raises(ValueError, match="native"):
+        StretchFrames(thread_id="t1", tether_run_id=RUN, stretch=0, history=None, modes=ALL)
 
 
 def test_a_graph_interrupt_is_resumed_with_the_exact_value() -> None:

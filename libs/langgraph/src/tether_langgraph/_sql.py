@@ -23,36 +23,64 @@ SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
   FROM langgraph_checkpoint c
 """
 
-INSERT_BLOBS = """
-INSERT INTO langgraph_checkpoint_blob (thread_id, checkpoint_ns, channel, version, type, blob)
-SELECT $1, $2, u.channel, u.version, u.type, u.blob
-  FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS u(channel, version, type, blob)
-ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
-"""
+# The two writes of every graph step (aput, aput_writes) as one statement each: one round trip
+# where a transaction took four or five (BEGIN, the fence, the inserts, COMMIT). `fence` is the
+# run row locked FOR SHARE while its lease epoch is the writer's (RunFence.hold's check) or, for
+# an unfenced saver, one row; each insert writes only if it found a row, and the statement
+# returns how many it found: 0 is LeaseLost, nothing written. One statement is one transaction:
+# the share lock holds until the write commits, so no takeover commits between check and write.
+_FENCED = "SELECT 1 FROM run WHERE id = $R::text AND lease_epoch = $E::bigint FOR SHARE"
+_UNFENCED = "SELECT 1"
 
-UPSERT_CHECKPOINT = """
-INSERT INTO langgraph_checkpoint (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
-                                  checkpoint, metadata, tether_run_id, tether_epoch)
-VALUES ($1, $2, $3, $4, $5::text::jsonb, $6::text::jsonb, $7, $8)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
-  checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
-  tether_run_id = EXCLUDED.tether_run_id, tether_epoch = EXCLUDED.tether_epoch
+_PUT = """
+WITH fence AS MATERIALIZED ({fence}),
+blobs AS (
+  INSERT INTO langgraph_checkpoint_blob (thread_id, checkpoint_ns, channel, version, type, blob)
+  SELECT $1, $2, u.channel, u.version, u.type, u.blob
+    FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS u(channel, version, type, blob)
+   WHERE EXISTS (SELECT 1 FROM fence)
+  ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+),
+saved AS (
+  INSERT INTO langgraph_checkpoint (thread_id, checkpoint_ns, checkpoint_id,
+                                    parent_checkpoint_id, checkpoint, metadata, tether_run_id,
+                                    tether_epoch)
+  SELECT $1, $2, $7::text, $8::text, $9::text::jsonb, $10::text::jsonb, $11::text, $12::bigint
+   WHERE EXISTS (SELECT 1 FROM fence)
+  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata,
+    tether_run_id = EXCLUDED.tether_run_id, tether_epoch = EXCLUDED.tether_epoch
+)
+SELECT count(*) FROM fence
 """
+# $1 thread, $2 namespace, $3-$6 the blobs (channel, version, type, blob), $7 checkpoint id,
+# $8 parent id, $9 checkpoint, $10 metadata, $11 run, $12 epoch (NULL, NULL unfenced)
+PUT_FENCED = _PUT.format(fence=_FENCED.replace("$R", "$11").replace("$E", "$12"))
+PUT_UNFENCED = _PUT.format(fence=_UNFENCED)
 
-_INSERT_WRITES = """
-INSERT INTO langgraph_checkpoint_write (thread_id, checkpoint_ns, checkpoint_id, task_id,
-                                        task_path, idx, channel, type, blob)
-SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
-  FROM unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) AS u(idx, channel, type, blob)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+_PUT_WRITES = """
+WITH fence AS MATERIALIZED ({fence}),
+written AS (
+  INSERT INTO langgraph_checkpoint_write (thread_id, checkpoint_ns, checkpoint_id, task_id,
+                                          task_path, idx, channel, type, blob)
+  SELECT $1, $2, $3, $4, $5, u.idx, u.channel, u.type, u.blob
+    FROM unnest($6::int[], $7::text[], $8::text[], $9::bytea[]) AS u(idx, channel, type, blob)
+   WHERE EXISTS (SELECT 1 FROM fence)
+  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}
+)
+SELECT count(*) FROM fence
 """
 # Regular writes are kept as first written (a task re-run writes the same); special ones (error,
 # interrupt, resume: negative idx) are written again in place.
-INSERT_WRITES = _INSERT_WRITES + " DO NOTHING"
-UPSERT_WRITES = (
-    _INSERT_WRITES
-    + " DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
-)
+_KEEP = "DO NOTHING"
+_REPLACE = "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
+# $1 thread, $2 namespace, $3 checkpoint id, $4 task, $5 task path, $6-$9 the writes (idx,
+# channel, type, blob); fenced: $10 run, $11 epoch
+_WRITES_FENCE = _FENCED.replace("$R", "$10").replace("$E", "$11")
+INSERT_WRITES_FENCED = _PUT_WRITES.format(fence=_WRITES_FENCE, conflict=_KEEP)
+INSERT_WRITES_UNFENCED = _PUT_WRITES.format(fence=_UNFENCED, conflict=_KEEP)
+UPSERT_WRITES_FENCED = _PUT_WRITES.format(fence=_WRITES_FENCE, conflict=_REPLACE)
+UPSERT_WRITES_UNFENCED = _PUT_WRITES.format(fence=_UNFENCED, conflict=_REPLACE)
 
 DELETE_THREADS = (
     "DELETE FROM langgraph_checkpoint WHERE thread_id = ANY($1::text[])",

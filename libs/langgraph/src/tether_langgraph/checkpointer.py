@@ -23,8 +23,9 @@ Interface (agreed with the LangGraph agent kind, issue #19):
   they win over the constructor's), else the constructor's `fence`, else none. A fenced write
   (aput, aput_writes, and the maintenance calls: adelete_thread, adelete_for_runs,
   acopy_thread, aprune) runs in one transaction that first locks the run row FOR SHARE where
-  `lease_epoch` is the fence's epoch; if it is not (a takeover bumped it), it raises `LeaseLost`
-  (`.run_id`, `.epoch`) and writes nothing; the runtime's graph driver treats it as any lost
+  `lease_epoch` is the fence's epoch (aput and aput_writes, a graph's writes at every step, are
+  one statement each, the lock in a CTE: one round trip); if it is not (a takeover bumped it),
+  it raises `LeaseLost` (`.run_id`, `.epoch`) and writes nothing; the runtime's graph driver treats it as any lost
   lease (`except LeaseLost as e: raise event_log.Fenced(e.run_id) from e`). The share lock holds
   off a takeover's claim until the write commits. The epoch alone is checked, as the runtime's
   own `runs.save_checkpoint` does: the holder may still write after it set the run
@@ -195,6 +196,14 @@ class TetherCheckpointer(BaseCheckpointSaver[str]):
                 await fence.hold(conn)
             return await fn(conn)
 
+    async def _fenced_write(self, fence: RunFence | None, statement: str, *args: Any) -> None:
+        """One of _sql's single-statement writes (PUT_*, *_WRITES_*): it writes only while the
+        fence holds and answers whether it did; LeaseLost when it did not (nothing written)."""
+        async with self.pool.acquire() as conn:
+            held = await conn.fetchval(statement, *args)
+        if fence is not None and not held:
+            raise LeaseLost(fence.run_id, fence.epoch)
+
     async def aput(
         self,
         config: RunnableConfig,
@@ -222,24 +231,22 @@ class TetherCheckpointer(BaseCheckpointSaver[str]):
         encoded_checkpoint = json.dumps(stored)
         encoded_metadata = json.dumps(get_serializable_checkpoint_metadata(config, metadata))
 
-        async def put(conn: asyncpg.Connection) -> None:
-            if channels:
-                await conn.execute(
-                    _sql.INSERT_BLOBS, thread_id, checkpoint_ns, channels, versions, types, blobs
-                )
-            await conn.execute(
-                _sql.UPSERT_CHECKPOINT,
-                thread_id,
-                checkpoint_ns,
-                checkpoint["id"],
-                configurable.get("checkpoint_id"),
-                encoded_checkpoint,
-                encoded_metadata,
-                fence.run_id if fence else None,
-                fence.epoch if fence else None,
-            )
-
-        await self._write(fence, put)
+        await self._fenced_write(
+            fence,
+            _sql.PUT_FENCED if fence else _sql.PUT_UNFENCED,
+            thread_id,
+            checkpoint_ns,
+            channels,
+            versions,
+            types,
+            blobs,
+            checkpoint["id"],
+            configurable.get("checkpoint_id"),
+            encoded_checkpoint,
+            encoded_metadata,
+            fence.run_id if fence else None,
+            fence.epoch if fence else None,
+        )
         return _config_of(thread_id, checkpoint_ns, checkpoint["id"])
 
     async def aput_writes(
@@ -258,28 +265,27 @@ class TetherCheckpointer(BaseCheckpointSaver[str]):
             channels.append(channel)
             types.append(type_)
             blobs.append(blob)
-        statement = (
-            _sql.UPSERT_WRITES
-            if all(channel in WRITES_IDX_MAP for channel, _ in writes)
-            else _sql.INSERT_WRITES
-        )
-
-        async def put(conn: asyncpg.Connection) -> None:
-            await conn.execute(
-                statement,
-                configurable["thread_id"],
-                configurable.get("checkpoint_ns", ""),
-                configurable["checkpoint_id"],
-                task_id,
-                task_path,
-                idxs,
-                channels,
-                types,
-                blobs,
-            )
-
-        if writes:
-            await self._write(fence, put)
+        if not writes:
+            return
+        special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        if fence is None:
+            statement = _sql.UPSERT_WRITES_UNFENCED if special else _sql.INSERT_WRITES_UNFENCED
+        else:
+            statement = _sql.UPSERT_WRITES_FENCED if special else _sql.INSERT_WRITES_FENCED
+        args: list[Any] = [
+            configurable["thread_id"],
+            configurable.get("checkpoint_ns", ""),
+            configurable["checkpoint_id"],
+            task_id,
+            task_path,
+            idxs,
+            channels,
+            types,
+            blobs,
+        ]
+        if fence is not None:
+            args += [fence.run_id, fence.epoch]
+        await self._fenced_write(fence, statement, *args)
 
     async def adelete_thread(self, thread_id: str) -> None:
         async def delete(conn: asyncpg.Connection) -> None:

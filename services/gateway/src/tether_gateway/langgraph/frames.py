@@ -60,7 +60,7 @@ class StretchFrames:
         thread_id: str,
         tether_run_id: str,
         stretch: int,
-        history: list[dict[str, Any]],
+        history: list[dict[str, Any]] | None,
         modes: frozenset[str],
         after: ids.Cursor = ids.START,
         graph: bool = False,
@@ -72,8 +72,17 @@ class StretchFrames:
         self.modes = modes
         self.after = after
         self.graph = graph
-        self.graph_state: Any = {"messages": list(history)}
-        self.state: list[dict[str, Any]] = list(history)
+        if history is None and not graph:
+            raise ValueError("a native agent's run needs the thread's messages from the start")
+        # A graph's run brings its state in its log (GraphValues, from its first step): the
+        # thread's messages (`history`, None until read) are needed only if an interrupt or
+        # the end comes before any (needs_history). A graph's state may be no dict at all (an
+        # @entrypoint's None), so whether it is known is its own flag.
+        self.graph_state: Any = None
+        self.has_state = False
+        self.state: list[dict[str, Any]] = []
+        if history is not None:
+            self.set_history(history)
         self.interrupts: list[dict[str, Any]] = []
         # A graph's interrupt: the node that asked and the nodes a resume runs (LangGraph's
         # task name and state `next`); empty for a native agent's.
@@ -98,10 +107,27 @@ class StretchFrames:
         if (mode == "" or mode in self.modes) and cursor > self.after:
             self._out.append(Frame(cursor, event, data))
 
+    def needs_history(self, ev: events_pb2.RunEvent | None) -> bool:
+        """Whether the thread's messages must be set (set_history) before feeding `ev` (None:
+        before values() at the end): a graph's run whose log brought no state yet, at an
+        interrupt (sent with the state) or at the end."""
+        if self.has_state or not self.graph:
+            return False
+        return ev is None or ev.WhichOneof("event") == "interrupt"
+
+    def set_history(self, history: list[dict[str, Any]]) -> None:
+        """The thread's messages up to the run's own: the state the run starts from."""
+        if not self.has_state:
+            self.graph_state = {"messages": list(history)}
+            self.state = list(history)
+            self.has_state = True
+
     def values(self) -> Any:
         """The state as LangGraph's `values` shows it: a dict with the pending interrupts under
         `__interrupt__`; a graph's state that is no dict (an @entrypoint's value: None, a
         string, a list) as it is, or `{"__interrupt__": [...]}` alone at an interrupt."""
+        if not self.has_state:
+            raise RuntimeError("the thread's messages were not read (needs_history)")
         state: Any = self.graph_state if self.graph else {"messages": self.state}
         if not isinstance(state, dict):
             return {"__interrupt__": list(self.interrupts)} if self.interrupts else state
@@ -161,6 +187,7 @@ class StretchFrames:
         kind = ev.WhichOneof("event")
         if kind == "graph_values":
             self.graph_state = orjson.loads(ev.graph_values.values_json or "{}")
+            self.has_state = True
             self._seen_messages.update(_message_ids(self.graph_state))
             self._emit("values", "values", self.values())
         elif kind == "graph_update":
@@ -177,6 +204,7 @@ class StretchFrames:
             self._emit("custom", "custom", orjson.loads(ev.custom_data.data_json or "null"))
         elif kind == "done" and ev.done.output_json:
             self.graph_state = orjson.loads(ev.done.output_json)
+            self.has_state = True
 
     def _native_event(self, ev: events_pb2.RunEvent) -> None:
         """A native agent's events as a two-node graph's: `agent` (the model) and `tools`."""

@@ -14,6 +14,7 @@ from tether_common.errors import InvalidArgument
 NAMESPACE = uuid.UUID("5f0c4d6e-8a41-4f7e-9d0b-3c2e1a7b9f10")
 
 _EVENT_ID = re.compile(r"(\d{1,18})(?:-(\d{1,6}))?")
+_UUID5 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 Cursor = tuple[int, int]
 START: Cursor = (0, -1)  # before every event: `Last-Event-ID: 0`, or none
@@ -30,9 +31,13 @@ def stretch_run_id(tether_run_id: str, stretch: int) -> str:
 
 
 def stretch_of(tether_run_id: str, run_id: str, most: int) -> int | None:
-    """Which stretch of the Tether run `run_id` names, looking at the first `most` + 1."""
+    """Which stretch of the Tether run `run_id` names, looking at the first `most` + 1. Only a
+    uuid5 can name a later stretch: any other id (a Tether run's own) is not looked for among
+    them (a thread's runs times their events' uuid5s, for a join of an older run)."""
     if run_id == tether_run_id:
         return 0
+    if _UUID5.fullmatch(run_id) is None:
+        return None
     for n in range(1, most + 1):
         if stretch_run_id(tether_run_id, n) == run_id:
             return n

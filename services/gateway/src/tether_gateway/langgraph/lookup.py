@@ -95,7 +95,8 @@ async def stored_before(
 
 @dataclass(frozen=True)
 class LgRun:
-    """A LangGraph run: one stretch of a Tether run, with the run's log as read."""
+    """A LangGraph run: one stretch of a Tether run, with the run's log as read (none, and the
+    stretch as an open one, for the first stretch of a run whose state tells its status)."""
 
     thread_id: str
     run: resources_pb2.Run
@@ -119,15 +120,41 @@ async def lg_runs(
     return [LgRun(thread_id, run, events, s) for s in stretches(events)]
 
 
+# A run interrupted or completed ended its first stretch at an interrupt or at done (Done, Error
+# and Cancelled end a run: none came before): `success` either way, which the run alone tells
+# (stretches.py's open status of such a run is `success` too).
+_FIRST_SUCCEEDED = frozenset(
+    {resources_pb2.RUN_STATUS_INTERRUPTED, resources_pb2.RUN_STATUS_COMPLETED}
+)
+
+
 async def find_run(client: RuntimeClient, token: Credential, thread_id: str, run_id: str) -> LgRun:
-    """The LangGraph run `run_id` of the thread; 404 when it names none."""
+    """The LangGraph run `run_id` of the thread; 404 when it names none. The first stretch of
+    an interrupted or completed run is found without reading its log (the SDK asks for the run
+    after each stream that closes without an `end` event, as every one does)."""
     for run in await thread_runs(client, token, thread_id):
         n = ids.stretch_of(run.id, run_id, most=run.last_sequence)
         if n is None:
             continue
+        if n == 0 and run.status in _FIRST_SUCCEEDED:
+            return LgRun(thread_id, run, [], Stretch(0, 1))
         found = await lg_runs(client, token, thread_id, run)
         if n < len(found):
             return found[n]
+    raise NotFound(f"run {run_id} not found on thread {thread_id}")
+
+
+async def find_stretch(
+    client: RuntimeClient, token: Credential, thread_id: str, run_id: str
+) -> tuple[resources_pb2.Run, int]:
+    """The Tether run and the stretch the LangGraph run `run_id` is (404 when it names none),
+    for a join: a run's first stretch always is, so its log is read only for a later one."""
+    for run in await thread_runs(client, token, thread_id):
+        n = ids.stretch_of(run.id, run_id, most=run.last_sequence)
+        if n == 0:
+            return run, 0
+        if n is not None and n < len(await lg_runs(client, token, thread_id, run)):
+            return run, n
     raise NotFound(f"run {run_id} not found on thread {thread_id}")
 
 

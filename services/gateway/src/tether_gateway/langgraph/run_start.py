@@ -5,6 +5,10 @@ message's text."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from typing import cast
+
 from tether.runtime.v1 import resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.errors import FailedPrecondition, InvalidArgument, TetherError
@@ -27,16 +31,33 @@ _BUSY = frozenset(
 )
 
 
-async def begin(
-    gw: GatewayState, caller: Caller, thread_id: str, req: RunRequest
-) -> tuple[resources_pb2.Run, int]:
-    """Resume the thread's interrupted Tether run, or start one: the Tether run and the stretch
-    (the LangGraph run) the request made."""
+@dataclass(frozen=True)
+class Begun:
+    """The Tether run a request started or resumed, the stretch (the LangGraph run) it made,
+    and whether the run is a graph agent's (None: not known here, lookup.is_graph tells)."""
+
+    run: resources_pb2.Run
+    stretch: int
+    graph: bool | None
+
+
+async def begin(gw: GatewayState, caller: Caller, thread_id: str, req: RunRequest) -> Begun:
+    """Resume the thread's interrupted Tether run, or start one."""
     client = gw.client()
-    agent = await agent_named(client, caller.credential, req.assistant_id)
-    latest = await lookup.latest_run(client, caller.credential, thread_id)
+    # Both at once (one round trip before the run starts); the assistant's error comes first.
+    agent_found, latest_found = await asyncio.gather(
+        agent_named(client, caller.credential, req.assistant_id),
+        lookup.latest_run(client, caller.credential, thread_id),
+        return_exceptions=True,
+    )
+    for found in (agent_found, latest_found):
+        if isinstance(found, BaseException):
+            raise found
+    agent = cast("resources_pb2.Agent", agent_found)
+    latest = cast("resources_pb2.Run | None", latest_found)
     if req.has_resume:
-        return await _resume(gw, caller, thread_id, latest, req)
+        run, stretch = await _resume(gw, caller, thread_id, latest, req)
+        return Begun(run, stretch, _kind_of(agent, run))
     try:
         text = input_text(req.input)
     except InvalidArgument:
@@ -56,7 +77,13 @@ async def begin(
         ),
         caller.credential,
     )
-    return started.run, 0
+    return Begun(started.run, 0, _kind_of(agent, started.run))
+
+
+def _kind_of(agent: resources_pb2.Agent, run: resources_pb2.Run) -> bool | None:
+    """Whether the run is a graph's, from the agent the request named (ListAgents was asked
+    once already), when the run is that agent's."""
+    return agent.kind == "graph" if agent.name == run.agent else None
 
 
 async def _resume(

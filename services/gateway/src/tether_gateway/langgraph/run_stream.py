@@ -36,7 +36,7 @@ def _frames(
     thread_id: str,
     run: resources_pb2.Run,
     stretch: int,
-    history: list[dict[str, Any]],
+    history: list[dict[str, Any]] | None,
     modes: frozenset[str],
     after: ids.Cursor = ids.START,
     *,
@@ -66,13 +66,17 @@ async def serve_stream(
     slot: str | None,
     on_disconnect: str,
     started: float,
+    graph: bool | None = None,
 ) -> web.StreamResponse:
     """The stretch's LangGraph events on the gateway's SSE writer (sse.py: heartbeats, the
     per-connection buffer, the token's expiry and revocation), fed from the Tether run's log
-    through runtime_client.follow_events (reopened on another runtime pod if one drains)."""
+    through runtime_client.follow_events (reopened on another runtime pod if one drains).
+    `graph`: whether the run is a graph agent's, when the caller knows (else ListAgents tells)."""
     try:
-        history = await lookup.history(gw.client(), caller.credential, run)
-        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+        if graph is None:
+            graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+        # A graph's run brings its state in its log: the thread's messages only if needed.
+        history = None if graph else await lookup.history(gw.client(), caller.credential, run)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
@@ -88,6 +92,10 @@ async def serve_stream(
                     if ev.WhichOneof("event") == "reset":
                         return  # the log is gone (retention): nothing exact to send
                     last = ev.sequence
+                    if frames.needs_history(ev):
+                        frames.set_history(
+                            await lookup.history(gw.client(), caller.credential, run)
+                        )
                     out.extend(f.encode() for f in frames.feed(ev))
                     if frames.done:
                         break
@@ -121,12 +129,19 @@ async def serve_stream(
 
 
 async def final_values(
-    gw: GatewayState, caller: Caller, thread_id: str, run: resources_pb2.Run, stretch: int
+    gw: GatewayState,
+    caller: Caller,
+    thread_id: str,
+    run: resources_pb2.Run,
+    stretch: int,
+    graph: bool | None = None,
 ) -> Any:
     """runs.wait / runs.join: the state when the stretch ends (with `__interrupt__` at an
-    interrupt; `__error__` when the run failed)."""
-    history = await lookup.history(gw.client(), caller.credential, run)
-    graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    interrupt; `__error__` when the run failed). `graph`: whether the run is a graph agent's,
+    when the caller knows (else ListAgents tells)."""
+    if graph is None:
+        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    history = None if graph else await lookup.history(gw.client(), caller.credential, run)
     frames = _frames(thread_id, run, stretch, history, frozenset(), graph=graph)
     last = 0
     error: dict[str, str] | None = None
@@ -135,6 +150,8 @@ async def final_values(
         async for batch in events:
             for ev in batch:
                 last = ev.sequence
+                if frames.needs_history(ev):
+                    frames.set_history(await lookup.history(gw.client(), caller.credential, run))
                 frames.feed(ev)
                 if ev.WhichOneof("event") == "error" and frames.done:
                     error = {"error": ev.error.code, "message": ev.error.message}
@@ -142,6 +159,8 @@ async def final_values(
                     break
             if frames.done:
                 break
+    if frames.needs_history(None):
+        frames.set_history(await lookup.history(gw.client(), caller.credential, run))
     values = frames.values()
     if error is not None:
         values = (

@@ -54,7 +54,7 @@ async def _stream(
     # The stream's slot first: a caller at the cap starts no run it could not watch.
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
     try:
-        run, stretch = await begin(gw, caller, thread_id, req)
+        begun = await begin(gw, caller, thread_id, req)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
@@ -63,13 +63,14 @@ async def _stream(
         gw,
         caller,
         thread_id=thread_id,
-        run=run,
-        stretch=stretch,
+        run=begun.run,
+        stretch=begun.stretch,
         modes=req.stream_mode,
         after=ids.START,
         slot=slot,
         on_disconnect=req.on_disconnect,
         started=started,
+        graph=begun.graph,
     )
 
 
@@ -84,15 +85,15 @@ async def join_stream(request: web.Request) -> web.StreamResponse:
     asked = query_modes(request.query.getall("stream_mode", []))
     modes = stream_modes(asked or None, JOIN_MODES)
     cancel = request.query.get("cancel_on_disconnect", "false").lower() in ("1", "true")
-    lg = await lookup.find_run(gw.client(), caller.credential, thread_id, run_id)
+    run, stretch = await lookup.find_stretch(gw.client(), caller.credential, thread_id, run_id)
     slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
     return await serve_stream(
         request,
         gw,
         caller,
         thread_id=thread_id,
-        run=lg.run,
-        stretch=lg.stretch.index,
+        run=run,
+        stretch=stretch,
         modes=modes,
         after=after,
         slot=slot,
@@ -111,9 +112,9 @@ async def _wait(
 ) -> web.Response:
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = await _body(request, gw)
-    run, stretch = await begin(gw, caller, thread_id, req)
-    run_id = ids.stretch_run_id(run.id, stretch)
-    values = await final_values(gw, caller, thread_id, run, stretch)
+    begun = await begin(gw, caller, thread_id, req)
+    run_id = ids.stretch_run_id(begun.run.id, begun.stretch)
+    values = await final_values(gw, caller, thread_id, begun.run, begun.stretch, begun.graph)
     headers = {
         "Location": f"/threads/{thread_id}/runs/{run_id}/join",
         "Content-Location": f"/threads/{thread_id}/runs/{run_id}",
@@ -125,8 +126,8 @@ async def join_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = await _caller(request, gw)
     thread_id, run_id = request.match_info["thread_id"], request.match_info["run_id"]
-    lg = await lookup.find_run(gw.client(), caller.credential, thread_id, run_id)
-    return web.json_response(await final_values(gw, caller, thread_id, lg.run, lg.stretch.index))
+    run, stretch = await lookup.find_stretch(gw.client(), caller.credential, thread_id, run_id)
+    return web.json_response(await final_values(gw, caller, thread_id, run, stretch))
 
 
 async def create_run(request: web.Request) -> web.Response:
@@ -135,9 +136,9 @@ async def create_run(request: web.Request) -> web.Response:
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = await _body(request, gw)
     thread_id = request.match_info["thread_id"]
-    run, stretch = await begin(gw, caller, thread_id, req)
-    found = await lookup.lg_runs(gw.client(), caller.credential, thread_id, run)
-    lg = found[min(stretch, len(found) - 1)]
+    begun = await begin(gw, caller, thread_id, req)
+    found = await lookup.lg_runs(gw.client(), caller.credential, thread_id, begun.run)
+    lg = found[min(begun.stretch, len(found) - 1)]
     headers = {"Content-Location": f"/threads/{thread_id}/runs/{lg.run_id}"}
     return web.json_response(run_json(lg), headers=headers)
 

@@ -3,6 +3,7 @@ run's log replayed over the messages before it (frames.py, sending nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,17 +31,24 @@ async def thread_values(
 ) -> ThreadValues:
     if latest is None:
         return ThreadValues({})
-    events = await lookup.read_log(client, token, latest)
+    events, graph = await asyncio.gather(
+        lookup.read_log(client, token, latest), lookup.is_graph(client, token, latest.agent)
+    )
     frames = StretchFrames(
         thread_id=thread_id,
         tether_run_id=latest.id,
         stretch=-1,  # no stretch: only the state is wanted
-        history=await lookup.history(client, token, latest),
+        # a graph's log brings its state: the thread's messages only if it has none yet
+        history=None if graph else await lookup.history(client, token, latest),
         modes=frozenset(),
-        graph=await lookup.is_graph(client, token, latest.agent),
+        graph=graph,
     )
     for ev in events:
+        if frames.needs_history(ev):
+            frames.set_history(await lookup.history(client, token, latest))
         frames.feed(ev)
+    if frames.needs_history(None):
+        frames.set_history(await lookup.history(client, token, latest))
     interrupted = latest.status == resources_pb2.RUN_STATUS_INTERRUPTED
     if not interrupted:
         frames.interrupts = []

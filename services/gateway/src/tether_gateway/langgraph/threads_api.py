@@ -4,6 +4,7 @@ state from that run's log (thread_state.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +52,7 @@ async def create(request: web.Request) -> web.Response:
             raise InvalidArgument("metadata.title must be a text of at most 200 characters")
         req_new = rs.CreateConversationRequest(title=title)
         conv = (await client.create_conversation(req_new, caller.credential)).conversation
+        return web.json_response(thread_json(conv, None))  # new: no run yet
     latest = await lookup.latest_run(client, caller.credential, conv.id)
     return web.json_response(thread_json(conv, latest))
 
@@ -92,8 +94,12 @@ async def search(request: web.Request) -> web.Response:
     while len(out) < limit:
         req = rs.ListConversationsRequest(page_size=_SEARCH_PAGE, page_token=page)
         resp = await client.list_conversations(req, caller.credential)
-        for conv in resp.conversations:
-            latest = await lookup.latest_run(client, caller.credential, conv.id)
+        # Each thread's newest run, asked for the whole page at once (one round trip, not one
+        # per thread in turn).
+        newest = await asyncio.gather(
+            *(lookup.latest_run(client, caller.credential, c.id) for c in resp.conversations)
+        )
+        for conv, latest in zip(resp.conversations, newest, strict=True):
             if status and thread_status(latest) != status:
                 continue
             seen += 1

@@ -169,7 +169,14 @@ class AgentRegistry:
         return self.agents[self.resolve(name)]
 
     def views(self) -> list[AgentView]:
-        return [view_of(a.agent) for _, a in sorted(self.agents.items())]
+        """The loaded agents' views, sorted by name; each built once per process (a graph's
+        schemas take pydantic tens of milliseconds, and ListAgents is asked per LangGraph run)."""
+        out: list[AgentView] = []
+        for _, a in sorted(self.agents.items()):
+            if "view" not in a.cache:
+                a.cache["view"] = view_of(a.agent)
+            out.append(a.cache["view"])
+        return out
 
 
 def view_of(agent: Agent) -> AgentView:
