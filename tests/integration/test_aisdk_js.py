@@ -49,8 +49,16 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 async def test_the_official_client_approves_across_pods_and_resumes_exactly(stack, db):
     service, instance = await abnormal_service(db, prefix="aisdk")
+    choice, first_choice = await abnormal_service(db, prefix="aisdksel")
+    second_choice = f"{choice}-2"
+    await db.execute(
+        "INSERT INTO inv_instance (id, service, env, status) VALUES ($1, $2, 'prod', 'abnormal')",
+        second_choice,
+        choice,
+    )
+    scale, _ = await abnormal_service(db, prefix="aisdkinp")
     token = issue_token(TEST_SECRET, "alice")
-    r = await run_node(str(SCRIPT), stack[0], stack[1], token, service)
+    r = await run_node(str(SCRIPT), stack[0], stack[1], token, service, choice, scale)
 
     # Pod A: the lookup (a read tool, its output), then the write's approval request; the
     # stream finished there, and no turn is active while the card waits.
@@ -94,6 +102,28 @@ async def test_the_official_client_approves_across_pods_and_resumes_exactly(stac
     assert [c["cut"] for c in r["cuts"]][-1] == len(whole["ids"])
     assert all(c["exact"] for c in r["cuts"]), r["cuts"]
     assert r["cuts"][-1]["status"] == 204
+
+    # A choice and a form: data-tether-interrupt parts answered by their responseSchema with
+    # tether.resume on the other pod, then the write's approval; one assistant message each.
+    choice_flow, form = r["choice"], r["form"]
+    for flow in (choice_flow, form):
+        assert flow["errors"] == [] and flow["count"] == 2, flow
+        assert flow["asked"][1] == "approval" and flow["text"].startswith("Done: ")
+        assert flow["parts"][-1] == ["text", "done"]
+    assert choice_flow["asked"][0] == "select_option"
+    assert choice_flow["answered"] == [["select_option", "responded"]]
+    options = choice_flow["options"]["properties"]["value"]["oneOf"]
+    assert [o["const"] for o in options] == [first_choice, second_choice]
+    assert ["tool-select_option", "output-available"] in choice_flow["parts"]
+    statuses = dict(
+        await db.fetch(
+            "SELECT id, status FROM inv_instance WHERE id = ANY($1)", [first_choice, second_choice]
+        )
+    )
+    assert statuses == {first_choice: "abnormal", second_choice: "healthy"}
+    assert form["asked"][0] == "input_required"
+    assert form["options"]["required"] == ["replicas"]
+    assert '"replicas": 3' in form["text"]
 
 
 async def _counts(db: Any) -> tuple[int, int, int]:
@@ -153,6 +183,3 @@ async def test_bad_input_is_a_clear_4xx_and_changes_nothing(stack, db, http):
     async with http.get(base + f"/ai-sdk/opspilot/chat/{uuid.uuid4()}/stream", headers=auth) as r:
         assert r.status == 204, "an unknown chat has no active turn"
     assert await _counts(db) == before
-    # The brief's spelling of the mount serves the same endpoints.
-    async with http.post(base + "/aisdk/opspilot/chat", json=body(id=None), headers=auth) as resp:
-        assert resp.status == 400

@@ -175,6 +175,9 @@ def test_other_interrupts_are_data_parts_with_their_answer() -> None:
     after, _ = parts_of(1, 1, events=log(kind=SELECT))
     assert isinstance(after[1].part, dict) and after[1].part["type"] == "data-tether-interrupt"
     assert after[1].part["id"] == "int_1" and after[1].part["data"]["answer"] == "approved"
+    assert after[2].part == {
+        "type": "tool-output-available", "toolCallId": "c_2", "output": {"answer": "approved"},
+    }, "the question tool's part is complete"  # fmt: skip
 
 
 def test_error_and_cancel_end_the_stream() -> None:

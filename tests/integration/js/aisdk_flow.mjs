@@ -8,8 +8,12 @@
 // 3. resume: a second turn's POST on pod A is cut after its first text, and a fresh chat on pod
 //    B calls resumeStream(): the whole turn from its `start`, the same message as a full read;
 //    the raw stream re-read with Last-Event-ID at several cut points is exactly its tail.
+// 4. the interrupts the AI SDK has no part for, a choice (select_option) and a form
+//    (provide_input): `data-tether-interrupt` parts, answered on the other pod with
+//    sendMessage(undefined, {body: {tether: {resume: [...]}}}), the same message continued.
 // Prints RESULT <json>.
 // Usage: node aisdk_flow.mjs <gateway A url> <gateway B url> <bearer token> <service>
+//        <choice service> <scale service>
 import { randomUUID } from "node:crypto";
 import {
   AbstractChat,
@@ -18,7 +22,7 @@ import {
   uiMessageChunkSchema,
 } from "ai";
 
-const [baseA, baseB, token, service] = process.argv.slice(2);
+const [baseA, baseB, token, service, choiceService, scaleService] = process.argv.slice(2);
 const AUTH = { Authorization: `Bearer ${token}` };
 
 function check(cond, message) {
@@ -182,4 +186,49 @@ for (const cut of [1, Math.floor(n / 2), n - 1, n]) {
     exact: JSON.stringify(tail.events) === JSON.stringify(whole.events.slice(cut)),
   });
 }
+
+// 4. A choice and a form: each question answered on the other pod than the one that asked.
+function answerFor(data) {
+  if (data.reason === "select_option") return { value: data.responseSchema.properties.value.oneOf.at(-1).const };
+  if (data.reason === "input_required") return { replicas: 3 };
+  throw new Error(`no answer for ${JSON.stringify(data)}`);
+}
+
+async function questions(prompt) {
+  const id = randomUUID();
+  const pods = [baseA, baseB];
+  let chat = chatAt(pods[0], id);
+  await chat.sendMessage({ text: prompt });
+  await waitReady(chat);
+  const asked = [];
+  for (let i = 1; i < 6; i++) {
+    check(chat.status === "ready", `${prompt}: ${chat.status} ${chat.errors}`);
+    const m = last(chat);
+    const approval = toolParts(m).find((p) => p.state === "approval-requested");
+    const question = m.parts.filter((p) => p.type === "data-tether-interrupt" && !p.data.answer).at(-1);
+    if (!approval && !question) break;
+    chat = chatAt(pods[i % 2], id, chat.messages); // the answer on the other pod
+    if (approval) {
+      asked.push("approval");
+      await chat.addToolApprovalResponse({ id: approval.approval.id, approved: true });
+    } else {
+      asked.push(question.data.reason);
+      const resume = [{ interruptId: question.id, status: "resolved", payload: answerFor(question.data) }];
+      await chat.sendMessage(undefined, { body: { tether: { resume } } });
+    }
+    await waitReady(chat);
+  }
+  const m = last(chat);
+  return {
+    asked,
+    count: chat.messages.length,
+    errors: chat.errors,
+    answered: m.parts.filter((p) => p.type === "data-tether-interrupt").map((p) => [p.data.reason, p.data.answer]),
+    options: m.parts.find((p) => p.type === "data-tether-interrupt")?.data.responseSchema,
+    parts: m.parts.map((p) => [p.type, p.state ?? p.data?.answer ?? ""]),
+    text: textOf(m),
+  };
+}
+out.choice = await questions(`restart the abnormal ${choiceService} instance`);
+out.form = await questions(`scale ${scaleService}`);
 console.log(`RESULT ${JSON.stringify(out)}`);

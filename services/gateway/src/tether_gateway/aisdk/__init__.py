@@ -1,4 +1,4 @@
-"""The Vercel AI SDK's UI message stream (v1) on the gateway, mounted at /ai-sdk (and /aisdk):
+"""The Vercel AI SDK's UI message stream (v1) on the gateway, mounted at /ai-sdk:
 `useChat` from `@ai-sdk/react` (or `Chat` / `DefaultChatTransport` from `ai`) chats with any
 Tether agent, its write tools' confirmations as the AI SDK's tool approvals, its other
 interrupts as `data-tether-interrupt` parts, and useChat's stream resume served exactly from
@@ -13,7 +13,7 @@ from tether_gateway.aisdk import chat_api
 from tether_gateway.langgraph import cors
 from tether_gateway.state import STATE, GatewayState
 
-MOUNTS = ("/ai-sdk", "/aisdk")
+MOUNT = "/ai-sdk"
 
 
 def aisdk_app(gw: GatewayState) -> web.Application:
@@ -29,5 +29,4 @@ def _origins(settings: Settings) -> frozenset[str]:
 
 
 def mount(app: web.Application, gw: GatewayState) -> None:
-    for path in MOUNTS:
-        app.add_subapp(path, aisdk_app(gw))
+    app.add_subapp(MOUNT, aisdk_app(gw))

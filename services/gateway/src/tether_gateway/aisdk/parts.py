@@ -22,7 +22,7 @@ Tether event -> part (README "AI SDK (useChat)" has the table):
     text-end, finish-step, finish, [DONE] (the stream of this stretch ends)
   InterruptResolved that begins a stretch -> start {same messageId} + tool-approval-response
     {approvalId, approved} (+ tool-output-denied for a rejection), or the data-tether-interrupt
-    part again with `answer`
+    part again with `answer` (+ tool-output-available {answer} for a question tool's call)
   Done -> finish-step + finish + [DONE]; Cancelled -> abort + [DONE]; Error -> error + [DONE]"""
 
 from __future__ import annotations
@@ -241,8 +241,21 @@ class UiRun:
                 self._emit({"type": "tool-output-denied", "toolCallId": raised.call_id})
                 self._step_done = True
         else:
-            data = interrupt_json(raised) | {"answer": wire.DECISION.name_of(r.decision)}
+            answer = wire.DECISION.name_of(r.decision)
+            data = interrupt_json(raised) | {"answer": answer}
             self._emit({"type": "data-tether-interrupt", "id": r.interrupt_id, "data": data})
+            if raised.call_id:
+                # The question tool's call is answered: its part is complete (useChat's
+                # automatic sends wait for every tool part of the step to be).
+                output = {"answer": answer}
+                self._emit(
+                    {
+                        "type": "tool-output-available",
+                        "toolCallId": raised.call_id,
+                        "output": output,
+                    }
+                )
+                self._step_done = True
 
     def _on_done(self, d: events_pb2.Done) -> None:
         self._finish("stop")
