@@ -136,7 +136,13 @@ def test_the_answer_continues_the_same_message() -> None:
 
 
 def test_a_rejection_is_a_denied_output() -> None:
-    parts, _ = parts_of(1, 1, events=log(events_pb2.DECISION_REJECTED))
+    events = log(events_pb2.DECISION_REJECTED)
+    refused = events_pb2.ToolFinished(
+        call_id="c_2", tool="restart", status=events_pb2.TOOL_STATUS_ERROR, summary="not executed"
+    )
+    events.insert(7, ev(8, tool_finished=refused))  # a result for it, if one came, is not sent
+    parts, _ = parts_of(1, 1, events=events)
+    assert "tool-output-error" not in kinds(parts)
     assert kinds(parts)[:3] == ["start", "tool-approval-response", "tool-output-denied"]
     assert parts[2].part == {"type": "tool-output-denied", "toolCallId": "c_2"}
 

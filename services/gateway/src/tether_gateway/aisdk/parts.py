@@ -84,6 +84,7 @@ class UiRun:
         self.done = False
         self._announced: set[str] = set()
         self._raised: dict[str, events_pb2.InterruptRaised] = {}
+        self._denied: set[str] = set()  # rejected calls: their part ends at tool-output-denied
         self._text = ""
         self._step_done = False  # a tool's output went by: the next text is the model's next step
         self._out: list[Part] = []
@@ -180,6 +181,8 @@ class UiRun:
         self._emit({"type": "data-tether-progress", "id": p.call_id, "data": data})
 
     def _on_tool_finished(self, f: events_pb2.ToolFinished) -> None:
+        if f.call_id in self._denied:
+            return
         if f.call_id not in self._announced:
             self._announce(f.call_id, f.tool, "")
         self._close_text()
@@ -239,6 +242,7 @@ class UiRun:
             )
             if not approved:
                 self._emit({"type": "tool-output-denied", "toolCallId": raised.call_id})
+                self._denied.add(raised.call_id)
                 self._step_done = True
         else:
             answer = wire.DECISION.name_of(r.decision)
