@@ -180,6 +180,8 @@ async def test_bad_input_is_a_clear_4xx_and_changes_nothing(stack, db, http):
         assert resp.status == 403 and (await resp.json())["error"]["code"] == "CSRF_TOKEN_INVALID"
     async with http.get(base + "/ai-sdk/opspilot/chat/bad%20id/stream", headers=auth) as resp:
         assert resp.status == 400
+    async with http.get(base + "/ai-sdk/nosuchagent/chat/c1/stream", headers=auth) as resp:
+        assert resp.status == 404
     async with http.get(base + f"/ai-sdk/opspilot/chat/{uuid.uuid4()}/stream", headers=auth) as r:
         assert r.status == 204, "an unknown chat has no active turn"
     assert await _counts(db) == before

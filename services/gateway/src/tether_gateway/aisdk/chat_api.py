@@ -23,6 +23,7 @@ from tether_gateway.aisdk.chat_request import chat_request
 from tether_gateway.aisdk.parts import UiRun
 from tether_gateway.auth import Caller, session_or_bearer
 from tether_gateway.langgraph import ids, lookup
+from tether_gateway.langgraph.assistants_api import agent_named
 from tether_gateway.langgraph.stretches import stretches
 from tether_gateway.state import GatewayState, state
 from tether_gateway.validation import read_json
@@ -78,9 +79,9 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     gw = state(request)
     caller = await session_or_bearer(request, gw.auth)
     await gw.limiter.check(gw.redis, "events", caller.principal.user_id)
-    agent = request.match_info["agent"]
-    chat_id = client_id(request.match_info["chat_id"], "chatId")
+    chat_id = client_id(request.match_info["id"], "chatId")
     after = ids.cursor(request.headers.get("Last-Event-ID"))
+    agent = (await agent_named(gw.client(), caller.credential, request.match_info["agent"])).name
     run = await _latest_run(gw, caller, agent, chat_id)
     if run is None:
         return web.Response(status=204)
@@ -111,4 +112,4 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/{agent}/chat", chat)
-    app.router.add_get("/{agent}/chat/{chat_id}/stream", resume_stream)
+    app.router.add_get("/{agent}/chat/{id}/stream", resume_stream)
