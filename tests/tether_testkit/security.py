@@ -14,13 +14,23 @@ from tether_testkit.secrets import TEST_SECRET
 
 # Routes the OpenAPI document lists that need no caller (everything else must answer 401).
 PUBLIC = {
+    ("options", "/ai-sdk/{tail}"),  # a CORS preflight, as /agui's below
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
     ("get", "/"),
     ("post", "/v1/dev/token"),
+    # A CORS preflight: a browser sends it without credentials, and it grants nothing itself.
+    ("options", "/agui/{tail}"),
 }
+
+
+def concrete_path(path: str, conv: str, run: str, agent: str = "opspilot") -> str:
+    """An OpenAPI path with its parameters filled: `{id}` is the conversation under
+    /v1/conversations/ and the run elsewhere, `{agent}` an agent, `{run_id}` the run."""
+    path = path.replace("{id}", conv if path.startswith("/v1/conversations/") else run)
+    return path.replace("{agent}", agent).replace("{run_id}", run).replace("{tail}", "x")
 
 
 # The security suite's gateway allows this much clock skew (default 30 s) so that a test waiting

@@ -6,7 +6,6 @@ and stay unchanged; stream tokens read only their run and expire."""
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from typing import Any
@@ -22,6 +21,7 @@ from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import (
     PUBLIC,
     bearer,
+    concrete_path,
     grant_restart,
     new_user,
     owned_interrupted_run,
@@ -51,8 +51,7 @@ def operations() -> list[tuple[str, str]]:
 
 
 def url_for(path: str, ids: dict[str, str]) -> str:
-    ident = ids["conv"] if path.startswith("/v1/conversations/") else ids["run"]
-    return re.sub(r"\{id\}", ident, path)
+    return concrete_path(path, ids["conv"], ids["run"])
 
 
 def body_for(method: str, path: str, ids: dict[str, str]) -> dict[str, str] | None:

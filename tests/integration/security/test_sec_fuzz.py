@@ -32,7 +32,7 @@ from tether_testkit import http_extremes
 from tether_testkit.client import Client, token
 from tether_testkit.processes import Proc, start_gateway
 from tether_testkit.secrets import TEST_SECRET
-from tether_testkit.security import bearer, new_user
+from tether_testkit.security import bearer, concrete_path, new_user
 
 FUZZ_USER = new_user("fuzz")
 MAX_EXAMPLES = 80  # per operation and mode: the whole fuzz run stays well under a minute
@@ -232,7 +232,7 @@ def test_oversize_unknown_fields_and_bad_resume_points(fuzz_gateway: Proc, rows:
     routes = body_operations()
     assert "/v1/conversations/{id}/runs" in routes and "/v1/runs/{id}/resume" in routes
     for path in routes:
-        url = base + path.replace("{id}", conv_id if "conversations/" in path else "run_x")
+        url = base + concrete_path(path, conv_id, "run_x")
         big = {"text": "x" * (200 * 1024)}
         r = requests.post(url, json=big, headers=auth, timeout=10)
         assert r.status_code == 413, (path, r.status_code, r.text)
@@ -276,7 +276,7 @@ def test_oversize_unknown_fields_and_bad_resume_points(fuzz_gateway: Proc, rows:
     bodies += [(resume % v).encode() for v in ("NaN", "Infinity", "1e999", "[" * 65 + "]" * 65)]
     for raw_body in bodies:
         for path in routes:
-            url = base + path.replace("{id}", conv_id if "conversations/" in path else "run_x")
+            url = base + concrete_path(path, conv_id, "run_x")
             r = requests.post(url, data=raw_body, headers=json_headers, timeout=10)
             assert r.status_code == 400, (path, raw_body[:40], r.status_code, r.text)
             assert r.json()["error"]["code"] == "INVALID_ARGUMENT"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,7 @@ from tether_gateway.health import openapi_document
 from tether_testkit.client import Client
 from tether_testkit.processes import Proc, start_gateway, tether_cli
 from tether_testkit.secrets import TEST_SECRET
-from tether_testkit.security import PUBLIC, new_user, owned_interrupted_run
+from tether_testkit.security import PUBLIC, concrete_path, new_user, owned_interrupted_run
 
 STREAM_TTL_S = 4
 POD_ENV = {
@@ -138,9 +137,7 @@ async def test_a_stream_token_reads_only_its_run_and_acts_nowhere(pods, http, db
     for method, path in ops:
         if (method, path) == EVENTS_ROUTE:
             continue
-        url = a + re.sub(
-            r"\{id\}", first["conv"] if "conversations/" in path else first["run"], path
-        )
+        url = a + concrete_path(path, first["conv"], first["run"])
         body = {"text": "x"} if method == "post" else None
         for how in (
             {"headers": auth(tok)},
