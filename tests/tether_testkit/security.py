@@ -14,6 +14,7 @@ from tether_testkit.secrets import TEST_SECRET
 
 # Routes the OpenAPI document lists that need no caller (everything else must answer 401).
 PUBLIC = {
+    ("options", "/ai-sdk/{tail}"),  # a CORS preflight, as /agui's below
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -14,7 +14,7 @@ from tether_common import redis_conn
 from tether_common.config import Settings
 from tether_common.grpc_poller import unblock_completion_poller
 
-from tether_gateway import agui, api, approvals_api, audit_api, forwarding, health, langgraph
+from tether_gateway import agui, aisdk, api, approvals_api, audit_api, forwarding, health, langgraph
 from tether_gateway.csp import add_security_headers
 from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
@@ -105,6 +105,7 @@ def create_app(settings: Settings) -> web.Application:
     approvals_api.add_routes(app)
     langgraph.mount(app, gw)  # the LangGraph Agent Server API, at /langgraph
     agui.mount(app, gw)  # AG-UI 1.0, at /agui
+    aisdk.mount(app, gw)  # the AI SDK UI message stream (useChat), at /ai-sdk
     app.router.add_get("/", _index)
     # The more specific prefix first: /static/client/ is not a folder of STATIC_DIR in a checkout.
     app.router.add_static("/static/client/", client_dir(), append_version=False)

@@ -60,12 +60,12 @@ def run_input(body: object) -> RunInput:
     messages = body.get("messages", [])
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise InvalidArgument("messages must be a list of message objects")
-    resume = _resume(body.get("resume"))
+    resume = resume_entries(body.get("resume"))
     text = "" if resume else _new_turn(messages)
     return RunInput(thread_id, run_id, text, resume, _title(body.get("forwardedProps")))
 
 
-def _resume(raw: object) -> tuple[ResumeEntry, ...]:
+def resume_entries(raw: object) -> tuple[ResumeEntry, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or len(raw) > MAX_RESUME:

@@ -5,7 +5,8 @@ runtime_client.follow_events (reopened on another runtime pod if one drains) and
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -13,12 +14,30 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 
 from tether_gateway.agui import transcript
-from tether_gateway.agui.events import AguiRun
 from tether_gateway.auth import Caller
 from tether_gateway.langgraph import lookup
 from tether_gateway.runtime_client import follow_events
 from tether_gateway.sse import EventStream, stream_response
 from tether_gateway.state import GatewayState
+
+
+class Encodable(Protocol):
+    def encode(self) -> bytes: ...
+
+
+class Mapper(Protocol):
+    """What turns a Tether run's log into a protocol's SSE frames (AguiRun, the AI SDK's UiRun):
+    `feed` the events in order from sequence 1; `done` once the client's part has ended; `facts`
+    set before an event for which `snapshot_due` is true."""
+
+    facts: dict[str, Any]
+
+    @property
+    def done(self) -> bool: ...
+
+    def snapshot_due(self, ev: events_pb2.RunEvent) -> bool: ...
+
+    def feed(self, ev: events_pb2.RunEvent) -> Sequence[Encodable]: ...
 
 
 async def facts(gw: GatewayState, caller: Caller, conversation_id: str) -> dict[str, Any]:
@@ -42,7 +61,7 @@ def events_path(agent: str, run_id: str) -> str:
 
 
 async def nothing_left(
-    gw: GatewayState, caller: Caller, run: resources_pb2.Run, mapper: AguiRun
+    gw: GatewayState, caller: Caller, run: resources_pb2.Run, mapper: Mapper
 ) -> bool:
     """Whether the AG-UI run is over and the client has all of it (a reconnect then gets 204):
     the log as it is now, fed through a copy of the client's mapper."""
@@ -61,11 +80,11 @@ async def serve(
     gw: GatewayState,
     caller: Caller,
     *,
-    agent: str,
     run: resources_pb2.Run,
-    mapper: AguiRun,
+    mapper: Mapper,
     slot: str | None,
     started: float,
+    headers: dict[str, str],
 ) -> web.StreamResponse:
     async def source(stream: EventStream) -> None:
         last = 0
@@ -92,7 +111,7 @@ async def serve(
         token=caller.credential,
         after=0,
         started=started,
-        headers={"Content-Location": events_path(agent, mapper.run_id)},
+        headers=headers,
         slot=slot,
         expires_at=caller.expires_at,
         jtis=caller.jtis,
@@ -104,7 +123,7 @@ async def _frames(
     gw: GatewayState,
     caller: Caller,
     run: resources_pb2.Run,
-    mapper: AguiRun,
+    mapper: Mapper,
     ev: events_pb2.RunEvent,
 ) -> list[bytes]:
     if mapper.snapshot_due(ev):

@@ -45,11 +45,11 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
         request,
         gw,
         caller,
-        agent=agent,
         run=begun.run,
         mapper=mapper,
         slot=slot,
         started=started,
+        headers={"Content-Location": run_stream.events_path(agent, inp.run_id)},
     )
 
 
@@ -87,11 +87,11 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         request,
         gw,
         caller,
-        agent=agent,
         run=run,
         mapper=mapper(history),
         slot=slot,
         started=started,
+        headers={"Content-Location": run_stream.events_path(agent, run_id)},
     )
 
 

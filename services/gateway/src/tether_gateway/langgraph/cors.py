@@ -62,5 +62,5 @@ async def grant(request: web.Request, response: web.StreamResponse) -> None:
 def add_routes(app: web.Application, origins: Origins = _langgraph_origins) -> None:
     """Last: the catch-all OPTIONS route must not shadow the API's own routes."""
     app[ORIGINS] = origins
-    app.router.add_route("OPTIONS", "/{tail:.*}", preflight)
+    app.router.add_route("OPTIONS", r"/{tail:[\s\S]*}", preflight)  # any path, line breaks too
     app.on_response_prepare.append(grant)
