@@ -140,7 +140,9 @@ out.approved = tabs.map((t) => {
 out.afterDone = (await resumeRaw(baseB, chatId)).status;
 
 // 3. A second turn: its POST on pod A cut after the first text; a fresh chat resumes on pod B.
-const question = { id: randomUUID(), role: "user", parts: [{ type: "text", text: `how is ${service} doing?` }] };
+// A long answer (150 pieces, 30 ms each): the resume must find the turn still active, also on a
+// loaded machine (a short one could end before the GET, which then answers 204).
+const question = { id: randomUUID(), role: "user", parts: [{ type: "text", text: "stream 150 deltas" }] };
 const history = [...tabs[0].messages, question];
 const ctrl = new AbortController();
 const resp = await fetch(`${baseA}/ai-sdk/opspilot/chat`, {
