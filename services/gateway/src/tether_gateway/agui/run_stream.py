@@ -1,10 +1,9 @@
 """An AG-UI run's events on the gateway's one SSE writer (sse.py: heartbeats, the per-connection
 buffer, the token's expiry and revocation), fed from the Tether run's log through
-runtime_client.follow_events (reopened on another runtime pod if one drains) and events.py."""
+log_source.py and events.py."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -16,8 +15,8 @@ from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_gateway.agui import transcript
 from tether_gateway.auth import Caller
 from tether_gateway.langgraph import lookup
-from tether_gateway.runtime_client import follow_events
-from tether_gateway.sse import EventStream, stream_response
+from tether_gateway.log_source import log_source
+from tether_gateway.sse import stream_response
 from tether_gateway.state import GatewayState
 
 
@@ -86,24 +85,10 @@ async def serve(
     started: float,
     headers: dict[str, str],
 ) -> web.StreamResponse:
-    async def source(stream: EventStream) -> None:
-        last = 0
-        events = follow_events(gw.client, run.id, caller.credential, lambda: last)
-        async with contextlib.aclosing(events):
-            async for batch in events:
-                out: list[bytes] = []
-                for ev in batch:
-                    if ev.WhichOneof("event") == "reset":
-                        return  # the log is gone (retention): nothing exact to send
-                    last = ev.sequence
-                    out.extend(await _frames(gw, caller, run, mapper, ev))
-                    if mapper.done:
-                        break
-                if out and not stream.offer(b"".join(out), len(out)):
-                    return
-                if mapper.done or stream.client_gone():
-                    return
+    async def frames(ev: events_pb2.RunEvent) -> list[bytes]:
+        return await _frames(gw, caller, run, mapper, ev)
 
+    source = log_source(gw, caller, run.id, frames, lambda: mapper.done)
     return await stream_response(
         request,
         gw,

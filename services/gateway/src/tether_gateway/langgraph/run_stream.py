@@ -9,15 +9,16 @@ from urllib.parse import urlencode
 
 import grpc
 from aiohttp import web
-from tether.runtime.v1 import resources_pb2
+from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.errors import TetherError
 
 from tether_gateway.auth import Caller
 from tether_gateway.langgraph import ids, lookup
 from tether_gateway.langgraph.frames import StretchFrames
+from tether_gateway.log_source import log_source
 from tether_gateway.runtime_client import follow_events
-from tether_gateway.sse import EventStream, stream_response
+from tether_gateway.sse import stream_response
 from tether_gateway.state import GatewayState
 
 
@@ -82,28 +83,12 @@ async def serve_stream(
         raise
     frames = _frames(thread_id, run, stretch, history, modes, after, graph=graph)
 
-    async def source(stream: EventStream) -> None:
-        last = 0
-        events = follow_events(gw.client, run.id, caller.credential, lambda: last)
-        async with contextlib.aclosing(events):
-            async for batch in events:
-                out: list[bytes] = []
-                for ev in batch:
-                    if ev.WhichOneof("event") == "reset":
-                        return  # the log is gone (retention): nothing exact to send
-                    last = ev.sequence
-                    if frames.needs_history(ev):
-                        frames.set_history(
-                            await lookup.history(gw.client(), caller.credential, run)
-                        )
-                    out.extend(f.encode() for f in frames.feed(ev))
-                    if frames.done:
-                        break
-                if out and not stream.offer(b"".join(out), len(out)):
-                    return
-                if frames.done or stream.client_gone():
-                    return
+    async def encoded(ev: events_pb2.RunEvent) -> list[bytes]:
+        if frames.needs_history(ev):
+            frames.set_history(await lookup.history(gw.client(), caller.credential, run))
+        return [f.encode() for f in frames.feed(ev)]
 
+    source = log_source(gw, caller, run.id, encoded, lambda: frames.done)
     resp = await stream_response(
         request,
         gw,
