@@ -54,7 +54,7 @@ def _users_on_every_master(cluster: RedisClusterNodes, key_of: Any) -> list[str]
 async def test_a_rate_limit_counts_each_user_on_the_master_of_their_slot(
     cluster: RedisClusterNodes, client: Any
 ) -> None:
-    limiter = RateLimiter({"start": 3})
+    limiter = RateLimiter({"start": 3}, timeout_s=10.0)  # counting is checked, not the deadline
     key = "tether:ratelimit:start:{{{}}}".format
     for user in _users_on_every_master(cluster, key):
         for _ in range(3):
@@ -69,7 +69,7 @@ async def test_a_rate_limit_counts_each_user_on_the_master_of_their_slot(
 async def test_stream_leases_cap_each_user_across_masters(
     cluster: RedisClusterNodes, client: Any
 ) -> None:
-    slots = StreamSlots(cap=2, lease_s=30)
+    slots = StreamSlots(cap=2, lease_s=30, timeout_s=10.0)
     users = _users_on_every_master(cluster, _key)
     held = {u: [await slots.acquire(client, u), await slots.acquire(client, u)] for u in users}
     for user in users:

@@ -135,7 +135,10 @@ async def redis_client(redis_url: str) -> AsyncIterator[Any]:
 
 async def test_slots_count_in_redis_and_fall_back_to_the_pod(redis_client):
     user = f"unit-{uuid.uuid4().hex}"
-    pod_a, pod_b = StreamSlots(2, lease_s=30), StreamSlots(2, lease_s=30)
+    pod_a, pod_b = (
+        StreamSlots(2, lease_s=30, timeout_s=10.0),
+        StreamSlots(2, lease_s=30, timeout_s=10.0),
+    )
     first = await pod_a.acquire(redis_client, user)
     await pod_b.acquire(redis_client, user)
     with pytest.raises(RateLimited) as info:
@@ -145,11 +148,16 @@ async def test_slots_count_in_redis_and_fall_back_to_the_pod(redis_client):
     await pod_b.acquire(redis_client, user)  # the released slot is free again
     assert 0 < await redis_client.pttl(f"tether:streams:{{{user}}}") <= 30_000
 
-    assert await StreamSlots(0, lease_s=30).acquire(redis_client, user) is None  # 0: no cap
+    assert (
+        await StreamSlots(0, lease_s=30, timeout_s=10.0).acquire(redis_client, user) is None
+    )  # 0: no cap
 
     # Leases: a pod that refreshes keeps its slots, one that stopped (crashed) loses them.
     user = f"unit-{uuid.uuid4().hex}"
-    alive, crashed = StreamSlots(2, lease_s=1), StreamSlots(2, lease_s=1)
+    alive, crashed = (
+        StreamSlots(2, lease_s=1, timeout_s=10.0),
+        StreamSlots(2, lease_s=1, timeout_s=10.0),
+    )
     await alive.acquire(redis_client, user)
     await crashed.acquire(redis_client, user)
     for _ in range(4):
@@ -164,7 +172,7 @@ async def test_slots_count_in_redis_and_fall_back_to_the_pod(redis_client):
         f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2
     )
     try:
-        pod = StreamSlots(2, lease_s=30)
+        pod = StreamSlots(2, lease_s=30, timeout_s=10.0)
         slot = await pod.acquire(dead, user)
         await pod.acquire(dead, user)
         with pytest.raises(RateLimited):

@@ -66,8 +66,9 @@ class Limit:
 class RateLimiter:
     """Checks one user's budget for one action; raises RateLimited (429 + Retry-After)."""
 
-    def __init__(self, limits: dict[Action, int]) -> None:
+    def __init__(self, limits: dict[Action, int], *, timeout_s: float = REDIS_TIMEOUT_S) -> None:
         self.limits = {action: Limit(n) for action, n in limits.items() if n > 0}
+        self.timeout_s = timeout_s  # longer than this, the check fails open
         self._warned_at = 0.0
         self._batches: dict[int, _Batch] = {}  # by Redis client (id): one pipeline at a time each
 
@@ -94,7 +95,7 @@ class RateLimiter:
         if batch is None or batch.redis is not redis:
             batch = self._batches[id(redis)] = _Batch(redis)
         try:
-            wait_ms = await asyncio.wait_for(batch.check(key, limit), REDIS_TIMEOUT_S)
+            wait_ms = await asyncio.wait_for(batch.check(key, limit), self.timeout_s)
         except Exception as err:  # noqa: BLE001 - any Redis failure: fail open (module docstring)
             self._warn(err)
             return

@@ -55,8 +55,9 @@ def _key(user_id: str) -> str:
 class StreamSlots:
     """Acquire a slot before a stream opens (RateLimited past the cap), release it when it ends."""
 
-    def __init__(self, cap: int, lease_s: float) -> None:
+    def __init__(self, cap: int, lease_s: float, *, timeout_s: float = REDIS_TIMEOUT_S) -> None:
         self.cap = cap
+        self.timeout_s = timeout_s  # longer than this, the pod counts its own streams only
         self.lease_ms = max(1000, int(lease_s * 1000))
         self._held: dict[str, str] = {}  # slot id -> user id, this pod's open streams
         self._warned_at = 0.0
@@ -74,7 +75,7 @@ class StreamSlots:
             try:
                 joined = await asyncio.wait_for(
                     redis.eval(_ACQUIRE, 1, _key(user_id), slot, self.cap, self.lease_ms),
-                    REDIS_TIMEOUT_S,
+                    self.timeout_s,
                 )
             except Exception as err:  # noqa: BLE001 - any Redis failure: count on this pod
                 self._warn(err)
@@ -95,7 +96,7 @@ class StreamSlots:
         if user_id is None or redis is None:
             return
         try:
-            await asyncio.wait_for(redis.zrem(_key(user_id), slot), REDIS_TIMEOUT_S)
+            await asyncio.wait_for(redis.zrem(_key(user_id), slot), self.timeout_s)
         except Exception as err:  # noqa: BLE001 - the lease ends it anyway
             self._warn(err)
 
@@ -110,7 +111,7 @@ class StreamSlots:
             async with redis.pipeline(transaction=False) as pipe:
                 for user_id, slots in by_user.items():
                     pipe.eval(_REFRESH, 1, _key(user_id), self.lease_ms, *slots)
-                await asyncio.wait_for(pipe.execute(), max(REDIS_TIMEOUT_S, 2.0))
+                await asyncio.wait_for(pipe.execute(), max(self.timeout_s, 2.0))
         except Exception as err:  # noqa: BLE001 - retried on the next tick
             self._warn(err)
 
