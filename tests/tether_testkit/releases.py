@@ -95,7 +95,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
             cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S
         )
     if done.returncode != 0:
-        raise RuntimeError(f"building the previous release failed: {' '.join(cmd)}\n{log.read_text()[-4000:]}")
+        raise RuntimeError(
+            f"building the previous release failed: {' '.join(cmd)}\n{log.read_text()[-4000:]}"
+        )
 
 
 def _build(name: str, sha: str, home: Path) -> None:
