@@ -20,6 +20,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether_cli import forkserver
 
+from tether_testkit.releases import Release
+
 LOG_DIR = Path(os.environ.get("TETHER_TEST_LOG_DIR", tempfile.gettempdir())) / "tether-test-logs"
 
 
@@ -91,9 +93,20 @@ def tether_cli(
     return run_module("tether_cli.main", *args, env=env, timeout=timeout, inherit=inherit)
 
 
-def _spawn(name: str, args: list[str], env: dict[str, str], addr: str) -> Proc:
+def _spawn(
+    name: str, args: list[str], env: dict[str, str], addr: str, release: Release | None = None
+) -> Proc:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
+    if release is not None:
+        # A process of another version (tether_testkit.releases): its own interpreter, tree and
+        # environment, none of this checkout's.
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(
+                [release.python, *args], env=release.env(**env), cwd=release.src,
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return Proc(name=name, popen=popen, log_path=log_path, addr=addr, env=env)
     full_env = {**os.environ, **env}
     # A preload (libfaketime's, for a pod with another clock) only takes in a new program: a
     # forked child is the warm parent's image, so such a process starts cold.
@@ -144,12 +157,14 @@ def start_runtime(
     timeout: float = 30,
     addr: str = "",
     probe_addr: str = "",
+    release: Release | None = None,
 ) -> Proc:
     """`addr` lets a runtime started after a kill take its predecessor's address, so a gateway
     configured with it reaches the new one. `probe_addr`: where its readiness is asked (its
-    plaintext health port, TETHER_GRPC_HEALTH_ADDR, when the API speaks TLS)."""
+    plaintext health port, TETHER_GRPC_HEALTH_ADDR, when the API speaks TLS). `release`: a
+    runtime of that version (the previous release) instead of this checkout's."""
     addr = addr or f"127.0.0.1:{free_port()}"
-    proc = _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr)
+    proc = _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr, release)
     _wait(proc, lambda: grpc_serving(probe_addr or addr), timeout)
     return proc
 
@@ -161,9 +176,10 @@ def start_gateway(
     name: str = "gateway",
     timeout: float = 30,
     port: int = 0,
+    release: Release | None = None,
 ) -> Proc:
     """`port` lets a gateway started after a kill take its predecessor's address, as a restarted
-    pod behind one service address would."""
+    pod behind one service address would. `release`: a gateway of that version."""
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _spawn(
@@ -171,6 +187,7 @@ def start_gateway(
         ["-m", "tether_cli.main", "gateway"],
         {**env, "TETHER_HTTP_ADDR": f"127.0.0.1:{port}", "TETHER_RUNTIME_TARGET": runtime_target},
         url,
+        release,
     )
     _wait(proc, lambda: http_ready(url), timeout)
     return proc
