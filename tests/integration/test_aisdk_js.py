@@ -4,8 +4,10 @@ runtime, two gateways) driving the native opspilot agent (js/aisdk_flow.mjs): a 
 ends at the write tool's `tool-approval-request`; two tabs approve on pod B at once (one
 restart), each continuing the same assistant message; a second turn cut mid-stream is resumed
 on the other pod through GET .../stream (replayed from its `start`, no word repeated or lost),
-and re-read with `Last-Event-ID` at several cut points exactly; then bad input, a clear 4xx that
-changes nothing."""
+and re-read with `Last-Event-ID` at several cut points exactly; an approval's continuation (the
+second request of a turn) cut mid-answer and resumed the same way
+(js/aisdk_continuation_resume.mjs, on a runtime of its own whose words come slowly); then bad
+input, a clear 4xx that changes nothing."""
 
 from __future__ import annotations
 
@@ -211,6 +213,7 @@ async def test_a_continuation_cut_mid_answer_resumes_exactly_on_the_other_pod(sl
     service, instance = await abnormal_service(db, prefix="aisdkcont")
     token = issue_token(TEST_SECRET, "alice")
     r = await run_node(str(CONTINUATION), slow_stack[0], slow_stack[1], token, service)
+    print(f"the continuation's rest streamed for {r['resumedAfterMs']} ms after the cut")
 
     asked = r["asked"]
     assert asked["id"].startswith("msg-run_")

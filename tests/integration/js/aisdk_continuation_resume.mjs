@@ -138,6 +138,7 @@ await chatA.addToolApprovalResponse({ id: approval.id, approved: true });
 await settled(chatA);
 check(seen.length === 1, `the continuation was cut: ${chatA.status} ${chatA.errors}`);
 const head = sse(seen[0]);
+const cutAt = Date.now();
 out.cut = {
   status: chatA.status,
   errors: chatA.errors.length,
@@ -149,6 +150,7 @@ out.cut = {
 const fresh = chatAt(baseB, chatId, chatA.messages);
 const [whole] = await Promise.all([resumeRaw(baseA, chatId), fresh.resumeStream()]);
 await settled(fresh);
+out.resumedAfterMs = Date.now() - cutAt; // the rest of the answer: how long the turn stayed active
 const m = last(fresh);
 out.resumed = {
   status: fresh.status,
