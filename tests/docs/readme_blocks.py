@@ -5,6 +5,9 @@ which examples are executed and why the others are not.
 - a shell block (```sh, ```bash, ```shell, ```console) runs, unless `<!-- not-run: reason -->`;
 - a Python or JS block runs only when marked `<!-- run … -->`, or `<!-- file: PATH -->` (then
   the block must equal that file and the file runs: the example is the file, exactly);
+- a JSX block (a React page) marked `<!-- file: PATH -->` must equal that file, which is not run
+  here: a browser test builds it with Vite and drives it in Chromium (test_agui_browser.py,
+  test_aisdk_browser.py);
 - `<!-- readme-agent: … -->` marks the agent example that tests/integration/test_agent_loading.py
   runs; other blocks (configuration snippets, TOML, sample output) are text.
 """
@@ -18,6 +21,7 @@ from pathlib import Path
 SHELL = frozenset({"sh", "bash", "shell", "console"})
 PYTHON = frozenset({"python", "py"})
 JS = frozenset({"js", "javascript", "mjs"})
+JSX = frozenset({"jsx"})
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _MARKER = re.compile(r"^<!--\s*([a-z-]+)\s*:?\s*(.*?)\s*-->\s*$")
 
@@ -38,6 +42,8 @@ class Block:
             return "python"
         if self.lang in JS:
             return "js"
+        if self.lang in JSX:
+            return "jsx"
         return "text"
 
     @property

@@ -188,10 +188,22 @@ def test_the_not_run_blocks_are_listed_and_counted() -> None:
         assert sum(key in b.code for b in runnable) == 1, f"no single runnable block holds {key!r}"
     for b in blocks:
         if b.marker == "file":
-            assert b.kind in ("python", "js"), f"README line {b.line}: file: on a {b.lang} block"
+            assert b.kind in ("python", "js", "jsx"), (
+                f"README line {b.line}: file: on a {b.lang} block"
+            )
+
+
+# The React pages the browser tests build and drive (test_agui_browser.py, test_aisdk_browser.py):
+# the README's "Your frontend" prints each whole.
+FRONTEND_PAGES = (
+    "tests/integration/copilotkit_page/main.jsx",
+    "tests/integration/aisdk_page/main.jsx",
+)
 
 
 def test_the_file_blocks_are_their_files_exactly() -> None:
+    printed = {b.argument for b in read(README) if b.marker == "file"}
+    assert set(FRONTEND_PAGES) <= printed, set(FRONTEND_PAGES) - printed
     for b in read(README):
         if b.marker == "file":
             path = REPO / b.argument

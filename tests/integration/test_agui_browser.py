@@ -1,10 +1,12 @@
-"""AG-UI in a React page: the official `@ag-ui/client` HttpAgent in a plain React page built with
-Vite (agui_page/) and served from its own origin, so its calls to the gateways' /agui are
-cross-origin (TETHER_AGUI_CORS_ORIGINS). Driven in headless Chromium (js/agui_page_flow.mjs) on
-real processes (one runtime, two gateways): the approval card appears on pod A; the page loaded
-again on pod B while the card waits finds its run again (AG-UI's `connectAgent`, implemented with
-Tether's reconnect) and shows the same card; Approve, double-clicked there, finishes the run with
-one restart."""
+"""AG-UI in a React page, on two clients: the official `@ag-ui/client` HttpAgent in a plain React
+page (agui_page/), and CopilotKit v2 (`@copilotkit/react-core/v2`: its provider with Tether as a
+self-managed agent, `useAgent`, `useInterrupt`; copilotkit_page/), each built with Vite and
+served from its own origin, so its calls to the gateways' /agui are cross-origin
+(TETHER_AGUI_CORS_ORIGINS). Driven in headless Chromium (js/agui_page_flow.mjs, the same steps
+for both) on real processes (one runtime, two gateways): the approval card appears on pod A; the
+page loaded again on pod B while the card waits finds its run again (AG-UI's `connectAgent`,
+implemented with Tether's reconnect) and shows the same card; Approve, double-clicked there,
+finishes the run with one restart."""
 
 from __future__ import annotations
 
@@ -20,28 +22,31 @@ from tether_testkit.processes import start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.vite_pages import served_page
 
-PAGE = Path(__file__).parent / "agui_page"
+PAGES = Path(__file__).parent
 SCRIPT = Path(__file__).parent / "js" / "agui_page_flow.mjs"
 
 pytestmark = [pytest.mark.process, pytest.mark.browser, pytest.mark.timeout(240)]
 
 
-@pytest.fixture
-async def page_origin(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
-    async with served_page(PAGE, tmp_path / "page") as served:
-        yield served
+@pytest.fixture(params=["agui_page", "copilotkit_page"])
+async def page_origin(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[str, str, str]]:
+    """The page's name, its origin and its URL."""
+    async with served_page(PAGES / request.param, tmp_path / "page") as (origin, url):
+        yield request.param, origin, url
 
 
 async def test_the_card_survives_a_reload_on_another_pod_and_approves_once(
     private_env, private_db, procs, page_origin
 ):
     assert shutil.which("chromium") or Path("/usr/bin/chromium").exists(), "needs chromium"
-    origin, url = page_origin
+    page, origin, url = page_origin
     gw_env = {**private_env, "TETHER_AGUI_CORS_ORIGINS": origin}
-    runtime = start_runtime(private_env, name="runtime-agui-page")
+    runtime = start_runtime(private_env, name=f"runtime-agui-{page}")
     procs.append(runtime)
-    a = start_gateway(gw_env, runtime.addr, name="gateway-agui-page-a")
-    b = start_gateway(gw_env, runtime.addr, name="gateway-agui-page-b")
+    a = start_gateway(gw_env, runtime.addr, name=f"gateway-agui-{page}-a")
+    b = start_gateway(gw_env, runtime.addr, name=f"gateway-agui-{page}-b")
     procs.extend([a, b])
     service, instance = await abnormal_service(private_db, prefix="aguipage")
     token = issue_token(TEST_SECRET, "alice")

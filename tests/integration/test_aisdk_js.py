@@ -4,8 +4,10 @@ runtime, two gateways) driving the native opspilot agent (js/aisdk_flow.mjs): a 
 ends at the write tool's `tool-approval-request`; two tabs approve on pod B at once (one
 restart), each continuing the same assistant message; a second turn cut mid-stream is resumed
 on the other pod through GET .../stream (replayed from its `start`, no word repeated or lost),
-and re-read with `Last-Event-ID` at several cut points exactly; then bad input, a clear 4xx that
-changes nothing."""
+and re-read with `Last-Event-ID` at several cut points exactly; an approval's continuation (the
+second request of a turn) cut mid-answer and resumed the same way
+(js/aisdk_continuation_resume.mjs, on a runtime of its own whose words come slowly); then bad
+input, a clear 4xx that changes nothing."""
 
 from __future__ import annotations
 
@@ -185,3 +187,71 @@ async def test_bad_input_is_a_clear_4xx_and_changes_nothing(stack, db, http):
     async with http.get(base + f"/ai-sdk/opspilot/chat/{uuid.uuid4()}/stream", headers=auth) as r:
         assert r.status == 204, "an unknown chat has no active turn"
     assert await _counts(db) == before
+
+
+CONTINUATION = Path(__file__).parent / "js" / "aisdk_continuation_resume.mjs"
+
+
+@pytest.fixture(scope="module")
+def slow_stack(base_env: dict[str, str], database_url: str) -> Iterator[tuple[str, str]]:
+    """A runtime whose words come a second apart: a continuation's few words (`Done: restarted
+    …`) then outlast a cut and a resume on a loaded machine; and two gateways."""
+    env = {**base_env, "TETHER_SCRIPTED_DELAY_S": "1.0"}
+    procs: list[Proc] = [start_runtime(env, name="runtime-aisdk-slow")]
+    procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-a"))
+    procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-b"))
+    yield procs[1].addr, procs[2].addr
+    for proc in procs:
+        proc.terminate()
+
+
+async def test_a_continuation_cut_mid_answer_resumes_exactly_on_the_other_pod(slow_stack, db):
+    """The second request of a turn (the approval's, which continues the same assistant message)
+    cut after its first words; useChat's resume (GET .../stream) on the other pod brings the
+    whole message back: the run's every stretch as one message, each tool part once, the
+    answer's words once, in order; Last-Event-ID inside the continuation gives exactly the tail."""
+    service, instance = await abnormal_service(db, prefix="aisdkcont")
+    token = issue_token(TEST_SECRET, "alice")
+    r = await run_node(str(CONTINUATION), slow_stack[0], slow_stack[1], token, service)
+    print(f"the continuation's rest streamed for {r['resumedAfterMs']} ms after the cut")
+
+    asked = r["asked"]
+    assert asked["id"].startswith("msg-run_")
+    # The cut: the continuation's `start` (same message), the approval's answer, the tool's
+    # output, and the first words; then the connection failed (the client saw an error).
+    cut = r["cut"]
+    assert cut["status"] == "error" and cut["errors"] == 1, cut
+    assert cut["parts"][0] == "start" and "text-delta" in cut["parts"], cut
+    assert "tool-approval-response" in cut["parts"] and "tool-output-available" in cut["parts"]
+    assert "finish" not in cut["parts"] and "[DONE]" not in cut["parts"], "cut before its end"
+
+    resumed, whole = r["resumed"], r["whole"]
+    assert resumed["status"] == "ready" and resumed["errors"] == [], resumed
+    assert resumed["count"] == 2 and resumed["id"] == asked["id"], "the same assistant message"
+    lookup, restart = resumed["tools"]
+    assert lookup["type"] == "tool-find_instances" and lookup["state"] == "output-available"
+    assert restart["type"] == "tool-restart_instance" and restart["state"] == "output-available"
+    assert restart["output"].startswith(f"restarted {instance}")
+    assert restart["approval"]["approved"] is True
+    assert len(resumed["tools"]) == 2, "each tool part once"
+    # The replay: the whole run as one message (each stretch's `start` names it; the first
+    # stretch's `finish` and `[DONE]` left out), unique ids; the cut POST's ids are the same
+    # events' (one run, one numbering on every pod and in both views).
+    data = [json.loads(d) for d in whole["data"][:-1]]
+    types = [d["type"] for d in data]
+    assert whole["data"][-1] == "[DONE]" and types.count("finish") == 1, types
+    assert [d for d in data if d["type"] == "start"] == 2 * [
+        {"type": "start", "messageId": asked["id"]}
+    ]
+    assert len(set(whole["ids"])) == len(whole["ids"]) and all(whole["ids"])
+    at = whole["ids"].index(cut["ids"][0])
+    assert whole["ids"][at : at + len(cut["ids"])] == cut["ids"]
+    # No word repeated or lost: the page's text is the replay's deltas, and the whole answer.
+    deltas = [d["delta"] for d in data if d["type"] == "text-delta"]
+    assert len(deltas) > 2 and resumed["text"] == "".join(deltas)
+    assert resumed["text"] == f"Done: {restart['output']}."
+    assert sum(p == "text" for p in resumed["parts"]) == 1
+    # Last-Event-ID inside the continuation, on the other pod: exactly the tail; 204 at the end.
+    assert all(c["exact"] for c in r["cuts"]), r["cuts"]
+    assert r["cuts"][-1]["status"] == 204
+    assert await executions(db, instance) == 1

@@ -1,5 +1,6 @@
-// Drives the AG-UI page (tests/integration/agui_page, built by the test) in headless Chromium. The
-// page is served from its own origin: every call to the gateways' /agui is cross-origin (CORS).
+// Drives an AG-UI page (tests/integration/agui_page or copilotkit_page, built by the test; both
+// render the same elements) in headless Chromium. The page is served from its own origin: every
+// call to the gateways' /agui is cross-origin (CORS).
 // On pod A: ask, the approval card appears (RUN_FINISHED outcome interrupt). The page is loaded
 // again on pod B while the card waits: it finds its run again (connectAgent, Tether's reconnect)
 // and shows the same card. Approve is double-clicked there: the run finishes, once. Every

@@ -181,3 +181,28 @@ async def test_slots_count_in_redis_and_fall_back_to_the_pod(redis_client):
         await pod.acquire(dead, user)
     finally:
         await dead.aclose()
+
+
+async def test_a_stream_set_up_in_held_gives_its_slot_back_if_the_setup_fails(redis_client):
+    """StreamSlots.held, the one prelude of every streaming handler (/v1, /langgraph, /agui,
+    /ai-sdk): the slot is taken before the setup and returned when the setup raises; a slot
+    handed on stays held (its stream releases it), and a second release is a no-op."""
+    user = f"unit-{uuid.uuid4().hex}"
+    key = f"tether:streams:{{{user}}}"
+    slots = StreamSlots(1, lease_s=30, timeout_s=10.0)
+    with pytest.raises(RuntimeError, match="setup failed"):
+        async with slots.held(redis_client, user) as slot:
+            assert slot is not None and await redis_client.zcard(key) == 1
+            raise RuntimeError("setup failed")
+    assert await redis_client.zcard(key) == 0 and slots.local_count(user) == 0
+    async with slots.held(redis_client, user) as handed:
+        pass
+    assert await redis_client.zcard(key) == 1, "a slot handed to its stream stays held"
+    with pytest.raises(RateLimited):  # at the cap: the block does not run
+        async with slots.held(redis_client, user):
+            raise AssertionError("a setup past the cap ran")
+    await slots.release(redis_client, handed)
+    await slots.release(redis_client, handed)
+    assert await redis_client.zcard(key) == 0
+    async with slots.held(redis_client, user, wanted=False) as none:
+        assert none is None and await redis_client.zcard(key) == 0

@@ -175,12 +175,9 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         "agent": data.get("agent", ""),
         "input_json": input_json,
     }
-    opened = slot = None
+    opened = None
     streaming = wants_stream(request)
-    if streaming:
-        # The stream's slot first: a caller at the cap starts no run it could not watch.
-        slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    try:
+    async with gw.slots.held(gw.redis, caller.principal.user_id, wanted=streaming) as slot:
         if streaming:
             # One call starts the run and streams it; a runtime older than this lacks it.
             req = rs.StartRunAndStreamEventsRequest(**fields)
@@ -190,26 +187,23 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         else:
             resp = await gw.client().start_run(rs.StartRunRequest(**fields), caller.token)
             run, replayed = resp.run, resp.replayed
-    except BaseException:
-        await gw.slots.release(gw.redis, slot)
-        raise
-    location = f"/v1/runs/{run.id}"
-    if opened is not None:
-        gw.feeds.adopt(run.id, caller.token, opened)  # the connection below joins it
-    if streaming:
-        return await stream_response(
-            request,
-            gw,
-            run_id=run.id,
-            token=caller.token,
-            after=0,
-            started=started,
-            status=201,
-            headers={"Location": location, "X-Run-Id": run.id},
-            slot=slot,
-            expires_at=caller.expires_at,
-            jtis=caller.jtis,
-        )
+        location = f"/v1/runs/{run.id}"
+        if opened is not None:
+            gw.feeds.adopt(run.id, caller.token, opened)  # the connection below joins it
+        if streaming:
+            return await stream_response(
+                request,
+                gw,
+                run_id=run.id,
+                token=caller.token,
+                after=0,
+                started=started,
+                status=201,
+                headers={"Location": location, "X-Run-Id": run.id},
+                slot=slot,
+                expires_at=caller.expires_at,
+                jtis=caller.jtis,
+            )
     body_json = {"run": run_json(run), "replayed": replayed}
     return web.json_response(body_json, status=201, headers={"Location": location})
 

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tether_common.errors import RateLimited
@@ -89,7 +90,23 @@ class StreamSlots:
         self._held[slot] = user_id
         return slot
 
+    @contextlib.asynccontextmanager
+    async def held(
+        self, redis: Any, user_id: str, *, wanted: bool = True
+    ) -> AsyncIterator[str | None]:
+        """The slot of a stream being set up (None when not `wanted` or the cap is off): taken
+        first, so a caller at the cap starts nothing it could not watch, and released if the
+        block raises. On success the block has handed it to sse.stream_response, which releases
+        it when the stream ends (a second release is a no-op)."""
+        slot = await self.acquire(redis, user_id) if wanted else None
+        try:
+            yield slot
+        except BaseException:
+            await self.release(redis, slot)
+            raise
+
     async def release(self, redis: Any, slot: str | None) -> None:
+        """Give the slot back; a slot already released (or None) is a no-op."""
         if slot is None:
             return
         user_id = self._held.pop(slot, None)

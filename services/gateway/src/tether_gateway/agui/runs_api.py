@@ -30,27 +30,22 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     inp = run_input(await read_json(request, gw.settings.max_body_bytes))
     agent = request.match_info["agent"]
-    # The stream's slot first: a caller at the cap starts no run it could not watch.
-    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    try:
+    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
         begun = await begin(gw, caller, agent, inp)
         history = await run_stream.history(gw, caller, begun.run)
-    except BaseException:
-        await gw.slots.release(gw.redis, slot)
-        raise
-    mapper = AguiRun(
-        thread_id=inp.thread_id, run_id=inp.run_id, stretch=begun.stretch, history=history
-    )
-    return await run_stream.serve(
-        request,
-        gw,
-        caller,
-        run=begun.run,
-        mapper=mapper,
-        slot=slot,
-        started=started,
-        headers={"Content-Location": run_stream.events_path(agent, inp.run_id)},
-    )
+        mapper = AguiRun(
+            thread_id=inp.thread_id, run_id=inp.run_id, stretch=begun.stretch, history=history
+        )
+        return await run_stream.serve(
+            request,
+            gw,
+            caller,
+            run=begun.run,
+            mapper=mapper,
+            slot=slot,
+            started=started,
+            headers={"Content-Location": run_stream.events_path(agent, inp.run_id)},
+        )
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:
@@ -82,17 +77,17 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     if await run_stream.nothing_left(gw, caller, run, mapper()):
         return web.Response(status=204)
     history = await run_stream.history(gw, caller, run)
-    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    return await run_stream.serve(
-        request,
-        gw,
-        caller,
-        run=run,
-        mapper=mapper(history),
-        slot=slot,
-        started=started,
-        headers={"Content-Location": run_stream.events_path(agent, run_id)},
-    )
+    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
+        return await run_stream.serve(
+            request,
+            gw,
+            caller,
+            run=run,
+            mapper=mapper(history),
+            slot=slot,
+            started=started,
+            headers={"Content-Location": run_stream.events_path(agent, run_id)},
+        )
 
 
 def add_routes(app: web.Application) -> None:

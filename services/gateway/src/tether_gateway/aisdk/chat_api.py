@@ -38,24 +38,19 @@ async def chat(request: web.Request) -> web.StreamResponse:
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = chat_request(await read_json(request, gw.settings.max_body_bytes))
     agent = request.match_info["agent"]
-    # The stream's slot first: a caller at the cap starts no run it could not watch.
-    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    try:
+    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
         begun = await begin(gw, caller, agent, req.run_input())
-    except BaseException:
-        await gw.slots.release(gw.redis, slot)
-        raise
-    mapper = UiRun(run_id=begun.run.id, first=begun.stretch, last=begun.stretch)
-    return await run_stream.serve(
-        request,
-        gw,
-        caller,
-        run=begun.run,
-        mapper=mapper,
-        slot=slot,
-        started=started,
-        headers=HEADERS,
-    )
+        mapper = UiRun(run_id=begun.run.id, first=begun.stretch, last=begun.stretch)
+        return await run_stream.serve(
+            request,
+            gw,
+            caller,
+            run=begun.run,
+            mapper=mapper,
+            slot=slot,
+            started=started,
+            headers=HEADERS,
+        )
 
 
 async def _latest_run(
@@ -97,17 +92,17 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
 
     if await run_stream.nothing_left(gw, caller, run, mapper()):
         return web.Response(status=204)
-    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    return await run_stream.serve(
-        request,
-        gw,
-        caller,
-        run=run,
-        mapper=mapper(),
-        slot=slot,
-        started=started,
-        headers=HEADERS,
-    )
+    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
+        return await run_stream.serve(
+            request,
+            gw,
+            caller,
+            run=run,
+            mapper=mapper(),
+            slot=slot,
+            started=started,
+            headers=HEADERS,
+        )
 
 
 def add_routes(app: web.Application) -> None:

@@ -72,15 +72,12 @@ async def serve_stream(
     """The stretch's LangGraph events on the gateway's SSE writer (sse.py: heartbeats, the
     per-connection buffer, the token's expiry and revocation), fed from the Tether run's log
     through runtime_client.follow_events (reopened on another runtime pod if one drains).
-    `graph`: whether the run is a graph agent's, when the caller knows (else ListAgents tells)."""
-    try:
-        if graph is None:
-            graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
-        # A graph's run brings its state in its log: the thread's messages only if needed.
-        history = None if graph else await lookup.history(gw.client(), caller.credential, run)
-    except BaseException:
-        await gw.slots.release(gw.redis, slot)
-        raise
+    `graph`: whether the run is a graph agent's, when the caller knows (else ListAgents tells).
+    `slot`: the caller's (StreamSlots.held, which gives it back if this raises)."""
+    if graph is None:
+        graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
+    # A graph's run brings its state in its log: the thread's messages only if needed.
+    history = None if graph else await lookup.history(gw.client(), caller.credential, run)
     frames = _frames(thread_id, run, stretch, history, modes, after, graph=graph)
 
     async def encoded(ev: events_pb2.RunEvent) -> list[bytes]:

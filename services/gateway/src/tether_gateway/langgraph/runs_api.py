@@ -51,27 +51,22 @@ async def _stream(
     started = time.perf_counter()
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = await _body(request, gw)
-    # The stream's slot first: a caller at the cap starts no run it could not watch.
-    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    try:
+    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
         begun = await begin(gw, caller, thread_id, req)
-    except BaseException:
-        await gw.slots.release(gw.redis, slot)
-        raise
-    return await serve_stream(
-        request,
-        gw,
-        caller,
-        thread_id=thread_id,
-        run=begun.run,
-        stretch=begun.stretch,
-        modes=req.stream_mode,
-        after=ids.START,
-        slot=slot,
-        on_disconnect=req.on_disconnect,
-        started=started,
-        graph=begun.graph,
-    )
+        return await serve_stream(
+            request,
+            gw,
+            caller,
+            thread_id=thread_id,
+            run=begun.run,
+            stretch=begun.stretch,
+            modes=req.stream_mode,
+            after=ids.START,
+            slot=slot,
+            on_disconnect=req.on_disconnect,
+            started=started,
+            graph=begun.graph,
+        )
 
 
 async def join_stream(request: web.Request) -> web.StreamResponse:
@@ -86,20 +81,20 @@ async def join_stream(request: web.Request) -> web.StreamResponse:
     modes = stream_modes(asked or None, JOIN_MODES)
     cancel = request.query.get("cancel_on_disconnect", "false").lower() in ("1", "true")
     run, stretch = await lookup.find_stretch(gw.client(), caller.credential, thread_id, run_id)
-    slot = await gw.slots.acquire(gw.redis, caller.principal.user_id)
-    return await serve_stream(
-        request,
-        gw,
-        caller,
-        thread_id=thread_id,
-        run=run,
-        stretch=stretch,
-        modes=modes,
-        after=after,
-        slot=slot,
-        on_disconnect="cancel" if cancel else "continue",
-        started=started,
-    )
+    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
+        return await serve_stream(
+            request,
+            gw,
+            caller,
+            thread_id=thread_id,
+            run=run,
+            stretch=stretch,
+            modes=modes,
+            after=after,
+            slot=slot,
+            on_disconnect="cancel" if cancel else "continue",
+            started=started,
+        )
 
 
 async def wait_run(request: web.Request) -> web.Response:
