@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -30,6 +31,8 @@ from mcp.shared.exceptions import MCPError
 from tether_common.redaction import redact
 from tether_sdk import IDEMPOTENCY_META_KEY, MCPServer
 from tether_sdk._context import Ask
+
+from tether_runtime.engine.mcp.server_log import CallOf, ServerLog
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,9 @@ class Connection:
         self._askers: dict[int, Ask | None] = {}
         """Calls in flight (by a number of this process), each with its way to ask a person."""
         self._calls = 0
+        self._whose: dict[int, CallOf] = {}
+        """Calls in flight: whose run each is (a server's log line goes to that run's log)."""
+        self._log = ServerLog(server.name)
         self._refused: set[str] = set()
         """Keys of calls whose request could not connect (http: _NoteRefusals)."""
         self.connects = 0
@@ -194,7 +200,11 @@ class Connection:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[Client] = loop.create_future()
         stop = asyncio.Event()
-        task = loop.create_task(self._hold(ready, stop), name=f"mcp-{self.server.name}")
+        # A context of its own: the connection outlives the run whose call (re)connected it, and
+        # what it logs (a server's log line) must not carry that run's ids.
+        task = loop.create_task(
+            self._hold(ready, stop), name=f"mcp-{self.server.name}", context=contextvars.Context()
+        )
         self._task, self._stop = task, stop
         try:
             async with asyncio.timeout(within_s):
@@ -272,11 +282,7 @@ class Connection:
                 self.on_tools_changed()
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
-        # Masked: a server's log line can carry a token.
-        level = (
-            logging.WARNING if params.level in ("warning", "error", "critical") else logging.INFO
-        )
-        log.log(level, "MCP server %r: %s", self.server.name, redact(str(params.data))[:2000])
+        self._log.line(params, list(self._whose.values()))
 
     async def _on_elicit(
         self, context: Any, params: mcp_types.ElicitRequestParams
@@ -340,6 +346,7 @@ class Connection:
         self._calls += 1
         number = self._calls
         self._askers[number] = ask
+        self._whose[number] = whose = CallOf.current(name)
         key = meta.get(IDEMPOTENCY_META_KEY)
         try:
             return await client.call_tool(
@@ -368,7 +375,9 @@ class Connection:
             ) from None
         finally:
             self._askers.pop(number, None)
+            self._whose.pop(number, None)
             self._refused.discard(key)
+            self._log.flush(whose)
 
     async def close(self) -> None:
         async with self._lock:
