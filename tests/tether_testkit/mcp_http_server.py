@@ -158,6 +158,46 @@ async def broken(ctx: Context) -> str:
     raise RuntimeError("the backend said no")
 
 
+SECRET_IN_LOG = "sk-live-0123456789abcdefXYZ"
+"""A key the `noisy` tool logs: the run's log must show it masked."""
+FLOOD = 300
+"""Lines `noisy` logs after the secret one: more than a runtime lets one server log at once."""
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def noisy(q: str, ctx: Context) -> str:
+    """Look something up, logging as it goes (a key among the lines, then a flood)."""
+    _authorized(ctx)
+    await ctx.warning(f"connecting with api_key {SECRET_IN_LOG} for {q}")
+    for i in range(FLOOD):
+        await ctx.info(f"noisy line {i}")
+    return f"noisy found {q}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def early_lookup(q: str, ctx: Context) -> str:
+    """A lookup `grow` removes."""
+    _authorized(ctx)
+    return f"early found {q}"
+
+
+async def late_lookup(q: str, ctx: Context) -> str:
+    """A lookup `grow` adds."""
+    _authorized(ctx)
+    return f"late found {q}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def grow(ctx: Context) -> str:
+    """Change the server's tools: late_lookup added, early_lookup removed; the client told
+    (notifications/tools/list_changed)."""
+    _authorized(ctx)
+    server.add_tool(late_lookup, annotations=ToolAnnotations(read_only_hint=True))
+    server.remove_tool("early_lookup")
+    await ctx.notify_tools_changed()
+    return "tools changed"
+
+
 class Name(BaseModel):
     name: str = Field(description="Who to greet")
 

@@ -25,6 +25,7 @@ import mcp_types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -37,6 +38,8 @@ from tether_runtime.engine.mcp.server_log import CallOf, ServerLog
 log = logging.getLogger(__name__)
 
 CONNECTION_CLOSED = mcp_types.CONNECTION_CLOSED
+LOG_LEVEL: mcp_types.LoggingLevel = "info"
+"""The least severe of a server's log lines the runtime asks for (server_log.py bounds them)."""
 Progress = ProgressFnT
 
 
@@ -157,6 +160,8 @@ class Connection:
         common: dict[str, Any] = {
             "message_handler": self._on_message,
             "logging_callback": self._on_log,
+            # From 2026-07-28 on a server logs only for requests that opt in, at this level up.
+            "log_level": LOG_LEVEL,
             # Declares the elicitation capability: a server's question is put to a person.
             "elicitation_callback": self._on_elicit,
             "client_info": mcp_types.Implementation(name="tether", version="0.1.0"),
@@ -186,7 +191,13 @@ class Connection:
                 client = await stack.enter_async_context(self._client_for(http))
                 if not ready.done():
                     ready.set_result(client)
-                await stop.wait()
+                heard = asyncio.get_running_loop().create_task(self._listen(client))
+                try:
+                    await stop.wait()
+                finally:
+                    heard.cancel()
+                    with contextlib.suppress(BaseException):
+                        await heard
         except BaseException as err:  # noqa: BLE001 - handed to whoever waits for the connection
             if not ready.done():
                 ready.set_exception(err if isinstance(err, Exception) else Unavailable("stopped"))
@@ -194,6 +205,26 @@ class Connection:
                 raise
             if ready.done() and not isinstance(err, Unavailable):
                 log.info("MCP server %r: its session ended: %s", self.server.name, err)
+
+    async def _listen(self, client: Client) -> None:
+        """Hear the server say its tools changed. From protocol 2026-07-28 on, a server says so
+        only on a `subscriptions/listen` stream (to every session listening, so every runtime
+        hears it); before, as a notification (`_on_message`). The stream is entered and left in
+        this one task."""
+        try:
+            async with client.listen(tools_list_changed=True) as sub:
+                async for _ in sub:
+                    self._tools_changed()
+        except ListenNotSupportedError:
+            return  # an older protocol: notifications/tools/list_changed comes as a message
+        except (MCPError, SubscriptionLost, TimeoutError, OSError) as err:
+            # Its tools are still listed again at the next connection.
+            log.info("MCP server %r: tool list changes not heard: %s", self.server.name, err)
+
+    def _tools_changed(self) -> None:
+        log.info("MCP server %r: its tools changed", self.server.name)
+        if self.on_tools_changed is not None:
+            self.on_tools_changed()
 
     async def _connect(self, within_s: float) -> Client:
         await self._drop()
@@ -277,9 +308,7 @@ class Connection:
             return
         root = getattr(message, "root", message)
         if isinstance(root, mcp_types.ToolListChangedNotification):
-            log.info("MCP server %r: its tools changed", self.server.name)
-            if self.on_tools_changed is not None:
-                self.on_tools_changed()
+            self._tools_changed()
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
         self._log.line(params, list(self._whose.values()))
