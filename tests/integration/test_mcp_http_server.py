@@ -66,6 +66,9 @@ def _env(base_env: dict[str, str], dsn: str, server: Server) -> dict[str, str]:
         "MCP_HTTP_URL": server.url,
         "MCP_HTTP_AUTH": f"Bearer {TOKEN}",
         "MCP_HTTP_TIMEOUT_S": "1.5",
+        # An answer reaches the waiting call by NOTIFY alone: were it read by polling, the
+        # elicitation test would time out.
+        "TETHER_HELD_POLL_S": "600",
         "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH", "")])),
     }
 
