@@ -25,6 +25,8 @@ BURST = 50
 """Lines a connection may log at once ..."""
 PER_S = 10.0
 """... and then per second."""
+SAY_DROPPED_S = 10.0
+"""During a flood, how often the count of dropped lines is said (and always at a call's end)."""
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -59,6 +61,7 @@ class ServerLog:
     tokens: float = BURST
     at: float = field(default_factory=time.monotonic)
     dropped: int = 0
+    said_at: float = float("-inf")
 
     def _allowed(self) -> bool:
         now = time.monotonic()
@@ -79,7 +82,8 @@ class ServerLog:
             extra["mcp_logger"] = redact(str(params.logger))[:200]
         if one is not None:
             extra.update(run_id=one.run_id, conversation_id=one.conversation_id, tool=one.tool)
-        self.flush(one)
+        if time.monotonic() - self.said_at >= SAY_DROPPED_S:
+            self.flush(one)
         whose = "" if one is not None else f" ({len(calls)} calls in flight: not a run's)"
         log.log(
             _LEVELS.get(str(params.level), logging.INFO),
@@ -91,11 +95,12 @@ class ServerLog:
         )
 
     def flush(self, call: CallOf | None) -> None:
-        """Say how many lines were dropped since last said (at a call's end, and before the
-        next line let through)."""
+        """Say how many lines were dropped since last said: at a call's end, and during a flood
+        before a line let through, at most every SAY_DROPPED_S."""
         if not self.dropped:
             return
         dropped, self.dropped = self.dropped, 0
+        self.said_at = time.monotonic()
         extra = {"mcp_server": self.server}
         if call is not None:
             extra.update(run_id=call.run_id, conversation_id=call.conversation_id, tool=call.tool)

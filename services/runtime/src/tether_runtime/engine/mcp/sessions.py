@@ -29,6 +29,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from tether_common.backoff import Backoff
 from tether_common.redaction import redact
 from tether_sdk import IDEMPOTENCY_META_KEY, MCPServer
 from tether_sdk._context import Ask
@@ -38,6 +39,8 @@ from tether_runtime.engine.mcp.server_log import CallOf, ServerLog
 log = logging.getLogger(__name__)
 
 CONNECTION_CLOSED = mcp_types.CONNECTION_CLOSED
+LISTEN_BACKOFF = Backoff(first_s=1.0, cap_s=60.0)
+"""Between attempts to open a dropped `subscriptions/listen` stream again."""
 LOG_LEVEL: mcp_types.LoggingLevel = "info"
 """The least severe of a server's log lines the runtime asks for (server_log.py bounds them)."""
 Progress = ProgressFnT
@@ -209,17 +212,29 @@ class Connection:
     async def _listen(self, client: Client) -> None:
         """Hear the server say its tools changed. From protocol 2026-07-28 on, a server says so
         only on a `subscriptions/listen` stream (to every session listening, so every runtime
-        hears it); before, as a notification (`_on_message`). The stream is entered and left in
-        this one task."""
-        try:
-            async with client.listen(tools_list_changed=True) as sub:
-                async for _ in sub:
-                    self._tools_changed()
-        except ListenNotSupportedError:
-            return  # an older protocol: notifications/tools/list_changed comes as a message
-        except (MCPError, SubscriptionLost, TimeoutError, OSError) as err:
-            # Its tools are still listed again at the next connection.
-            log.info("MCP server %r: tool list changes not heard: %s", self.server.name, err)
+        hears it); before, as a notification (`_on_message`). A stream that drops is opened
+        again (with backoff) and the tools listed again, since a change may have been missed
+        meanwhile. Each stream is entered and left in this one task."""
+        failures = 0
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as sub:
+                    if failures:
+                        self._tools_changed()  # what changed while nobody listened
+                    failures = 0
+                    async for _ in sub:
+                        self._tools_changed()
+                return  # the server closed the stream gracefully: the session is ending
+            except ListenNotSupportedError:
+                return  # an older protocol: notifications/tools/list_changed comes as a message
+            except (MCPError, SubscriptionLost, TimeoutError, OSError) as err:
+                failures += 1
+                log.info(
+                    "MCP server %r: tool list changes not heard (%s); listening again",
+                    self.server.name,
+                    err,
+                )
+                await LISTEN_BACKOFF.pause(failures)
 
     def _tools_changed(self) -> None:
         log.info("MCP server %r: its tools changed", self.server.name)
@@ -261,6 +276,8 @@ class Connection:
             self.server.transport,
             client.protocol_version,
         )
+        if self.connects > 1:
+            self._tools_changed()  # a server that came back may list other tools
         return client
 
     async def _drop(self) -> None:
