@@ -428,17 +428,18 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 async def test_a_servers_log_goes_to_the_runs_log_and_its_tool_list_changes_reach_runs(
     own_env: dict[str, str], procs: list[Proc], own_server: Server
 ) -> None:
-    """One runtime (so the session the server tells is the one that runs the next run):
-    - `noisy` logs a key, then a flood: the runtime's log has the line with the run's id and
+    """- `noisy` logs a key, then a flood: the runtime's log has the line with the run's id and
       the key masked, and keeps at most a burst of the flood, the rest counted as dropped;
-    - `grow` adds late_lookup and removes early_lookup (notifications/tools/list_changed): the
-      agent's tools are listed again, a run started after calls the new tool, the removed one
-      is refused."""
+    - `grow` adds late_lookup and removes early_lookup (on protocol 2026-07-28 the server says
+      so on each session's subscriptions/listen stream): both runtimes list the agent's tools
+      again, not only the one whose call changed them; a run started after calls the new tool,
+      the removed one is refused."""
     env, server = own_env, own_server
     server.start()
-    rt = start_runtime(env, name="mcp-http-rt-log")
+    rt = start_runtime(env, name="mcp-http-rt-log-1")
     procs.append(rt)
     c = Client(rt.addr, token(TEST_SECRET, "alice"))
+    c2: Client | None = None
     try:
         run_id = await _start(c, _call("web__noisy", q="gamma"))
         evs = await c.events(run_id)
@@ -470,18 +471,23 @@ async def test_a_servers_log_goes_to_the_runs_log_and_its_tool_list_changes_reac
         assert all(r.get("run_id") == run_id for r in lines), "every line is the run's"
         assert dropped > 0 and len(kept) < 1 + FLOOD, "the flood is bounded"
 
-        # The tool list changes mid-session.
+        # The tool list changes mid-session, with a second runtime connected to the server (the
+        # runs from here on may run on either).
+        other = await asyncio.to_thread(start_runtime, env, name="mcp-http-rt-log-2")
+        procs.append(other)
+        c2 = Client(other.addr, token(TEST_SECRET, "alice"))
         names = await _tool_names(c)
         assert "web__early_lookup" in names and "web__late_lookup" not in names
         evs = await c.events(await _start(c, _call("web__grow")))
         assert "web__grow ended: ok: tools changed" in _said(evs), _said(evs)
-        deadline = time.monotonic() + 20
-        while True:
-            names = await _tool_names(c)
-            if "web__late_lookup" in names and "web__early_lookup" not in names:
-                break
-            assert time.monotonic() < deadline, f"never listed again: {sorted(names)}"
-            await asyncio.sleep(0.1)
+        for client in (c, c2):
+            deadline = time.monotonic() + 20
+            while True:
+                names = await _tool_names(client)
+                if "web__late_lookup" in names and "web__early_lookup" not in names:
+                    break
+                assert time.monotonic() < deadline, f"never listed again: {sorted(names)}"
+                await asyncio.sleep(0.1)
         evs = await c.events(await _start(c, _call("web__late_lookup", q="delta")))
         assert "web__late_lookup ended: ok: late found delta" in _said(evs), _said(evs)
         evs = await c.events(await _start(c, _call("web__early_lookup", q="delta")))
@@ -489,3 +495,5 @@ async def test_a_servers_log_goes_to_the_runs_log_and_its_tool_list_changes_reac
         assert "web__early_lookup ended: blocked: web__early_lookup: no such tool" in said, said
     finally:
         await c.close()
+        if c2 is not None:
+            await c2.close()
