@@ -21,11 +21,9 @@ test (its server holds its answers, its runtime killed) keeps its own runtimes a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -37,68 +35,18 @@ import aiohttp
 import asyncpg
 import pytest
 from tether.runtime.v1 import events_pb2, resources_pb2
+from tether.runtime.v1 import runtime_service_pb2 as pb
 from tether_runtime.store import grants
 from tether_testkit import stores
 from tether_testkit.client import Client, assert_dense, token, types
 from tether_testkit.ledger import TESTS_DIR
-from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
+from tether_testkit.mcp_http_proc import TOKEN, Server
+from tether_testkit.mcp_http_server import FLOOD, SECRET_IN_LOG
+from tether_testkit.processes import Proc, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import bearer
 
 pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(240)]
-
-TOKEN = "mcp-test-token-1"
-
-
-class Server:
-    def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
-        self.log = tmp / "calls.jsonl"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.since = 0  # rows() reads the log from here: the current test's rows only
-
-    def mark(self) -> None:
-        """From now on, rows() sees only what is logged after this (a test's own calls)."""
-        self.since = len(self.log.read_text().splitlines()) if self.log.exists() else 0
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self, **env: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tether_testkit.mcp_http_server", str(self.port)],
-            env={
-                **os.environ,
-                "PYTHONPATH": TESTS_DIR,
-                "MCP_HTTP_LOG": str(self.log),
-                "MCP_HTTP_TOKEN": TOKEN,
-                **env,
-            },
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP server never listened"
-                assert self.proc.poll() is None, "the MCP server exited"
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def rows(self, tool: str, kind: str) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        lines = self.log.read_text().splitlines()[self.since :]
-        rows = [json.loads(line) for line in lines if line]
-        return [r for r in rows if r["tool"] == tool and r["kind"] == kind]
 
 
 async def _grant(dsn: str) -> None:
@@ -118,6 +66,9 @@ def _env(base_env: dict[str, str], dsn: str, server: Server) -> dict[str, str]:
         "MCP_HTTP_URL": server.url,
         "MCP_HTTP_AUTH": f"Bearer {TOKEN}",
         "MCP_HTTP_TIMEOUT_S": "1.5",
+        # An answer reaches the waiting call by NOTIFY alone: were it read by polling, the
+        # elicitation test would time out.
+        "TETHER_HELD_POLL_S": "600",
         "PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH", "")])),
     }
 
@@ -457,3 +408,92 @@ async def test_runtime_killed_inside_a_keyed_call_calls_again_with_the_key(
         assert len(server.rows("keyed_send", "effect")) == 1
     finally:
         await c.close()
+
+
+async def _tool_names(c: Client) -> set[str]:
+    r = await c.stub.ListAgents(pb.ListAgentsRequest(), metadata=c.md, timeout=10)
+    return {t.name for a in r.agents if a.name == "webops" for t in a.tools}
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            found = json.loads(line)
+            if isinstance(found, dict):
+                out.append(found)
+    return out
+
+
+async def test_a_servers_log_goes_to_the_runs_log_and_its_tool_list_changes_reach_runs(
+    own_env: dict[str, str], procs: list[Proc], own_server: Server
+) -> None:
+    """- `noisy` logs a key, then a flood: the runtime's log has the line with the run's id and
+      the key masked, and keeps at most a burst of the flood, the rest counted as dropped;
+    - `grow` adds late_lookup and removes early_lookup (on protocol 2026-07-28 the server says
+      so on each session's subscriptions/listen stream): both runtimes list the agent's tools
+      again, not only the one whose call changed them; a run started after calls the new tool,
+      the removed one is refused."""
+    env, server = own_env, own_server
+    server.start()
+    rt = start_runtime(env, name="mcp-http-rt-log-1")
+    procs.append(rt)
+    c = Client(rt.addr, token(TEST_SECRET, "alice"))
+    c2: Client | None = None
+    try:
+        run_id = await _start(c, _call("web__noisy", q="gamma"))
+        evs = await c.events(run_id)
+        assert "web__noisy ended: ok: noisy found gamma" in _said(evs), _said(evs)
+        lines: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 20
+        while True:
+            lines = [
+                r
+                for r in _json_lines(rt.log())
+                if r.get("logger") == "tether_runtime.engine.mcp.server_log"
+            ]
+            dropped = sum(
+                int(r["msg"].split(": ", 1)[1].split(" ", 1)[0])
+                for r in lines
+                if "log lines dropped" in r["msg"]
+            )
+            kept = [r for r in lines if " logged" in r["msg"]]
+            if len(kept) + dropped >= 1 + FLOOD:
+                break
+            assert time.monotonic() < deadline, (len(kept), dropped)
+            await asyncio.sleep(0.1)
+        assert len(kept) + dropped == 1 + FLOOD
+        assert SECRET_IN_LOG not in rt.log()
+        first = kept[0]
+        assert first["run_id"] == run_id and first["tool"] == "noisy", first
+        assert first["mcp_server"] == "web" and first["level"] == "warning", first
+        assert "connecting with api_key" in first["msg"] and "gamma" in first["msg"], first
+        assert all(r.get("run_id") == run_id for r in lines), "every line is the run's"
+        assert dropped > 0 and len(kept) < 1 + FLOOD, "the flood is bounded"
+
+        # The tool list changes mid-session, with a second runtime connected to the server (the
+        # runs from here on may run on either).
+        other = await asyncio.to_thread(start_runtime, env, name="mcp-http-rt-log-2")
+        procs.append(other)
+        c2 = Client(other.addr, token(TEST_SECRET, "alice"))
+        names = await _tool_names(c)
+        assert "web__early_lookup" in names and "web__late_lookup" not in names
+        evs = await c.events(await _start(c, _call("web__grow")))
+        assert "web__grow ended: ok: tools changed" in _said(evs), _said(evs)
+        for client in (c, c2):
+            deadline = time.monotonic() + 20
+            while True:
+                names = await _tool_names(client)
+                if "web__late_lookup" in names and "web__early_lookup" not in names:
+                    break
+                assert time.monotonic() < deadline, f"never listed again: {sorted(names)}"
+                await asyncio.sleep(0.1)
+        evs = await c.events(await _start(c, _call("web__late_lookup", q="delta")))
+        assert "web__late_lookup ended: ok: late found delta" in _said(evs), _said(evs)
+        evs = await c.events(await _start(c, _call("web__early_lookup", q="delta")))
+        said = _said(evs)
+        assert "web__early_lookup ended: blocked: web__early_lookup: no such tool" in said, said
+    finally:
+        await c.close()
+        if c2 is not None:
+            await c2.close()

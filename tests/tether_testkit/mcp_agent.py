@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from tether_sdk import Agent, Limits, MCPOverride, MCPServer, ModelRequest, ScriptedModel, ToolCall
 
@@ -96,9 +97,21 @@ webops = Agent(
             elicitation_timeout_s=float(os.environ.get("MCP_HTTP_ELICIT_S") or 60),
             tools={
                 # The agent says what the server does not: this tool honours the key.
-                "keyed_send": MCPOverride(idempotent=True, scope="{to}"),
+                "keyed_send": MCPOverride(
+                    idempotent=True, scope="{to}", examples=[{"to": "carol"}]
+                ),
             },
         )
     ],
     limits=Limits(max_steps=5, tool_retries=1, retry_backoff_s=0.05),
 )
+
+
+def http_effects(_state: Any, key: str) -> int:
+    """`tether conformance --effects`: the effects the HTTP server logged for one key."""
+    try:
+        lines = Path(os.environ["MCP_HTTP_LOG"]).read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return sum(1 for r in rows if r["kind"] == "effect" and r["key"] == key)

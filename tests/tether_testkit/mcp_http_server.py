@@ -1,5 +1,6 @@
 """A Streamable HTTP MCP server written with the official SDK's server side, for issue 31's
-tests: one tool per kind of annotation, a tool that honours Tether's idempotency key, one that
+tests: one tool per kind of annotation (`set_flag`, `delete_item` and `add_credit` offer
+`tether conformance` example arguments through their inputSchema: examples, a default), a tool that honours Tether's idempotency key, one that
 dies mid-call, one that hangs, and two that ask a person (`elicitation/create`): a read and a
 write; each answer is a line of kind "answer". Every call and every effect is a line of the JSON-lines file
 MCP_HTTP_LOG ({"tool", "kind": "call" | "effect", "key", "args"}); a call whose bearer token is
@@ -67,19 +68,42 @@ async def lookup(q: str, ctx: Context) -> str:
     title="Set a flag",
     annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False),
 )
-async def set_flag(name: str, ctx: Context) -> str:
-    """Set a named flag (setting it twice changes nothing)."""
+async def set_flag(name: Annotated[str, Field(examples=["conformance-flag"])], ctx: Context) -> str:
+    """Set a named flag (setting it twice changes nothing: only the first is an effect)."""
     _authorized(ctx)
     _record("set_flag", "call", ctx, {"name": name})
     await asyncio.sleep(float(os.environ.get("MCP_HTTP_HOLD_S") or 0))
-    _record("set_flag", "effect", ctx, {"name": name})
+    if not _flag_set(name):
+        _record("set_flag", "effect", ctx, {"name": name})
     return f"flag {name} set"
+
+
+def _flag_set(name: str) -> bool:
+    try:
+        with open(os.environ["MCP_HTTP_LOG"]) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return False
+    return any(
+        r["tool"] == "set_flag" and r["kind"] == "effect" and r["args"] == {"name": name}
+        for r in rows
+    )
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
+async def add_credit(account: Annotated[str, Field(examples=["acct-1"])], ctx: Context) -> str:
+    """Add one credit to an account. Declared idempotent, but every call adds one: the liar
+    `tether conformance` must catch."""
+    _authorized(ctx)
+    _record("add_credit", "call", ctx, {"account": account})
+    _record("add_credit", "effect", ctx, {"account": account})
+    return f"credit added to {account}"
 
 
 @server.tool(
     annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False)
 )
-async def delete_item(item: str, ctx: Context) -> str:
+async def delete_item(item: str = "conformance-item", *, ctx: Context) -> str:
     """Delete an item for good."""
     _authorized(ctx)
     _record("delete_item", "call", ctx, {"item": item})
@@ -132,6 +156,46 @@ async def broken(ctx: Context) -> str:
     """Fails with an error result."""
     _authorized(ctx)
     raise RuntimeError("the backend said no")
+
+
+SECRET_IN_LOG = "sk-live-0123456789abcdefXYZ"
+"""A key the `noisy` tool logs: the run's log must show it masked."""
+FLOOD = 300
+"""Lines `noisy` logs after the secret one: more than a runtime lets one server log at once."""
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def noisy(q: str, ctx: Context) -> str:
+    """Look something up, logging as it goes (a key among the lines, then a flood)."""
+    _authorized(ctx)
+    await ctx.warning(f"connecting with api_key {SECRET_IN_LOG} for {q}")
+    for i in range(FLOOD):
+        await ctx.info(f"noisy line {i}")
+    return f"noisy found {q}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def early_lookup(q: str, ctx: Context) -> str:
+    """A lookup `grow` removes."""
+    _authorized(ctx)
+    return f"early found {q}"
+
+
+async def late_lookup(q: str, ctx: Context) -> str:
+    """A lookup `grow` adds."""
+    _authorized(ctx)
+    return f"late found {q}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def grow(ctx: Context) -> str:
+    """Change the server's tools: late_lookup added, early_lookup removed; the client told
+    (notifications/tools/list_changed)."""
+    _authorized(ctx)
+    server.add_tool(late_lookup, annotations=ToolAnnotations(read_only_hint=True))
+    server.remove_tool("early_lookup")
+    await ctx.notify_tools_changed()
+    return "tools changed"
 
 
 class Name(BaseModel):

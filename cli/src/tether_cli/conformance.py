@@ -218,6 +218,9 @@ async def check(
 ) -> tuple[list[Row], list[str]]:
     """Every case's row, and the write tools not checked (no examples). The next case is
     prepared (database copied, runtimes starting) while one runs."""
+    unknown = only - {t.name for t in agent.tools if t.effect == "write"}
+    if unknown:
+        raise CaseError(f"agent {agent.name!r} has no write tool {', '.join(sorted(unknown))}")
     base = "tether_conf_" + secrets.token_hex(5)
     await _template(admin, base, agent, env)
     missing = [
@@ -293,7 +296,9 @@ HEAD = (
 )
 
 
-def table(rows: list[Row], missing: list[str], allow_missing: bool) -> str:
+def table(
+    rows: list[Row], missing: list[str], allow_missing: bool, mcp: set[str] | None = None
+) -> str:
     cells = [
         (
             r.tool,
@@ -319,7 +324,14 @@ def table(rows: list[Row], missing: list[str], allow_missing: bool) -> str:
             out.append(f"FAIL {r.tool} #{r.example} killed {r.point}: {why}")
     for name in missing:
         verdict = "allowed by --allow-missing-examples" if allow_missing else "FAIL"
-        out.append(f"not checked: {name}: declare examples=[...] on its @tool ({verdict})")
+        if name in (mcp or set()):
+            # An MCP tool's arguments are the server's to define: say where examples come from.
+            out.append(
+                f"not exercised: {name}: no example arguments (its inputSchema gives no "
+                f"examples or defaults; give MCPOverride(examples=[...])) ({verdict})"
+            )
+        else:
+            out.append(f"not checked: {name}: declare examples=[...] on its @tool ({verdict})")
     return "\n".join(out)
 
 
@@ -343,9 +355,29 @@ def _agent(spec: str, env: dict[str, str]) -> Agent:
     return found[name]
 
 
+async def _with_mcp_tools(agent: Agent, env: dict[str, str]) -> Agent:
+    """The agent with its MCP servers' tools, listed as a runtime lists them (the operator's
+    overrides applied), the servers closed again: each case's runtimes connect their own."""
+    if not agent.mcp_servers:
+        return agent
+    from tether_runtime.engine.loaded_agent import LoadedAgent
+    from tether_runtime.engine.mcp.hub import MCPHub, load_overrides
+
+    hub = MCPHub(load_overrides(Settings.from_env(env).mcp_overrides))
+    loaded = LoadedAgent(agent, "tether conformance", agent.model)  # type: ignore[arg-type]
+    try:
+        await hub.attach(loaded)
+    finally:
+        await hub.close()
+    return loaded.agent
+
+
 async def _main(opts: Options) -> int:
     env = scrub(dict(opts.env))
-    agent = _agent(opts.agent, env)
+    from tether_runtime.engine.mcp.hub import tool_origins
+
+    agent = await _with_mcp_tools(_agent(opts.agent, env), env)
+    mcp = set(tool_origins(agent))
     work = tempfile.mkdtemp(prefix="tether-conformance-")
     rows: list[Row] = []
     missing: list[str] = []
@@ -392,13 +424,14 @@ async def _main(opts: Options) -> int:
                     "passed": passed,
                     "rows": [asdict(r) for r in rows],
                     "not_checked": missing,
+                    "mcp_tools": sorted(mcp),
                     "warnings": agent.warnings(),
                 },
                 indent=2,
             )
         )
     else:
-        print(table(rows, missing, opts.allow_missing_examples))
+        print(table(rows, missing, opts.allow_missing_examples, mcp))
         for warning in agent.warnings():  # not a failure: least privilege is the agent's call
             print(f"note: {warning}")
         print(

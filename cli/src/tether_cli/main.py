@@ -50,10 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     conf = verbs.add_parser(
         "conformance",
         help="prove an agent's write tools at-most-once through SIGKILLs (scratch database)",
-        description="For every write tool, each of its examples=[...] and each kill point "
-        "(before, during, after the call): drive a run to the tool on a scratch database, "
-        "SIGKILL the runtime, let a fresh one take over, and check at most one effect, the "
-        "tool's declared strategy, dense events and that the run ended. Exit 1 if a row fails.",
+        description="For every write tool (the agent's own and its MCP servers', connected to "
+        "list them), each of its examples=[...] (an MCP tool's: MCPOverride(examples=...), else "
+        "its inputSchema's examples or defaults) and each kill point (before, during, after the "
+        "call): drive a run to the tool on a scratch database, SIGKILL the runtime, let a fresh "
+        "one take over, and check at most one effect, the tool's declared strategy, dense events "
+        "and that the run ended. Exit 1 if a row fails.",
     )
     conf.add_argument("agent", metavar="AGENT", help="a configured agent's name, or module:attr")
     conf.add_argument(
@@ -68,7 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
         "or SQL with the key as $1 (without it, effects are not measurable)",
     )
     conf.add_argument(
-        "--tool", action="append", default=[], help="check only this write tool (repeatable)"
+        "--tool",
+        action="append",
+        default=[],
+        help="check only this write tool (repeatable; an MCP tool as <server>__<tool>)",
     )
     conf.add_argument(
         "--allow-missing-examples",

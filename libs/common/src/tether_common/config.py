@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     # Empty: DATABASE_URL without a pooler; behind one, no LISTEN at all (polling only).
     db_listen_url: str = ""
     poll_interval_s: float = 2.0
+    # A call waiting for a person's answer (an MCP server's elicitation) is woken by NOTIFY; it
+    # reads its card this often anyway (a lost notification). Without LISTEN: every 0.2 s.
+    held_poll_s: float = Field(default=5.0, gt=0)
     # Poison runs: claims a run may have without pausing or ending (its worker died or lost the
     # lease each time) before the next claim fails it with RUN_ATTEMPTS_EXHAUSTED; and the wait
     # past its lease before such a run is claimed again, from its second takeover on (doubling

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tether_sdk._approval import Approval
 from tether_sdk._tools import _ACTION, EFFECTS, Risk, Scope
@@ -49,7 +49,9 @@ class MCPOverride:
       crash inside the call the engine calls it again with the same arguments and key.
     - `deny`: never offered to the model nor callable.
     - `timeout_s`: this tool's timeout (else the server's, else the agent's limits).
-    - `summary`: how a person sees the arguments (template or function); default every k=v."""
+    - `summary`: how a person sees the arguments (template or function); default every k=v.
+    - `examples`: argument sets `tether conformance` drives the tool with (else the tool's
+      inputSchema gives them: its `examples`, or each property's example or default)."""
 
     effect: Literal["read", "write"] | None = None
     action: str | None = None
@@ -60,6 +62,7 @@ class MCPOverride:
     deny: bool = False
     timeout_s: float | None = None
     summary: Scope | None = None
+    examples: Sequence[Mapping[str, Any]] | None = None
 
     def problems(self, where: str) -> list[str]:
         # Read as plain objects: a config file (TETHER_MCP_OVERRIDES) may hold anything.
@@ -68,6 +71,7 @@ class MCPOverride:
         deny: object = self.deny
         timeout_s: object = self.timeout_s
         scope: object = self.scope
+        examples: object = self.examples
         out = []
         if self.effect is not None and self.effect not in EFFECTS:
             out.append(f"{where}: effect must be 'read' or 'write', not {self.effect!r}")
@@ -89,6 +93,10 @@ class MCPOverride:
             out.append(f"{where}: timeout_s must be a positive number")
         if scope is not None and not (isinstance(scope, str) or callable(scope)):
             out.append(f"{where}: scope must be a template string or a function of the arguments")
+        if examples is not None and not (
+            isinstance(examples, list | tuple) and all(isinstance(e, Mapping) for e in examples)
+        ):
+            out.append(f"{where}: examples must be a list of argument objects")
         return out
 
 

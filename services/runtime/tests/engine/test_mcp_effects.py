@@ -264,3 +264,50 @@ def test_an_operator_overrides_file(tmp_path) -> None:
     path.write_text(json.dumps({"gitops": {"git": {"git_commit": {"colour": "red"}}}}))
     with pytest.raises(AgentLoadError):
         load_overrides(str(path))
+
+
+@pytest.mark.parametrize(
+    ("schema", "examples"),
+    [
+        # The schema's own whole examples win.
+        ({**SCHEMA, "examples": [{"to": "a", "n": 2}]}, [{"to": "a", "n": 2}]),
+        # Else one set from each property's example or default, when every required one has one.
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string", "examples": ["bob", "carol"]},
+                    "n": {"type": "integer", "default": 3},
+                },
+                "required": ["to"],
+            },
+            [{"to": "bob", "n": 3}],
+        ),
+        ({**SCHEMA, "required": ["to"]}, []),  # `to` has none: nothing usable
+        ({"type": "object", "properties": {}}, [{}]),  # no arguments: calling it is the example
+        # A misfit of the server's is dropped, not offered.
+        ({**SCHEMA, "examples": [{"to": "a", "n": 0}]}, []),
+    ],
+)
+def test_conformance_examples_come_from_the_input_schema(
+    schema: dict[str, Any], examples: list[dict[str, Any]]
+) -> None:
+    tool = _tool(schema, {"readOnlyHint": False})
+    assert tool.examples == examples
+    assert tool.examples_from == ("inputSchema" if examples else "")
+
+
+def test_an_overrides_examples_win_and_a_misfit_is_the_agents_problem() -> None:
+    listed = mcp_types.Tool.model_validate(
+        {"name": "send", "inputSchema": {**SCHEMA, "examples": [{"to": "a"}]}}
+    )
+    good = MCPOverride(examples=[{"to": "z", "n": 1}])
+    tool = MCPTool(GIT, listed, derive(GIT, "send", None, good), Connection(GIT))
+    assert tool.examples == [{"to": "z", "n": 1}] and tool.examples_from == "override"
+    assert tool.problems() == []
+    bad = MCPOverride(examples=[{"n": "x"}])
+    tool = MCPTool(GIT, listed, derive(GIT, "send", None, bad), Connection(GIT))
+    assert any("example 0 does not fit the schema" in p for p in tool.problems())
+    assert MCPOverride(examples="nope").problems("here") == [  # type: ignore[arg-type]
+        "here: examples must be a list of argument objects"
+    ]

@@ -9,7 +9,7 @@ import json
 import logging
 from contextlib import AsyncExitStack
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether_common.config import Settings
 from tether_common.errors import AgentNotFound
@@ -20,6 +20,9 @@ from tether_runtime.engine.driven import is_driven
 from tether_runtime.engine.loaded_agent import AgentLoadError, LoadedAgent
 from tether_runtime.engine.mcp.hub import MCPHub, OperatorOverrides, load_overrides, tool_origins
 from tether_runtime.engine.model_choice import ModelConfigError, make_model
+
+if TYPE_CHECKING:
+    from tether_runtime.engine.conformance import Plan
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "tether.agents"
@@ -111,7 +114,8 @@ class AgentRegistry:
         self.agents = {a.name: a for a in loaded}
         self.default = default
         self._stack = AsyncExitStack()
-        self.mcp = MCPHub(mcp_overrides)
+        self.mcp = MCPHub(mcp_overrides, on_tools=self._on_tools)
+        self.conformance: Plan | None = None
 
     @classmethod
     def load(cls, settings: Settings) -> AgentRegistry:
@@ -121,17 +125,28 @@ class AgentRegistry:
         except ModelConfigError as err:
             raise AgentLoadError(str(err)) from err
         plan = settings.conformance_plan
+        rigged: Plan | None = None
         if plan:
             # `tether conformance` only: one tool of one agent, driven and watched (never in
             # production; see conformance.py).
             from tether_runtime.engine.conformance import rig
 
-            loaded = rig(loaded, plan, production=settings.env == "production")
+            rigged = rig(loaded, plan, production=settings.env == "production")
         names = sorted(a.name for a in loaded)
         default = settings.default_agent if settings.default_agent in names else ""
         if not default and len(names) == 1:
             default = names[0]
-        return cls(loaded, default, load_overrides(settings.mcp_overrides))
+        registry = cls(loaded, default, load_overrides(settings.mcp_overrides))
+        registry.conformance = rigged
+        return registry
+
+    def _on_tools(self, loaded: LoadedAgent) -> None:
+        """The agent's tools are (again) all known: conformance's tool is watched in them."""
+        plan = self.conformance
+        if plan is not None and plan.agent == loaded.name:
+            from tether_runtime.engine.conformance import watch
+
+            watch(loaded, plan)
 
     async def start(self, database_url: str, *, transaction_pooler: bool = False) -> None:
         """Open each agent's resources (its lifespan) once for this process."""
@@ -142,6 +157,8 @@ class AgentRegistry:
         for a in self.agents.values():
             # Its MCP servers connected and their tools listed, beside its own.
             await self.mcp.attach(a)
+            if not a.agent.mcp_servers:
+                self._on_tools(a)
 
     async def close(self) -> None:
         await self.mcp.close()  # stdio servers stop with the runtime

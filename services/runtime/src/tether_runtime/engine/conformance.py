@@ -140,8 +140,10 @@ def watched(tool: Tool, plan: Plan) -> Tool:
     return clone
 
 
-def rig(loaded: list[LoadedAgent], raw_plan: str, production: bool) -> list[LoadedAgent]:
-    """The agents with the plan applied to its one agent (the others untouched)."""
+def rig(loaded: list[LoadedAgent], raw_plan: str, production: bool) -> Plan:
+    """The plan, its agent's model replaced by the plan's (the others untouched). Its tool is
+    watched once the agent's tools are all known (`watch`: an MCP tool is listed only when the
+    agent's servers connect)."""
 
     if production:
         raise AgentLoadError(
@@ -152,10 +154,17 @@ def rig(loaded: list[LoadedAgent], raw_plan: str, production: bool) -> list[Load
     except (ValueError, KeyError, TypeError) as err:
         raise AgentLoadError(f"{ENV} is not a conformance plan: {err}") from err
     target = next((a for a in loaded if a.name == plan.agent), None)
-    if target is None or target.agent.tool(plan.tool) is None:
-        raise AgentLoadError(f"{ENV}: no loaded agent {plan.agent!r} with a tool {plan.tool!r}")
-    tools = [watched(t, plan) if t.name == plan.tool else t for t in target.agent.tools]
-    target.agent = dataclasses.replace(target.agent, tools=tools)
+    if target is None:
+        raise AgentLoadError(f"{ENV}: no loaded agent {plan.agent!r}")
     model: Model = PlanModel(plan)
     target.model = model
-    return loaded
+    return plan
+
+
+def watch(target: LoadedAgent, plan: Plan) -> None:
+    """The plan's tool of `target` replaced by its watched copy: after the agent's MCP servers
+    are listed, and again each time they are listed anew (the hub rebuilds the tool list)."""
+    if target.agent.tool(plan.tool) is None:
+        raise AgentLoadError(f"{ENV}: agent {plan.agent!r} has no tool {plan.tool!r}")
+    tools = [watched(t, plan) if t.name == plan.tool else t for t in target.agent.tools]
+    target.agent = dataclasses.replace(target.agent, tools=tools)

@@ -3,8 +3,8 @@ provide_input card whose form is the requested schema, persisted before it is sh
 answerable from any pod, while the call waits for it in its worker.
 
     the card (a question call `proposed`, the interrupt, the run `interrupted` with the worker's
-    lease kept: runs.hold) in one transaction -> the call waits, polling the interrupt, at most
-    `wait_s` (then the card expires) -> the answer (resume.py, any pod: respond / reject /
+    lease kept: runs.hold) in one transaction -> the call waits at most `wait_s` (then the card
+    expires), woken by the answer's NOTIFY (held_wakes.py) -> the answer (resume.py, any pod: respond / reject /
     abandon, or an expiry or a cancel) gives the run back to the waiting worker (runs.unhold) ->
     the call goes on with the person's answer: accept with the content, decline, or cancel.
 
@@ -16,6 +16,7 @@ again; a write is called again with its key if idempotent, else outcome_unknown)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -29,9 +30,6 @@ from tether_runtime.store.db import Conn
 from tether_runtime.store.event_log import Fenced
 
 log = logging.getLogger(__name__)
-
-POLL_S = 0.2
-"""How often the waiting call looks at its card (one indexed read)."""
 
 # What the call goes on with, by the card's decision.
 _ACTIONS = {"responded": "accept", "rejected": "decline"}
@@ -71,16 +69,22 @@ async def ask(
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait_s, x.interrupt_ttl_s)
-    while True:
-        async with x.pool.acquire() as conn:
-            intr = await interrupts.get_interrupt(conn, interrupt_id)
-        assert intr is not None
-        if intr.status != "pending":
-            break
-        if loop.time() >= deadline:
-            await resume.expire_interrupt(x.pool, x.bus, intr)  # whoever gets there first
-            continue
-        await asyncio.sleep(POLL_S)
+    with x.held.waiting(run_id) as woken:
+        while True:
+            async with x.pool.acquire() as conn:
+                intr = await interrupts.get_interrupt(conn, interrupt_id)
+            assert intr is not None
+            if intr.status != "pending":
+                break
+            left = deadline - loop.time()
+            if left <= 0:
+                await resume.expire_interrupt(x.pool, x.bus, intr)  # whoever gets there first
+                continue
+            # Woken by the answer's NOTIFY (any pod); the card read again at least this often.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, x.held.fallback_s)):
+                    await woken.wait()
+            woken.clear()
     action = _ACTIONS.get(intr.decision or "", "cancel")
     content: dict[str, Any] | None = None
     if action == "accept":

@@ -9,6 +9,7 @@ from tether_common.config import Settings
 
 from tether_runtime.engine.agent.summaries import Summaries
 from tether_runtime.engine.agents import AgentRegistry
+from tether_runtime.engine.held_wakes import HeldWakes
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store.db import Pool
 from tether_runtime.streams.bus import EventBus
@@ -25,8 +26,11 @@ class Engine:
     sink: EventSink = field(init=False)
     summaries: Summaries = field(init=False)
     """Background summaries of conversations (agent/summaries.py)."""
+    held: HeldWakes = field(init=False)
+    """The calls waiting for a person's answer (held_questions.py), woken by the worker's LISTEN."""
 
     def __post_init__(self) -> None:
+        self.held = HeldWakes(self.settings.held_poll_s)
         self.sink = EventSink(self.pool, self.bus)
         self.summaries = Summaries(self.pool)
 

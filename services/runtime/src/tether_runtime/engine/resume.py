@@ -524,6 +524,8 @@ async def cancel_run(
                     ctx=audit_ctx,
                 )
                 events.append(ev.interrupt_resolved(pending.id, "cancelled", principal.user_id))
+                if is_held(pending):
+                    await runs.wake_held(conn, run_id)  # its call waits in a worker
             events.append(ev.cancelled(reason))
             encoded, _ = await event_log.append(
                 conn, run_id, events, statuses=["waiting", "queued", "interrupted"]

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
 from tether_runtime.engine.checkpoint import Checkpoint, PendingCall
+from tether_runtime.engine.held_wakes import HeldWakes
 from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store.db import Pool
@@ -92,6 +93,11 @@ class ToolRun(RunHost, Protocol):
 
     fresh_calls: set[str]
     """Calls this execution's own step made pending (no stored row can exist yet)."""
+
+    @property
+    def held(self) -> HeldWakes:
+        """Where a call waiting for a person's answer is woken (held_questions.py)."""
+        ...
 
     def record(self, call: PendingCall, body: dict[str, Any]) -> None:
         """Give the model a call's result and drop the call from the pending list."""

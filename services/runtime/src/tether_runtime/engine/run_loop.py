@@ -23,6 +23,7 @@ from tether_runtime.domain.records import ConversationRow, RunRow
 from tether_runtime.engine import driven, questions
 from tether_runtime.engine.agent import context
 from tether_runtime.engine.checkpoint import Checkpoint, PendingCall
+from tether_runtime.engine.held_wakes import HeldWakes
 from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.engine.model_step import ModelStep
 from tether_runtime.engine.process import Engine
@@ -95,6 +96,10 @@ class RunExecutor:
     @property
     def bus(self) -> EventBus:
         return self.e.bus
+
+    @property
+    def held(self) -> HeldWakes:
+        return self.e.held
 
     async def rejoin(self) -> None:
         await self.writer.rejoin()

@@ -86,7 +86,10 @@ class ToolCalls:
         declared = [t.name for t in agent.tools]
         gate, pool, user = self.x.gate, self.x.pool, self.x.run.user_id
         if not await gate.allows(pool, agent.name, declared, call.tool, user):
-            await self._skip(call, failure(f"{call.tool}: blocked by the tool policy", "blocked"))
+            # A tool the agent does not have (never had, or an MCP server no longer lists it)
+            # is said as such; the gate still counts the call as a violation.
+            why = "no such tool" if tool is None else "blocked by the tool policy"
+            await self._skip(call, failure(f"{call.tool}: {why}", "blocked"))
             return
         if tool is None:
             await self._skip(call, failure(f"{call.tool}: no such tool", "blocked"))

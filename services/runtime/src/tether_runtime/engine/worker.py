@@ -82,12 +82,23 @@ class Worker:
         try:
             self._listener = await asyncpg.connect(url)
             await self._listener.add_listener(runs.WAKE_CHANNEL, lambda *_: self.wake.set())
+            held = self.e.held
+            await self._listener.add_listener(
+                runs.HELD_CHANNEL, lambda _c, _p, _ch, run_id: held.notified(run_id)
+            )
+            held.listening = True
             # A server restart ends this session: wake the loop, which listens again at once
-            # (else NOTIFYs are lost until its next poll).
-            self._listener.add_termination_listener(lambda *_: self.wake.set())
+            # (else NOTIFYs are lost until its next poll), and every waiting question.
+            self._listener.add_termination_listener(lambda *_: self._lost_listen())
         except STORE_ERRORS as err:
             log.warning("LISTEN failed, relying on polling: %s", err)
             self._listener = None
+            self.e.held.listening = False
+
+    def _lost_listen(self) -> None:
+        self.e.held.listening = False
+        self.e.held.wake_all()
+        self.wake.set()
 
     async def _claim_loop(self) -> None:
         ttl = self.e.settings.lease_ttl_s

@@ -12,6 +12,8 @@ from tether_runtime.domain.records import RunRow
 from tether_runtime.store.db import Conn
 
 WAKE_CHANNEL = "tether_wake"
+HELD_CHANNEL = "tether_held"
+"""A held question's run id: answered, expired or cancelled (wake_held)."""
 
 
 async def create(
@@ -41,6 +43,12 @@ async def create(
 async def wake(conn: Conn) -> None:
     """Tell idle workers there is work; delivered only if the transaction commits."""
     await conn.execute("SELECT pg_notify($1, '')", WAKE_CHANNEL)
+
+
+async def wake_held(conn: Conn, run_id: str) -> None:
+    """Tell the worker waiting in the run's call that its question was answered, expired or
+    cancelled (engine/held_wakes.py); delivered only if the transaction commits."""
+    await conn.execute("SELECT pg_notify($1, $2)", HELD_CHANNEL, run_id)
 
 
 async def get(conn: Conn, run_id: str) -> RunRow | None:
@@ -167,7 +175,9 @@ async def unhold(conn: Conn, run_id: str, trace_context: dict[str, str] | None =
         "AND lease_expires_at > now()",
         run_id,
     )
-    if not moved.endswith(" 1"):
+    if moved.endswith(" 1"):
+        await wake_held(conn, run_id)
+    else:
         await requeue(conn, run_id, trace_context)
 
 

@@ -50,6 +50,8 @@ class Derived:
     timeout_s: float | None = None
     summary: Scope | None = None
     deny: bool = False
+    examples: tuple[dict[str, Any], ...] | None = None
+    """The override's argument sets for `tether conformance` (None: the inputSchema's)."""
     why: dict[str, str] = field(default_factory=dict)
     """field -> where its value came from (an annotation, a default, an override)"""
 
@@ -104,6 +106,7 @@ def derive(
     timeout_s = server.timeout_s
     summary: Scope | None = None
     deny = False
+    examples: tuple[dict[str, Any], ...] | None = None
     for i, o in enumerate(overrides):
         if o is None:
             continue
@@ -124,6 +127,8 @@ def derive(
             timeout_s = o.timeout_s
         if o.summary is not None:
             summary = o.summary
+        if o.examples is not None:
+            examples = tuple(dict(e) for e in o.examples)
         deny = deny or o.deny
     if action is None:
         # A write needs a grant: by default the server's own action, on the tool's name. A read
@@ -145,5 +150,6 @@ def derive(
         timeout_s=timeout_s,
         summary=summary,
         deny=deny,
+        examples=examples,
         why=why,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ _FIELDS = {
     "deny",
     "timeout_s",
     "summary",
+    "examples",
 }
 
 
@@ -73,8 +74,14 @@ def load_overrides(path: str) -> OperatorOverrides:
 
 
 class MCPHub:
-    def __init__(self, overrides: OperatorOverrides | None = None) -> None:
+    def __init__(
+        self,
+        overrides: OperatorOverrides | None = None,
+        on_tools: Callable[[LoadedAgent], None] | None = None,
+    ) -> None:
         self.overrides = overrides or {}
+        self.on_tools = on_tools
+        """Told each time an agent's tool list is (re)built."""
         self.connections: dict[tuple[str, str], Connection] = {}
         self._native: dict[str, Agent] = {}
         self._listed: dict[tuple[str, str], list[Tool]] = {}
@@ -139,6 +146,8 @@ class MCPHub:
                 tools.append(t)
         loaded.agent = replace(agent, tools=tuple(tools))
         loaded.cache.clear()  # what was derived from the tools (the context budget)
+        if self.on_tools is not None:
+            self.on_tools(loaded)
 
     def _on_changed(self, loaded: LoadedAgent, server: MCPServer) -> Any:
         def changed() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -24,16 +25,24 @@ import mcp_types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from tether_common.backoff import Backoff
 from tether_common.redaction import redact
 from tether_sdk import IDEMPOTENCY_META_KEY, MCPServer
 from tether_sdk._context import Ask
 
+from tether_runtime.engine.mcp.server_log import CallOf, ServerLog
+
 log = logging.getLogger(__name__)
 
 CONNECTION_CLOSED = mcp_types.CONNECTION_CLOSED
+LISTEN_BACKOFF = Backoff(first_s=1.0, cap_s=60.0)
+"""Between attempts to open a dropped `subscriptions/listen` stream again."""
+LOG_LEVEL: mcp_types.LoggingLevel = "info"
+"""The least severe of a server's log lines the runtime asks for (server_log.py bounds them)."""
 Progress = ProgressFnT
 
 
@@ -139,6 +148,9 @@ class Connection:
         self._askers: dict[int, Ask | None] = {}
         """Calls in flight (by a number of this process), each with its way to ask a person."""
         self._calls = 0
+        self._whose: dict[int, CallOf] = {}
+        """Calls in flight: whose run each is (a server's log line goes to that run's log)."""
+        self._log = ServerLog(server.name)
         self._refused: set[str] = set()
         """Keys of calls whose request could not connect (http: _NoteRefusals)."""
         self.connects = 0
@@ -151,6 +163,8 @@ class Connection:
         common: dict[str, Any] = {
             "message_handler": self._on_message,
             "logging_callback": self._on_log,
+            # From 2026-07-28 on a server logs only for requests that opt in, at this level up.
+            "log_level": LOG_LEVEL,
             # Declares the elicitation capability: a server's question is put to a person.
             "elicitation_callback": self._on_elicit,
             "client_info": mcp_types.Implementation(name="tether", version="0.1.0"),
@@ -180,7 +194,13 @@ class Connection:
                 client = await stack.enter_async_context(self._client_for(http))
                 if not ready.done():
                     ready.set_result(client)
-                await stop.wait()
+                heard = asyncio.get_running_loop().create_task(self._listen(client))
+                try:
+                    await stop.wait()
+                finally:
+                    heard.cancel()
+                    with contextlib.suppress(BaseException):
+                        await heard
         except BaseException as err:  # noqa: BLE001 - handed to whoever waits for the connection
             if not ready.done():
                 ready.set_exception(err if isinstance(err, Exception) else Unavailable("stopped"))
@@ -189,12 +209,48 @@ class Connection:
             if ready.done() and not isinstance(err, Unavailable):
                 log.info("MCP server %r: its session ended: %s", self.server.name, err)
 
+    async def _listen(self, client: Client) -> None:
+        """Hear the server say its tools changed. From protocol 2026-07-28 on, a server says so
+        only on a `subscriptions/listen` stream (to every session listening, so every runtime
+        hears it); before, as a notification (`_on_message`). A stream that drops is opened
+        again (with backoff) and the tools listed again, since a change may have been missed
+        meanwhile. Each stream is entered and left in this one task."""
+        failures = 0
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as sub:
+                    if failures:
+                        self._tools_changed()  # what changed while nobody listened
+                    failures = 0
+                    async for _ in sub:
+                        self._tools_changed()
+                return  # the server closed the stream gracefully: the session is ending
+            except ListenNotSupportedError:
+                return  # an older protocol: notifications/tools/list_changed comes as a message
+            except (MCPError, SubscriptionLost, TimeoutError, OSError) as err:
+                failures += 1
+                log.info(
+                    "MCP server %r: tool list changes not heard (%s); listening again",
+                    self.server.name,
+                    err,
+                )
+                await LISTEN_BACKOFF.pause(failures)
+
+    def _tools_changed(self) -> None:
+        log.info("MCP server %r: its tools changed", self.server.name)
+        if self.on_tools_changed is not None:
+            self.on_tools_changed()
+
     async def _connect(self, within_s: float) -> Client:
         await self._drop()
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[Client] = loop.create_future()
         stop = asyncio.Event()
-        task = loop.create_task(self._hold(ready, stop), name=f"mcp-{self.server.name}")
+        # A context of its own: the connection outlives the run whose call (re)connected it, and
+        # what it logs (a server's log line) must not carry that run's ids.
+        task = loop.create_task(
+            self._hold(ready, stop), name=f"mcp-{self.server.name}", context=contextvars.Context()
+        )
         self._task, self._stop = task, stop
         try:
             async with asyncio.timeout(within_s):
@@ -220,6 +276,8 @@ class Connection:
             self.server.transport,
             client.protocol_version,
         )
+        if self.connects > 1:
+            self._tools_changed()  # a server that came back may list other tools
         return client
 
     async def _drop(self) -> None:
@@ -267,16 +325,10 @@ class Connection:
             return
         root = getattr(message, "root", message)
         if isinstance(root, mcp_types.ToolListChangedNotification):
-            log.info("MCP server %r: its tools changed", self.server.name)
-            if self.on_tools_changed is not None:
-                self.on_tools_changed()
+            self._tools_changed()
 
     async def _on_log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
-        # Masked: a server's log line can carry a token.
-        level = (
-            logging.WARNING if params.level in ("warning", "error", "critical") else logging.INFO
-        )
-        log.log(level, "MCP server %r: %s", self.server.name, redact(str(params.data))[:2000])
+        self._log.line(params, list(self._whose.values()))
 
     async def _on_elicit(
         self, context: Any, params: mcp_types.ElicitRequestParams
@@ -340,6 +392,7 @@ class Connection:
         self._calls += 1
         number = self._calls
         self._askers[number] = ask
+        self._whose[number] = whose = CallOf.current(name)
         key = meta.get(IDEMPOTENCY_META_KEY)
         try:
             return await client.call_tool(
@@ -368,7 +421,9 @@ class Connection:
             ) from None
         finally:
             self._askers.pop(number, None)
+            self._whose.pop(number, None)
             self._refused.discard(key)
+            self._log.flush(whose)
 
     async def close(self) -> None:
         async with self._lock:

@@ -56,6 +56,35 @@ def annotations_of(listed: mcp_types.Tool) -> dict[str, Any] | None:
     return found or None
 
 
+def schema_examples(schema: Any) -> list[dict[str, Any]]:
+    """Argument sets a tool's inputSchema offers, for `tether conformance`: its own `examples`
+    (whole argument objects), else one set of each property's first example (or `examples`, or
+    `default`) when every required property has one."""
+    if not isinstance(schema, dict):
+        return []
+    whole = schema.get("examples")
+    if isinstance(whole, list) and whole:
+        return [dict(e) for e in whole if isinstance(e, dict)]
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return []
+    one: dict[str, Any] = {}
+    for name, prop in props.items():
+        if not isinstance(prop, dict):
+            continue
+        found = prop.get("examples")
+        if isinstance(found, list) and found:
+            one[name] = found[0]
+        elif "example" in prop:
+            one[name] = prop["example"]
+        elif "default" in prop:
+            one[name] = prop["default"]
+    required = schema.get("required") or []
+    if not all(isinstance(r, str) and r in one for r in required):
+        return []
+    return [one]
+
+
 class MCPTool(Tool):
     def __init__(
         self,
@@ -88,6 +117,14 @@ class MCPTool(Tool):
             summary=derived.summary,
             approval=derived.approval,
         )
+        # The override's examples are the agent's word (a misfit is its definition's problem);
+        # the schema's are the server's, kept only when they fit.
+        if derived.examples is not None:
+            self.examples = [dict(e) for e in derived.examples]
+            self.examples_from = "override"
+        else:
+            self.examples = [e for e in schema_examples(self._input_schema) if self._fits(e)]
+            self.examples_from = "inputSchema" if self.examples else ""
 
     @property
     def origin(self) -> str:
@@ -120,6 +157,13 @@ class MCPTool(Tool):
             )
             return
         self._schema = _strip_titles(schema)
+
+    def _fits(self, example: dict[str, Any]) -> bool:
+        try:
+            self.validate(example)
+        except InvalidArguments:
+            return False
+        return True
 
     def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         if self._validator is None:
