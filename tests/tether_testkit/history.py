@@ -78,6 +78,13 @@ class History:
     def event(self, run_id: str, seq: int, etype: str, interrupt_id: str = "") -> None:
         self._add("event", run_id, seq=seq, type=etype, interrupt_id=interrupt_id)
 
+    def replay(self, run_id: str, evs: Iterable[events_pb2.RunEvent], after: int = 0) -> None:
+        """A whole read of a run's events (e.g. gRPC StreamRunEvents from `after`): one attach,
+        then each event."""
+        self.attach(run_id, after)
+        for e in evs:
+            self.event(run_id, e.sequence, event_type(e))
+
     def effect(self, run_id: str, target: str, count: int) -> None:
         """The tool's own effect counter read for `target` (how many times it really happened)."""
         self._add("effect", run_id, target=target, count=count)
@@ -247,7 +254,9 @@ def _check_log(
             )
 
 
-def _check_views(report: Report, run_id: str, ops: list[Op], log: list[events_pb2.RunEvent]) -> None:
+def _check_views(
+    report: Report, run_id: str, ops: list[Op], log: list[events_pb2.RunEvent]
+) -> None:
     stored = {e.sequence: event_type(e) for e in log}
     end = max((e.sequence for e in log if event_type(e) in TERMINAL_TYPES), default=None)
     by_client: dict[str, list[Op]] = defaultdict(list)
@@ -301,7 +310,9 @@ def _check_views(report: Report, run_id: str, ops: list[Op], log: list[events_pb
 def _check_decisions(
     report: Report, run_id: str, ops: list[Op], log: list[events_pb2.RunEvent]
 ) -> None:
-    resolved = Counter(e.interrupt_resolved.interrupt_id for e in log if event_type(e) == "interrupt_resolved")
+    resolved = Counter(
+        e.interrupt_resolved.interrupt_id for e in log if event_type(e) == "interrupt_resolved"
+    )
     raised = {e.interrupt.interrupt_id for e in log if event_type(e) == "interrupt"}
     for iid, n in resolved.items():
         if n > 1:
@@ -339,7 +350,9 @@ def _check_statuses(
         if s not in run_status.STATUSES:
             report.add(run_id, "illegal_transition", f"unknown status {s!r}")
             return
-    if seen and not any(seen[0] == i or run_status.reachable(i, seen[0]) for i in run_status.INITIAL):
+    if seen and not any(
+        seen[0] == i or run_status.reachable(i, seen[0]) for i in run_status.INITIAL
+    ):
         report.add(run_id, "illegal_transition", f"first status {seen[0]} unreachable")
     for a, b in zip(seen, seen[1:], strict=False):
         if not run_status.reachable(a, b):

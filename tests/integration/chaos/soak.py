@@ -34,6 +34,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
+import grpc
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether_common.auth import issue_token
@@ -42,7 +43,6 @@ from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import Proc, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
-import grpc
 from chaos import kit
 
 # The bound on each metric's slope over the second half, per minute of soak, per process.
@@ -239,7 +239,7 @@ class Load:
             run_id = await self.start(h, first, f"stream {self.deltas} deltas")
             await self.status(h, first, run_id)
             await self.follow(
-                h, run_id, lambda a, first=first: self.fleet.bases[(i + a) % 2], drop_every=20
+                h, run_id, lambda a, i=i: self.fleet.bases[(i + a) % 2], drop_every=20
             )
             await self.status(h, self.other(first), run_id)
             self.count("long streams")
@@ -255,7 +255,13 @@ class Load:
             run_id = await self.start(h, here, f"restart the abnormal {service} instance")
             approve = kit.approver(self.http, lambda there=there: there, run_id, record=h)
 
-            async def on_event(kind: str, data: dict[str, Any], run_id: str = run_id) -> None:
+            async def on_event(
+                kind: str,
+                data: dict[str, Any],
+                run_id: str = run_id,
+                here: str = here,
+                approve: Callable[[str, dict[str, Any]], Any] = approve,
+            ) -> None:
                 if kind == "interrupt":
                     await self.status(h, here, run_id)
                     self.count("approvals across pods")
