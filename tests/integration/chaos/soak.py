@@ -288,7 +288,7 @@ class Load:
                 async with self.http.delete(f"{here}/v1/session", headers=auth) as r:
                     signed_out = r.status == 204
                 refused = False
-                for _ in range(50):
+                for _ in range(150):  # a loaded machine: up to ~15 s for the channel
                     async with self.http.get(f"{there}/v1/session", headers=auth) as r:
                         if r.status == 401:
                             refused = True
