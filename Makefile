@@ -15,7 +15,7 @@ PROTOS := $(shell find proto -name '*.proto')
 GEN_STAMP := libs/proto/src/tether/.generated
 WIRE_PY := $(wildcard libs/proto/src/tether_proto/*.py)
 
-.PHONY: test-fast setup gen lint fmt typecheck test test-deps run token bench bench-quick bench-langgraph chaos conformance clean buf-lint buf-breaking buf-baseline k8s-validate
+.PHONY: test-fast setup gen lint fmt typecheck test test-deps run token bench bench-quick bench-langgraph chaos soak conformance clean buf-lint buf-breaking buf-baseline k8s-validate
 
 setup: .venv/.synced node_modules/.installed
 
@@ -133,6 +133,15 @@ bench-langgraph: gen
 # the zeros there, not the recovery times.
 chaos: gen
 	TETHER_TEST_FORKSERVER=0 TETHER_CHAOS_SCALE=full $(PY) pytest -q -m chaos tests/integration
+
+# The soak (docs/capacity.md, "Soak"): SOAK_MINUTES (default 30) of mixed load on two runtimes and
+# two gateways; every process's RSS, open files, DB connections, Redis memory and loop lag sampled
+# every 10 s; a slope over the second half above its bound, or any history checker violation,
+# fails it. Stores as the tests find them (TETHER_TEST_DATABASE_URL, TETHER_TEST_REDIS_URL).
+SOAK_MINUTES ?= 30
+soak: gen
+	TETHER_TEST_FORKSERVER=0 SOAK_MINUTES=$(SOAK_MINUTES) PYTHONPATH=$(CURDIR)/tests:$(CURDIR)/tests/integration \
+		$(PY) python -m chaos.soak
 
 # `tether conformance` on both shipped agents: every write tool SIGKILLed before, during and after
 # its call. Postgres from DATABASE_URL (a DSN allowed to create databases), Redis from REDIS_URL.

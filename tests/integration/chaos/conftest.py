@@ -10,10 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tether_testkit import history
 
 from chaos.kit import SCALE, Procs
 
-COLUMNS = ("fault", "runs", "events checked", "lost", "duplicated", "double executions", "recovery")
+COLUMNS = (
+    "fault",
+    "runs",
+    "events checked",
+    "lost",
+    "duplicated",
+    "double executions",
+    "illegal transitions",
+    "recovery",
+)
 
 
 @dataclass
@@ -25,6 +35,7 @@ class Row:
     duplicated: int
     double_exec: int
     recovery: str
+    illegal: int = 0
 
     def cells(self) -> list[str]:
         return [
@@ -34,6 +45,7 @@ class Row:
             str(self.lost),
             str(self.duplicated),
             str(self.double_exec),
+            str(self.illegal),
             self.recovery,
         ]
 
@@ -43,9 +55,20 @@ _ROWS: list[Row] = []
 
 @pytest.fixture(scope="session")
 def chaos_table() -> Callable[..., None]:
-    """`chaos_table(fault, runs=, events=, lost=, duplicated=, double_exec=, recovery=)`."""
+    """`chaos_table(fault, report=, recovery=)`: the figures from the history checker's report
+    (tether_testkit.history); a count given beside it (a test's own check of something the
+    checker does not see, e.g. a gRPC replay) shows when it is the larger. The older form
+    `chaos_table(fault, runs=, events=, lost=, duplicated=, double_exec=, recovery=)` still
+    works."""
 
-    def add(fault: str, **kw: Any) -> None:
+    def add(fault: str, report: history.Report | None = None, **kw: Any) -> None:
+        if report is not None:
+            for name in ("runs", "events"):
+                kw[name] = max(int(kw.get(name, 0)), getattr(report, name))
+            for name in ("lost", "duplicated", "double_exec", "illegal"):
+                kw[name] = max(int(kw.get(name, 0)), getattr(report, name))
+            if report.violations:
+                print(f"\n[chaos:{SCALE}] {fault}: checker violations:\n{report.explain()}")
         row = Row(
             fault=fault,
             runs=int(kw.get("runs", 0)),
@@ -54,6 +77,7 @@ def chaos_table() -> Callable[..., None]:
             duplicated=int(kw.get("duplicated", 0)),
             double_exec=int(kw.get("double_exec", 0)),
             recovery=str(kw.get("recovery", "-")),
+            illegal=int(kw.get("illegal", 0)),
         )
         _ROWS.append(row)
         print(

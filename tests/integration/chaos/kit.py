@@ -20,6 +20,7 @@ import asyncpg
 from tether.runtime.v1 import events_pb2
 from tether_common.auth import issue_token
 from tether_common.event_json import TERMINAL_TYPES, event_type
+from tether_testkit import history
 from tether_testkit.processes import Proc, free_port
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import SseReader
@@ -140,23 +141,29 @@ async def run_statuses(conn: asyncpg.Connection, run_ids: list[str]) -> dict[str
 
 
 def check_log(evs: list[events_pb2.RunEvent]) -> tuple[int, int]:
-    """(gaps, duplicates) in a run's stored log: sequences must be exactly 1..N."""
-    seqs = [e.sequence for e in evs]
-    dups = len(seqs) - len(set(seqs))
-    gaps = (max(seqs) - len(set(seqs))) if seqs else 0
-    return gaps, dups
+    """(gaps, duplicates) in a run's stored log: sequences must be exactly 1..N (the checker's)."""
+    return history.log_faults(evs)
 
 
 def compare(got: list[int], truth: list[int]) -> tuple[int, int]:
-    """(lost, duplicated) of a client's sequence list against the stored one."""
-    seen: set[int] = set()
-    dup = 0
-    for s in got:
-        if s in seen:
-            dup += 1
-        seen.add(s)
-    lost = len(set(truth) - seen)
-    return lost, dup
+    """(lost, duplicated) of a client's sequence list against the stored one (the checker's)."""
+    return history.view_faults(got, truth)
+
+
+async def check_histories(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    histories: list[history.History],
+    run_ids: list[str] | None = None,
+    *,
+    require_end: bool = True,
+) -> history.Report:
+    """The history checker over a fault's clients (and `run_ids`, whether a client saw them or
+    not) against the Postgres log: the figures of its row in the chaos table."""
+    ids = set(run_ids or [])
+    for h in histories:
+        ids |= h.runs()
+    truth = await history.Truth.read(conn, ids)
+    return history.check(histories, truth, require_end=require_end)
 
 
 def is_terminal(e: events_pb2.RunEvent) -> bool:
@@ -208,9 +215,11 @@ async def follow_sse(
     max_reconnects: int = 30,
     on_event: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
     result: SseResult | None = None,
+    record: history.History | None = None,
 ) -> SseResult:
     """What a browser's EventSource does: read, and on any break reconnect with Last-Event-ID
-    (to `bases(attempt)`) until the terminal event. Bounded by a deadline and a reconnect cap."""
+    (to `bases(attempt)`) until the terminal event. Bounded by a deadline and a reconnect cap.
+    `record`: the history each (re)attach and each event received goes into."""
     res = result or SseResult(run_id)
     deadline = time.monotonic() + deadline_s
     attempt = 0
@@ -219,6 +228,8 @@ async def follow_sse(
         if res.frames:
             h["Last-Event-ID"] = str(res.last_id)
         fresh = True
+        if record is not None:
+            record.attach(run_id, res.last_id)
         try:
             resp = await http.get(f"{bases(attempt)}/v1/runs/{run_id}/events", headers=h)
             if resp.status == 204:
@@ -245,6 +256,8 @@ async def follow_sse(
                         res.first_after_reconnect.append(time.monotonic())
                         fresh = False
                     res.frames.append((int(frame.id), frame.event, frame.data))
+                    if record is not None:
+                        record.event(run_id, int(frame.id), frame.event)
                     res.arrived.append(time.time())
                     _note_delay(res, data)
                     if on_event is not None:
@@ -318,20 +331,27 @@ async def http_approve(
 
 
 def approver(
-    http: aiohttp.ClientSession, base: Callable[[], str], run_id: str
+    http: aiohttp.ClientSession,
+    base: Callable[[], str],
+    run_id: str,
+    record: history.History | None = None,
 ) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
-    """An on_event callback that approves the run's interrupts as they appear."""
+    """An on_event callback that approves the run's interrupts as they appear (each decision sent
+    goes into `record`)."""
 
     async def on_event(kind: str, data: dict[str, Any]) -> None:
         if kind == "interrupt":
-            key = f"approve-{data['interruptId']}"
+            iid = data["interruptId"]
+            key = f"approve-{iid}"
             for _ in range(20):
+                status = 0
                 with contextlib.suppress(aiohttp.ClientError, OSError):
-                    if await http_approve(http, base(), run_id, data["interruptId"], key) in (
-                        202,
-                        409,
-                    ):
-                        return
+                    status = await http_approve(http, base(), run_id, iid, key)
+                if record is not None:
+                    outcome = {202: "accepted", 409: "resolved"}.get(status, "error")
+                    record.decision(run_id, iid, key, outcome=outcome)
+                if status in (202, 409):
+                    return
                 await asyncio.sleep(0.5)
 
     return on_event

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import start_gateway, start_runtime
 
@@ -22,6 +23,7 @@ from chaos.kit import (
     CHAOS_ENV,
     TERMINAL_STATUSES,
     Procs,
+    check_histories,
     check_log,
     headers,
     http_new_run,
@@ -133,6 +135,10 @@ async def test_approval_storm(private_env: dict[str, str], procs: Procs, chaos_t
 
             await wait_for("every run to finish", all_done, size(60, 180))
             problems: list[str] = []
+            storm = History("storm")
+            for (run_id, _, decision, key, _t), (status, _body) in answers:
+                outcome = {202: "accepted", 409: "resolved"}.get(status, "error")
+                storm.decision(run_id, intr[run_id], key, decision, outcome=outcome)
             statuses: dict[int, int] = defaultdict(int)
             by_key: dict[tuple[str, str], set[str]] = defaultdict(set)
             fresh_wins: dict[str, int] = defaultdict(int)
@@ -180,6 +186,7 @@ async def test_approval_storm(private_env: dict[str, str], procs: Procs, chaos_t
                         f"{run_id}: log gaps {gaps} dups {dups} resolved x{len(resolved)}"
                     )
                 n = await executions(db, runs[run_id])
+                storm.effect(run_id, runs[run_id], n)
                 want = 1 if decision == "approved" else 0
                 approved += decision == "approved"
                 rejected += decision != "approved"
@@ -187,6 +194,7 @@ async def test_approval_storm(private_env: dict[str, str], procs: Procs, chaos_t
                     double += 1
                 if n != want:
                     problems.append(f"{run_id}: decision {decision}, restarted {n} times")
+            report = await check_histories(db, [storm], list(runs))
     finally:
         await db.close()
     total = len(answers)
@@ -202,5 +210,7 @@ async def test_approval_storm(private_env: dict[str, str], procs: Procs, chaos_t
         events=events,
         double_exec=double,
         recovery="-",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])

@@ -8,12 +8,14 @@ import time
 
 import asyncpg
 import pytest
+from tether_testkit.history import History
 from tether_testkit.processes import start_gateway, start_runtime
 
 from chaos.kit import (
     CHAOS_ENV,
     Procs,
     SseResult,
+    check_histories,
     compare,
     expected_frames,
     fmt_s,
@@ -47,6 +49,7 @@ async def test_gateway_sigkilled_with_sse_clients_attached(
                 await http_new_run(http, b.addr, f"stream {STREAM_N} deltas") for _ in range(N_RUNS)
             ]
             results = [SseResult(r) for r in run_ids for _ in range(CLIENTS_PER_RUN)]
+            histories = [History(f"client{i}") for i in range(len(results))]
             # Everyone starts on gateway A; any reconnect goes to B (A is dead by then).
             tasks = [
                 asyncio.create_task(
@@ -56,9 +59,10 @@ async def test_gateway_sigkilled_with_sse_clients_attached(
                         res.run_id,
                         deadline_s=size(90, 300),
                         result=res,
+                        record=h,
                     )
                 )
-                for res in results
+                for res, h in zip(results, histories, strict=True)
             ]
 
             async def all_attached() -> bool:
@@ -88,6 +92,7 @@ async def test_gateway_sigkilled_with_sse_clients_attached(
             if not res.finished:
                 problems.append(f"{res.run_id}: client never saw the end ({res.error})")
         reconnected = sum(1 for r in results if r.reconnects)
+        report = await check_histories(db, histories, run_ids)
     finally:
         await db.close()
     print(
@@ -103,6 +108,8 @@ async def test_gateway_sigkilled_with_sse_clients_attached(
         lost=lost,
         duplicated=dup,
         recovery=f"reconnect {fmt_s(recoveries)}",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])
     assert reconnected == attached - before_kill

@@ -10,6 +10,7 @@ import time
 import asyncpg
 import pytest
 from tether_testkit.client import Client
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service
 from tether_testkit.processes import free_port, start_gateway, start_runtime
 
@@ -18,6 +19,7 @@ from chaos.kit import (
     Procs,
     approver,
     bearer,
+    check_histories,
     compare,
     expected_frames,
     fmt_s,
@@ -67,13 +69,16 @@ async def test_lost_publish_is_refilled_from_postgres(
                 texts.append(f"restart the abnormal {service} instance")
             run_ids = [await http_new_run(http, gw.addr, t) for t in texts]
             began = time.monotonic()
+            decider, grpc_reader = History("decider"), History("grpc")
+            readers = {r: History(f"sse{i}") for i, r in enumerate(run_ids)}
             sse = [
                 follow_sse(
                     http,
                     lambda _: gw.addr,
                     r,
                     deadline_s=size(90, 300),
-                    on_event=approver(http, lambda: gw.addr, r),
+                    on_event=approver(http, lambda: gw.addr, r, record=decider),
+                    record=readers[r],
                 )
                 for r in run_ids
             ]
@@ -91,6 +96,7 @@ async def test_lost_publish_is_refilled_from_postgres(
         for run_id, s, g in zip(run_ids, sse_res, grpc_res, strict=True):
             stored = await stored_events(db, run_id)
             truth = [e.sequence for e in stored]
+            grpc_reader.replay(run_id, g)
             for ids in (s.ids, [e.sequence for e in g]):
                 l_, d_ = compare(ids, truth)
                 lost, dup = lost + l_, dup + d_
@@ -102,6 +108,7 @@ async def test_lost_publish_is_refilled_from_postgres(
                 problems.append(f"{run_id}: gRPC list differs from Postgres")
             if not s.finished:
                 problems.append(f"{run_id}: SSE client never saw the end")
+        report = await check_histories(db, [decider, grpc_reader, *readers.values()], run_ids)
     finally:
         await grpc_client.close()
         await db.close()
@@ -118,6 +125,8 @@ async def test_lost_publish_is_refilled_from_postgres(
         lost=lost,
         duplicated=dup,
         recovery=f"delay {fmt_s(delays)}",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert dropped > 0 and fills > 0
     assert not problems, "\n".join(problems[:20])

@@ -15,6 +15,7 @@ import grpc
 import pytest
 from tether.runtime.v1 import events_pb2
 from tether_testkit.client import Client, reason
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import start_gateway, start_runtime
 
@@ -22,6 +23,7 @@ from chaos.kit import (
     CHAOS_ENV,
     Procs,
     bearer,
+    check_histories,
     check_log,
     expected_frames,
     follow_sse,
@@ -90,6 +92,7 @@ async def test_far_past_and_far_future_expiry(
                         datetime.fromisoformat(PAST.replace("Z", "+00:00")),
                     )
             outcomes: dict[str, str] = {}
+            decider = History("decider")
             for run_id, _inst, _service, kind in cases:
                 iid = intr[run_id]["id"]
                 if kind == "past-http":
@@ -118,13 +121,17 @@ async def test_far_past_and_far_future_expiry(
                             problems.append(f"{run_id}: past expiry over gRPC: {outcomes[run_id]}")
                 else:
                     status = await http_approve(http, gw.addr, run_id, iid)
+                    decider.decision(
+                        run_id, iid, "", outcome="accepted" if status == 202 else "error"
+                    )
                     outcomes[run_id] = str(status)
                     if status != 202:
                         problems.append(f"{run_id}: far-future approval got {status}")
+            readers = [History(f"reader{i}") for i in range(len(cases))]
             results = await asyncio.gather(
                 *(
-                    follow_sse(http, lambda _: gw.addr, c[0], deadline_s=size(60, 120))
-                    for c in cases
+                    follow_sse(http, lambda _: gw.addr, c[0], deadline_s=size(60, 120), record=h)
+                    for c, h in zip(cases, readers, strict=True)
                 )
             )
         events = 0
@@ -148,6 +155,7 @@ async def test_far_past_and_far_future_expiry(
             payload = intr[run_id]["payload"]
             payload = json.loads(payload) if isinstance(payload, str) else payload
             n1 = await executions(db, inst)
+            decider.effect(run_id, inst, n1)
             if kind.startswith("past"):
                 if n1 != 0:
                     problems.append(f"{run_id}: expired interrupt still restarted {inst}")
@@ -167,6 +175,7 @@ async def test_far_past_and_far_future_expiry(
                     problems.append(f"{run_id}: payload target {payload.get('target')}")
                 if [s.args_summary for s in restart] != [f"instance_id={inst}"]:
                     problems.append(f"{run_id}: restart args {[s.args_summary for s in restart]}")
+        report = await check_histories(db, [decider, *readers])
     finally:
         await client.close()
         await db.close()
@@ -181,5 +190,7 @@ async def test_far_past_and_far_future_expiry(
         runs=len(cases),
         events=events,
         recovery="-",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])

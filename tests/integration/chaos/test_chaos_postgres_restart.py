@@ -14,6 +14,7 @@ from datetime import datetime
 import asyncpg
 import pytest
 from tether_testkit import stores
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import start_gateway, start_runtime
 
@@ -21,6 +22,7 @@ from chaos.kit import (
     CHAOS_ENV,
     Procs,
     SseResult,
+    check_histories,
     check_log,
     compare,
     expected_frames,
@@ -136,11 +138,20 @@ async def _scenario(env0: dict[str, str], pg, procs: Procs, chaos_table) -> None
         run_ids = [await http_new_run(http, gw.addr, t) for t in texts]
         restart_runs = {r: targets[t] for r, t in zip(run_ids, texts, strict=True) if t in targets}
         following = [SseResult(r) for r in run_ids]
+        readers = [History(f"reader{i}") for i in range(len(following))]
+        decider = History("decider")
         tasks = [
             asyncio.create_task(
-                follow_sse(http, lambda _: gw.addr, f.run_id, deadline_s=size(120, 300), result=f)
+                follow_sse(
+                    http,
+                    lambda _: gw.addr,
+                    f.run_id,
+                    deadline_s=size(120, 300),
+                    result=f,
+                    record=h,
+                )
             )
-            for f in following
+            for f, h in zip(following, readers, strict=True)
         ]
         db = await asyncpg.connect(dsn)
 
@@ -177,6 +188,8 @@ async def _scenario(env0: dict[str, str], pg, procs: Procs, chaos_table) -> None
         for run_id, iid in interrupts.items():
             for _ in range(40):
                 status = await http_approve(http, gw.addr, run_id, iid, key=f"pg-{iid}")
+                outcome = {202: "accepted", 409: "resolved"}.get(status, "error")
+                decider.decision(run_id, iid, f"pg-{iid}", outcome=outcome)
                 if status in (202, 409):
                     break
                 await asyncio.sleep(0.5)
@@ -207,12 +220,14 @@ async def _scenario(env0: dict[str, str], pg, procs: Procs, chaos_table) -> None
                 problems.append(f"{res.run_id}: did not end with done")
         for run_id, inst in restart_runs.items():
             n = await executions(db, inst)
+            decider.effect(run_id, inst, n)
             double += n > 1
             if n != 1:
                 problems.append(f"{run_id}: approved after the restart, restarted {n} times")
         statuses = dict(
             await db.fetch("SELECT id, status FROM run WHERE id = ANY($1::text[])", run_ids)
         )
+        report = await check_histories(db, [decider, *readers], run_ids)
     finally:
         await db.close()
     reconnects = sum(r.reconnects for r in results)
@@ -238,7 +253,9 @@ async def _scenario(env0: dict[str, str], pg, procs: Procs, chaos_table) -> None
         duplicated=dup,
         double_exec=double,
         recovery=f"down {DOWN_S:.0f}s; next event per stream after DB up {fmt_s(back)}",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])
     assert len(resumed) == len(ups), "no run wrote an event after a restart"
     # Every stream still running at an outage moved on after it (the figure above is its delay).

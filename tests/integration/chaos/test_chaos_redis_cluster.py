@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from tether_runtime.streams.bus import channel
 from tether_testkit.client import Client
+from tether_testkit.history import History
 from tether_testkit.processes import start_gateway, start_runtime
 from tether_testkit.redis_cluster import redis_cluster
 
@@ -19,6 +20,7 @@ from chaos.kit import (
     CHAOS_ENV,
     Procs,
     bearer,
+    check_histories,
     compare,
     expected_frames,
     fmt_s,
@@ -62,9 +64,13 @@ async def test_cluster_masters_killed_and_switched_over_mid_run(
                     and len(run_ids) < 4 * N_RUNS
                 ):
                     run_ids.append(await http_new_run(http, gw.addr, f"stream {DELTAS} deltas"))
+                readers = [History(f"sse{i}") for i in range(len(run_ids))]
+                grpc_reader = History("grpc")
                 sse = [
-                    asyncio.create_task(follow_sse(http, lambda _: gw.addr, r, deadline_s=300))
-                    for r in run_ids
+                    asyncio.create_task(
+                        follow_sse(http, lambda _: gw.addr, r, deadline_s=300, record=h)
+                    )
+                    for r, h in zip(run_ids, readers, strict=True)
                 ]
                 live = [asyncio.create_task(client.events(r, 0, timeout=300)) for r in run_ids]
 
@@ -103,6 +109,7 @@ async def test_cluster_masters_killed_and_switched_over_mid_run(
                 for run_id, s, g in zip(run_ids, sse_res, grpc_res, strict=True):
                     stored = await stored_events(conn, run_id)
                     truth = [e.sequence for e in stored]
+                    grpc_reader.replay(run_id, g)
                     for ids in (s.ids, [e.sequence for e in g]):
                         l_, d_ = compare(ids, truth)
                         lost, dup = lost + l_, dup + d_
@@ -115,6 +122,7 @@ async def test_cluster_masters_killed_and_switched_over_mid_run(
                         problems.append(f"{run_id}: gRPC list differs from Postgres")
                     if not s.finished or stored[-1].WhichOneof("event") != "done":
                         problems.append(f"{run_id}: did not finish with done")
+                report = await check_histories(conn, [grpc_reader, *readers], run_ids)
         finally:
             await client.close()
             await db.close()
@@ -131,6 +139,8 @@ async def test_cluster_masters_killed_and_switched_over_mid_run(
         duplicated=dup,
         double_exec=0,
         recovery=f"cluster ok {fmt_s(recovery)}",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert "re-homing" in rt.log(), "the runtime never lost a shard: nothing was tested"
     assert not problems, "\n".join(problems[:20])

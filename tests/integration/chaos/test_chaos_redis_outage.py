@@ -11,6 +11,7 @@ import time
 import asyncpg
 import pytest
 from tether_testkit.client import Client
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import start_gateway, start_runtime
 
@@ -20,6 +21,7 @@ from chaos.kit import (
     Procs,
     approver,
     bearer,
+    check_histories,
     compare,
     expected_frames,
     fmt_s,
@@ -68,7 +70,9 @@ async def _scenario(env0: dict[str, str], procs: Procs, chaos_table, redis: Priv
                 targets.append(inst)
                 texts.append(f"restart the abnormal {service} instance")
             run_ids = [await http_new_run(http, gw.addr, t) for t in texts]
-            approve = {r: approver(http, lambda: gw.addr, r) for r in run_ids}
+            decider, grpc_reader = History("decider"), History("grpc")
+            readers = {r: History(f"sse{i}") for i, r in enumerate(run_ids)}
+            approve = {r: approver(http, lambda: gw.addr, r, record=decider) for r in run_ids}
 
             async def on_event_for(run_id: str):  # type: ignore[no-untyped-def]
                 async def on_event(kind: str, data: dict) -> None:  # type: ignore[type-arg]
@@ -87,6 +91,7 @@ async def _scenario(env0: dict[str, str], procs: Procs, chaos_table, redis: Priv
                         r,
                         deadline_s=size(90, 240),
                         on_event=await on_event_for(r),
+                        record=readers[r],
                     )
                 )
                 for r in run_ids
@@ -123,6 +128,7 @@ async def _scenario(env0: dict[str, str], procs: Procs, chaos_table, redis: Priv
         for run_id, s, g in zip(run_ids, sse_res, grpc_res, strict=True):
             stored = await stored_events(db, run_id)
             truth = [e.sequence for e in stored]
+            grpc_reader.replay(run_id, g)
             for ids in (s.ids, [e.sequence for e in g]):
                 l_, d_ = compare(ids, truth)
                 lost, dup = lost + l_, dup + d_
@@ -136,11 +142,13 @@ async def _scenario(env0: dict[str, str], procs: Procs, chaos_table, redis: Priv
                 problems.append(f"{run_id}: did not finish with done")
             delays_out += _outage_delays(s, stored, window)
         double = 0
-        for inst in targets:
+        for run_id, inst in zip(run_ids[N_STREAM:], targets, strict=True):
             n = await executions(db, inst)
+            decider.effect(run_id, inst, n)
             double += n > 1
             if n != 1:
                 problems.append(f"{inst}: restarted {n} times (approved during the outage)")
+        report = await check_histories(db, [decider, grpc_reader, *readers.values()], run_ids)
     finally:
         await client.close()
         await db.close()
@@ -158,7 +166,9 @@ async def _scenario(env0: dict[str, str], procs: Procs, chaos_table, redis: Priv
         duplicated=dup,
         double_exec=double,
         recovery=f"delay {fmt_s(delays_out)}",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert during > before, "runs stopped while Redis was down"
     assert not problems, "\n".join(problems[:20])
 

@@ -15,12 +15,14 @@ import time
 import aiohttp
 import asyncpg
 import pytest
+from tether_testkit.history import History
 from tether_testkit.processes import free_port, start_gateway, start_runtime
 
 from chaos.kit import (
     CHAOS_ENV,
     Procs,
     SseResult,
+    check_histories,
     check_log,
     expected_frames,
     fmt_s,
@@ -83,6 +85,7 @@ async def test_losing_one_runtime_right_after_the_other_returned_costs_at_most_a
     gaps: list[float] = []
     statuses: set[int] = set()
     streams: list[SseResult] = []
+    browser = History("browser")
     async with aiohttp.ClientSession() as http:
         for _ in range(ROUNDS):
             seen: list[tuple[float, int]] = []
@@ -90,7 +93,9 @@ async def test_losing_one_runtime_right_after_the_other_returned_costs_at_most_a
             poller = asyncio.create_task(_poll(http, gw.addr, seen, stop))
             run_id = await http_new_run(http, gw.addr, f"stream {STREAM_N} deltas")
             stream = asyncio.create_task(
-                follow_sse(http, lambda _: gw.addr, run_id, deadline_s=size(60, 120))
+                follow_sse(
+                    http, lambda _: gw.addr, run_id, deadline_s=size(60, 120), record=browser
+                )
             )
             await asyncio.sleep(0.5)
             a.kill()
@@ -122,6 +127,7 @@ async def test_losing_one_runtime_right_after_the_other_returned_costs_at_most_a
             lost += gaps_in_log + len({f[0] for f in truth} - {f[0] for f in got})
             assert res.finished, f"{res.run_id}: the stream never reached its end ({res.error})"
             assert got == truth, f"{res.run_id}: the browser's frames differ from the stored log"
+        report = await check_histories(db, [browser])
     finally:
         await db.close()
     chaos_table(
@@ -131,7 +137,9 @@ async def test_losing_one_runtime_right_after_the_other_returned_costs_at_most_a
         lost=lost,
         duplicated=duplicated,
         recovery=fmt_s(gaps),
+        report=report,
     )
+    assert report.ok, report.explain()
     reconnects = [res.reconnects for res in streams]
     assert max(reconnects) <= 1, f"browser reconnects per lost runtime: {reconnects}"
     assert statuses <= {200, 503}, f"only answers or 503s while a runtime is lost: {statuses}"

@@ -14,6 +14,7 @@ import asyncpg
 import grpc
 import pytest
 from tether_testkit.client import Client, reason
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import Proc, start_runtime
 
@@ -23,6 +24,7 @@ from chaos.kit import (
     TERMINAL_STATUSES,
     Procs,
     bearer,
+    check_histories,
     check_log,
     compare,
     fmt_s,
@@ -150,6 +152,8 @@ async def _scenario(
     watchers: list[asyncio.Task[None]] = []
     kills = 0
 
+    decider, grpc_reader = History("decider"), History("grpc")
+
     async def approver() -> None:
         keys: dict[str, str] = {}
         while not stop.is_set():
@@ -167,8 +171,12 @@ async def _scenario(
                         lambda c, r=r, key=key: c.resume(r["run_id"], r["id"], key=key), attempts=3
                     )
                     approved[r["id"]] = r["run_id"]
+                    decider.decision(r["run_id"], r["id"], key, outcome="accepted")
                 except grpc.aio.AioRpcError as err:
-                    if reason(err) == "INTERRUPT_ALREADY_RESOLVED":
+                    resolved = reason(err) == "INTERRUPT_ALREADY_RESOLVED"
+                    outcome = "resolved" if resolved else "error"
+                    decider.decision(r["run_id"], r["id"], key, outcome=outcome)
+                    if resolved:
                         approved[r["id"]] = r["run_id"]
             await asyncio.sleep(0.2)
 
@@ -244,6 +252,7 @@ async def _scenario(
         stored = await stored_events(private_db, run_id)
         gaps, dups = check_log(stored)
         got = await fleet.call(lambda c, run_id=run_id: c.events(run_id, 0, timeout=30))
+        grpc_reader.replay(run_id, got)
         g_lost, g_dup = compare([e.sequence for e in got], [e.sequence for e in stored])
         lost += gaps + g_lost
         dup += dups + g_dup
@@ -261,12 +270,14 @@ async def _scenario(
     approved_runs = set(approved.values())
     for run_id, inst in targets.items():
         n = await executions(private_db, inst)
+        decider.effect(run_id, inst, n)
         if n > 1:
             double += 1
             problems.append(f"{run_id}: {inst} restarted {n} times")
         if run_id in approved_runs and n != 1:
             problems.append(f"{run_id}: approved, instance stayed abnormal, restarted {n} times")
     await fleet.close()
+    report = await check_histories(private_db, [decider, grpc_reader], run_ids)
 
     print(
         f"\n[fault 1: runtime SIGKILL] {len(run_ids)} runs ({N_RUNS // 3} stream / restart / read),"
@@ -283,7 +294,9 @@ async def _scenario(
         duplicated=dup,
         double_exec=double,
         recovery=f"takeover {fmt_s(recoveries)}",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])
     assert not failed, f"runs that did not complete: {failed}"
     assert lost == 0 and dup == 0 and double == 0

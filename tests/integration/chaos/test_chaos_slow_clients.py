@@ -12,11 +12,13 @@ import time
 import asyncpg
 import psutil
 import pytest
+from tether_testkit.history import History
 from tether_testkit.processes import start_gateway, start_runtime
 
 from chaos.kit import (
     CHAOS_ENV,
     Procs,
+    check_histories,
     compare,
     expected_frames,
     follow_sse,
@@ -83,8 +85,12 @@ async def test_slow_and_dead_clients_keep_gateway_memory_bounded(
 
             sampler = asyncio.create_task(sample())
             began = time.monotonic()
+            histories = [History(f"reader{i}") for i in range(N_RUNS)] + [History("again")]
             healthy = asyncio.gather(
-                *(follow_sse(http, lambda _: gw.addr, r, deadline_s=size(90, 240)) for r in run_ids)
+                *(
+                    follow_sse(http, lambda _: gw.addr, r, deadline_s=size(90, 240), record=h)
+                    for r, h in zip(run_ids, histories, strict=False)
+                )
             )
             for i in range(N_BAD):
                 for kind in ("never-reads", "reads-then-stops", "half-open"):
@@ -109,7 +115,9 @@ async def test_slow_and_dead_clients_keep_gateway_memory_bounded(
                 if line.startswith("tether_gateway_sse_dropped_total")
             )
             # The gateway still serves a fresh full replay after all that.
-            again = await follow_sse(http, lambda _: gw.addr, run_ids[0], deadline_s=30)
+            again = await follow_sse(
+                http, lambda _: gw.addr, run_ids[0], deadline_s=30, record=histories[-1]
+            )
         events = lost = dup = 0
         problems = []
         for res in [*results, again]:
@@ -119,6 +127,7 @@ async def test_slow_and_dead_clients_keep_gateway_memory_bounded(
             events += len(res.frames)
             if res.frames != expected_frames(stored) or not res.finished:
                 problems.append(f"{res.run_id}: healthy reader's list differs from Postgres")
+        report = await check_histories(db, histories, run_ids)
     finally:
         for s in socks:
             s.close()
@@ -140,6 +149,8 @@ async def test_slow_and_dead_clients_keep_gateway_memory_bounded(
         lost=lost,
         duplicated=dup,
         recovery=f"RSS +{growth:.1f} MB peak",
+        report=report,
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])
     assert growth < RSS_BOUND_MB, f"gateway RSS grew {growth:.1f} MB"
