@@ -24,6 +24,7 @@ import aiohttp
 import asyncpg
 import pytest
 from tether_testkit import releases, stores
+from tether_testkit.history import History
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.processes import Proc, start_gateway, start_runtime, tether_cli
 
@@ -32,6 +33,7 @@ from chaos.kit import (
     TERMINAL_STATUSES,
     Procs,
     SseResult,
+    check_histories,
     check_log,
     compare,
     expected_frames,
@@ -197,14 +199,20 @@ async def _pending(db: asyncpg.Pool, run_ids: list[str]) -> dict[str, str]:
     return {r["run_id"]: r["id"] for r in rows}
 
 
-async def _approve(http: aiohttp.ClientSession, base: str, run_id: str, interrupt_id: str) -> str:
-    """Approve through one gateway, retrying (with the same key) while that pod is replaced."""
+async def _approve(
+    http: aiohttp.ClientSession, base: str, run_id: str, interrupt_id: str, record: History
+) -> str:
+    """Approve through one gateway, retrying (with the same key) while that pod is replaced; each
+    decision sent goes into `record` (the history checker sees each applied once)."""
     key = f"upgrade-{interrupt_id}"
     for _ in range(60):
+        status = 0
         with contextlib.suppress(aiohttp.ClientError, OSError):
             status = await http_approve(http, base, run_id, interrupt_id, key)
-            if status in (202, 409):
-                return base
+        outcome = {202: "accepted", 409: "resolved"}.get(status, "error")
+        record.decision(run_id, interrupt_id, key, outcome=outcome)
+        if status in (202, 409):
+            return base
         await asyncio.sleep(0.5)
     raise AssertionError(f"approval of {interrupt_id} on {base} never answered")
 
@@ -246,11 +254,15 @@ async def _scenario(  # type: ignore[no-untyped-def]
     targets: dict[str, str] = {}  # run id -> the instance it restarts
     results: dict[str, SseResult] = {}
     followers: list[asyncio.Task[SseResult]] = []
+    histories: list[History] = []  # one per SSE client, and one for the approvals
+    approvals_record = History("approver")
     async with http_session() as http:
 
         def follow(run_id: str) -> None:
             res = results[run_id] = SseResult(run_id)
             first = len(results) % 2
+            record = History(f"sse-{run_id}")
+            histories.append(record)
             followers.append(
                 asyncio.create_task(
                     follow_sse(
@@ -260,6 +272,7 @@ async def _scenario(  # type: ignore[no-untyped-def]
                         deadline_s=DEADLINE_S,
                         max_reconnects=200,
                         result=res,
+                        record=record,
                     )  # fmt: skip
                 )
             )
@@ -301,7 +314,9 @@ async def _scenario(  # type: ignore[no-untyped-def]
             for n, run_id in enumerate(run_ids):
                 slot = gw_slots[n % len(gw_slots)]
                 approvals[gw_version[slot]] += 1
-                jobs.append(_approve(http, fleet.gw(slot), run_id, pending[run_id]))
+                jobs.append(
+                    _approve(http, fleet.gw(slot), run_id, pending[run_id], approvals_record)
+                )
             await asyncio.gather(*jobs)
 
         try:
@@ -371,7 +386,7 @@ async def _scenario(  # type: ignore[no-untyped-def]
                     break
                 for run_id, interrupt_id in (await _pending(db, list(kinds))).items():
                     extra_cards += 1
-                    await _approve(http, fleet.gw(0), run_id, interrupt_id)
+                    await _approve(http, fleet.gw(0), run_id, interrupt_id, approvals_record)
                 await asyncio.sleep(0.5)
             elapsed = time.monotonic() - began
         finally:
@@ -414,6 +429,7 @@ async def _scenario(  # type: ignore[no-untyped-def]
     double = 0
     for run_id, instance in targets.items():
         n = await executions(db, instance)
+        approvals_record.effect(run_id, instance, n)
         if n != 1:
             double += n > 1
             problems.append(f"{run_id}: {instance} restarted {n} times (approved once)")
@@ -431,8 +447,10 @@ async def _scenario(  # type: ignore[no-untyped-def]
         f" {events} events, lost {lost}, duplicated {dup}, double"
         f" executions {double}; {elapsed:.1f}s; exits {fleet.exits}"
     )
+    report = await check_histories(db, [*histories, approvals_record], run_ids)
     chaos_table(
         f"rolling upgrade {release.name} -> new",
+        report=report,
         runs=len(run_ids),
         events=events,
         lost=lost,
@@ -440,6 +458,7 @@ async def _scenario(  # type: ignore[no-untyped-def]
         double_exec=double,
         recovery=f"roll {'; '.join(s for s in fleet.steps if s.startswith(('rt', 'gw')))}",
     )
+    assert report.ok, report.explain()
     assert not problems, "\n".join(problems[:20])
     assert not logged, f"errors logged by pods: {logged}"
     assert all(code == 0 for _, code in fleet.exits), fleet.exits
