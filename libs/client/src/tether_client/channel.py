@@ -41,7 +41,12 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 INITIAL_RECONNECT_BACKOFF_MS = 100
 MAX_RECONNECT_BACKOFF_MS = 1_000
 
-_SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+# healthCheckConfig: each pod's grpc.health.v1 status decides whether it gets calls, so a pod
+# that announces NOT_SERVING (draining, or cut off from Postgres: tether_runtime.store_watch) is
+# left out of the round robin while its connection stays up.
+_SERVICE_CONFIG = json.dumps(
+    {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
+)
 
 
 def channel_target(target: str) -> str:

@@ -30,6 +30,7 @@ from tether_runtime.engine.worker import Worker
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store import idempotency
 from tether_runtime.store.db import create_pool
+from tether_runtime.store_watch import StoreWatch
 from tether_runtime.streams.sharded_bus import event_bus
 from tether_runtime.transport import (
     enable_reflection,
@@ -131,6 +132,11 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
         await deliveries.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    # Not serving while Postgres is out of reach (a partition): gateways go to other pods.
+    store_watch = StoreWatch(
+        settings.database_url, health_servicer, ("", SERVICE_NAME), settings.lease_ttl_s
+    )
+    store_watch.start()
     freeze_startup_objects()
     log.info(
         "runtime serving",
@@ -149,6 +155,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
             loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("runtime draining")
+    await store_watch.stop()
     await health_servicer.enter_graceful_shutdown()
     if deliveries is not None:
         await deliveries.stop()
