@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -30,8 +30,10 @@ from chaos.kit import (
     follow_sse,
     headers,
     http_new_run,
+    http_session,
     size,
     stored_events,
+    wait_for,
 )
 
 GRPC_PORT = 50051
@@ -243,3 +245,68 @@ def failing_window(seen: list[Answer], t0: float) -> tuple[float, int]:
     made after t0: how long clients of the gateway were refused or kept waiting."""
     bad = failed_after(seen, t0)
     return (max(a.end for a in bad) - t0 if bad else 0.0), len(bad)
+
+
+@dataclass
+class FaultResult:
+    verdict: Verdict
+    seen: list[Answer]
+    t0: float  # monotonic, when the fault began
+    stall: float  # the longest pause between two frames of a streaming run's browser, in it
+    window: float  # from the fault's start to the end of the last failed or stalled call
+    failed: int
+
+
+def longest_stall(res: SseResult, start: float, end: float) -> float:
+    """The longest gap between frames (wall clock) that overlaps [start, end]."""
+    times = res.arrived
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b >= start and a <= end]
+    return max(gaps, default=0.0)
+
+
+async def run_fault(
+    env0: dict[str, str],
+    procs: Procs,
+    *,
+    cut: Callable[[Cluster], object],
+    heal: Callable[[Cluster], object],
+    hold_s: float,
+    n_stream: int,
+    n_write: int,
+    deltas: int,
+    during: Callable[[Cluster, float], Awaitable[None]] | None = None,
+    **extra: str,
+) -> FaultResult:
+    """Start the cluster and the workload, wait until runs stream, `cut`, keep the fault for
+    `hold_s` (or run `during(cluster, hold_s)`), `heal`, and hold every client against the log."""
+    db = await asyncpg.create_pool(env0["DATABASE_URL"], min_size=1, max_size=4)
+    try:
+        async with cluster(env0, procs, **extra) as c, http_session() as http:
+            w = await start_workload(http, db, c, n_stream, n_write, deltas)
+
+            async def streaming() -> bool:
+                return await events_of(db, w.run_ids) >= 5 * len(w.run_ids)
+
+            await wait_for("runs streaming", streaming, 60)
+            seen: list[Answer] = []
+            stop = asyncio.Event()
+            poller = asyncio.create_task(poll_gateway(http, c.gw_url, seen, stop))
+            await asyncio.sleep(0.5)
+            t0, wall0 = time.monotonic(), time.time()
+            cut(c)
+            if during is None:
+                await asyncio.sleep(hold_s)
+            else:
+                await during(c, hold_s)
+            heal(c)
+            stop.set()
+            await poller
+            window, failed_n = failing_window(seen, t0)
+            v = await verdict(db, w)
+            results = [t.result() for t in w.streams[:n_stream]]
+            stall = max(
+                (longest_stall(r, wall0, wall0 + hold_s) for r in results), default=0.0
+            )
+    finally:
+        await db.close()
+    return FaultResult(v, seen, t0, stall, window, failed_n)
