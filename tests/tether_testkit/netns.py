@@ -131,7 +131,9 @@ class Host:
 class Net:
     """A bridge (the hub) and the hosts on it. Use as a context manager, or call close()."""
 
-    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000:04d}{random.randrange(36**2):03d}")
+    tag: str = field(
+        default_factory=lambda: f"{os.getpid() % 10000:04d}{random.randrange(36**2):03d}"
+    )
     hosts: list[Host] = field(default_factory=list)
     proxies: list[FaultProxy] = field(default_factory=list)
     subnet: str = ""

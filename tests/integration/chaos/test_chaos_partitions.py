@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from tether_testkit.netns import available
 
-from chaos.kit import Procs, fmt_s, http_session, size, wait_for
+from chaos.kit import Procs, http_session, size, wait_for
 from chaos.topology import (
     Answer,
     cluster,
@@ -87,8 +87,10 @@ async def test_runtime_cut_off_from_postgres_loses_its_runs_to_the_other(
             window, failed = failing_window(seen, t0)
             late = failed_after(seen, t0 + STOP_ANNOUNCING_S)
             v = await verdict(db, w)
-            print(f"\n[partition] healed to verdict {time.monotonic() - t0 - HOLD_S:.1f}s; "
-                  f"browser reconnects {v.reconnects}")
+            print(
+                f"\n[partition] healed to verdict {time.monotonic() - t0 - HOLD_S:.1f}s; "
+                f"browser reconnects {v.reconnects}"
+            )
     finally:
         await db.close()
     chaos_table(

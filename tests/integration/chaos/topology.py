@@ -130,7 +130,11 @@ async def start_workload(
     streams = [
         asyncio.create_task(
             follow_sse(
-                http, lambda _: c.gw_url, r, deadline_s=size(120, 300), max_reconnects=200,
+                http,
+                lambda _: c.gw_url,
+                r,
+                deadline_s=size(120, 300),
+                max_reconnects=200,
                 on_event=approver(http, lambda: c.gw_url, r),
             )
         )  # fmt: skip
@@ -304,9 +308,7 @@ async def run_fault(
             window, failed_n = failing_window(seen, t0)
             v = await verdict(db, w)
             results = [t.result() for t in w.streams[:n_stream]]
-            stall = max(
-                (longest_stall(r, wall0, wall0 + hold_s) for r in results), default=0.0
-            )
+            stall = max((longest_stall(r, wall0, wall0 + hold_s) for r in results), default=0.0)
     finally:
         await db.close()
     return FaultResult(v, seen, t0, stall, window, failed_n)

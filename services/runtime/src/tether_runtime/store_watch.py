@@ -78,7 +78,7 @@ class StoreWatch:
                     self._conn = await connect(self.dsn)
                 await self._conn.fetchval("SELECT 1")
             return True
-        except (*STORE_ERRORS, TimeoutError):
+        except STORE_ERRORS:  # TimeoutError, the probe that hung, is an OSError
             self._drop()  # a connection that hung is not trusted again: the next probe dials
             return False
 
