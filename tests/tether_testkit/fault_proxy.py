@@ -96,6 +96,8 @@ class FaultProxy:
                 return
             ready.set()
             loop.run_forever()
+            # Connections still piping when the loop stopped: end them here, not at exit.
+            loop.run_until_complete(_cancel_the_rest())
             loop.close()
 
         self._thread = threading.Thread(target=main, name=f"fault-proxy-{self.target}", daemon=True)
@@ -225,6 +227,13 @@ class FaultProxy:
         self._conns.clear()
         await asyncio.sleep(0)
         return len(conns)
+
+
+async def _cancel_the_rest() -> None:
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
