@@ -1,6 +1,6 @@
 """`make test` brings what its tests need or stops first: `.ci/ensure_test_deps` (the Makefile's
 `test-deps`, run before pytest) passes when Chromium, curl, jq, pgbouncer, redis-server,
-redis-cli and faketime are there, and where it cannot install one (no apt-get here) it exits 1 before any test,
+redis-cli, faketime and nft are there, and where it cannot install one (no apt-get here) it exits 1 before any test,
 printing the command to run. `.ci/run` installs none of them: CI proves the README's path."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "ensure_test_deps"
-TOOLS = ("id", "curl", "jq", "pgbouncer", "redis-server", "redis-cli", "faketime")
+TOOLS = ("id", "curl", "jq", "pgbouncer", "redis-server", "redis-cli", "faketime", "nft")
 
 
 def _run(tmp_path: Path, chromium: Path, present: bool = True) -> subprocess.CompletedProcess[str]:
@@ -58,7 +58,7 @@ def test_missing_tools_that_cannot_be_installed_stop_with_the_command(tmp_path: 
     out = _run(tmp_path, tmp_path / "nowhere" / "chromium", present=False)
     assert out.returncode == 1
     assert "tests/integration/test_pgbouncer.py" in out.stderr
-    wanted = "chromium curl jq pgbouncer redis-server redis-tools faketime"
+    wanted = "chromium curl jq pgbouncer redis-server redis-tools faketime nftables"
     assert f"install {wanted} (Chromium so that" in out.stderr, out.stderr
     assert "Nothing was run." in out.stderr
     assert os.access(SCRIPT, os.X_OK)

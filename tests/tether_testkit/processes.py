@@ -94,7 +94,12 @@ def tether_cli(
 
 
 def _spawn(
-    name: str, args: list[str], env: dict[str, str], addr: str, release: Release | None = None
+    name: str,
+    args: list[str],
+    env: dict[str, str],
+    addr: str,
+    release: Release | None = None,
+    prefix: list[str] | None = None,
 ) -> Proc:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.time_ns()}.log"
@@ -103,19 +108,23 @@ def _spawn(
         # environment, none of this checkout's.
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
-                [release.python, *args], env=release.env(**env), cwd=release.src,
+                [*(prefix or []), release.python, *args], env=release.env(**env), cwd=release.src,
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         return Proc(name=name, popen=popen, log_path=log_path, addr=addr, env=env)
     full_env = {**os.environ, **env}
-    # A preload (libfaketime's, for a pod with another clock) only takes in a new program: a
-    # forked child is the warm parent's image, so such a process starts cold.
-    if forking() and args[0] == "-m" and "LD_PRELOAD" not in env:
+    # A preload (libfaketime's, for a pod with another clock) only takes in a new program, and a
+    # `prefix` (`ip netns exec NS`: a host of its own network) runs one: a forked child is the
+    # warm parent's image, in its namespace, so such a process starts cold.
+    if forking() and args[0] == "-m" and "LD_PRELOAD" not in env and not prefix:
         forked = forkserver.spawn(args[1], args[2:], full_env, log_path)
         return Proc(name=name, popen=forked, log_path=log_path, addr=addr, env=env)
     with open(log_path, "wb") as log:
         popen = subprocess.Popen(
-            [sys.executable, *args], env=full_env, stdout=log, stderr=subprocess.STDOUT
+            [*(prefix or []), sys.executable, *args],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     return Proc(name=name, popen=popen, log_path=log_path, addr=addr, env=env)
 
@@ -158,13 +167,17 @@ def start_runtime(
     addr: str = "",
     probe_addr: str = "",
     release: Release | None = None,
+    prefix: list[str] | None = None,
 ) -> Proc:
     """`addr` lets a runtime started after a kill take its predecessor's address, so a gateway
     configured with it reaches the new one. `probe_addr`: where its readiness is asked (its
     plaintext health port, TETHER_GRPC_HEALTH_ADDR, when the API speaks TLS). `release`: a
-    runtime of that version (the previous release) instead of this checkout's."""
+    runtime of that version (the previous release) instead of this checkout's. `prefix`: what
+    runs it (`ip netns exec NS` for a host of its own network, tether_testkit.netns)."""
     addr = addr or f"127.0.0.1:{free_port()}"
-    proc = _spawn(name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr, release)
+    proc = _spawn(
+        name, ["-m", "tether_runtime"], {**env, "TETHER_GRPC_ADDR": addr}, addr, release, prefix
+    )
     _wait(proc, lambda: grpc_serving(probe_addr or addr), timeout)
     return proc
 
@@ -177,17 +190,21 @@ def start_gateway(
     timeout: float = 30,
     port: int = 0,
     release: Release | None = None,
+    host: str = "127.0.0.1",
+    prefix: list[str] | None = None,
 ) -> Proc:
     """`port` lets a gateway started after a kill take its predecessor's address, as a restarted
-    pod behind one service address would. `release`: a gateway of that version."""
+    pod behind one service address would. `release`: a gateway of that version. `host` and
+    `prefix`: its address and what runs it, for a host of its own network (tether_testkit.netns)."""
     port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     proc = _spawn(
         name,
         ["-m", "tether_cli.main", "gateway"],
-        {**env, "TETHER_HTTP_ADDR": f"127.0.0.1:{port}", "TETHER_RUNTIME_TARGET": runtime_target},
+        {**env, "TETHER_HTTP_ADDR": f"{host}:{port}", "TETHER_RUNTIME_TARGET": runtime_target},
         url,
         release,
+        prefix,
     )
     _wait(proc, lambda: http_ready(url), timeout)
     return proc

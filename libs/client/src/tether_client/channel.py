@@ -5,10 +5,13 @@
   resolves to all of them). An IP address, or any target with a scheme (`dns:`, `ipv4:`,
   `unix:`, ...), is used as given: `ipv4:10.0.0.1:50051,10.0.0.2:50051` spreads calls over
   both addresses.
-- **Keepalive**: an HTTP/2 ping every 30 s (only while a call is open) keeps NATs and idle event
-  streams alive and notices a dead peer within 10 s more; the runtime accepts pings this often
-  (`grpc.http2.min_ping_interval_without_data_ms` <= 30 s), a shorter interval would be answered
-  with GOAWAY.
+- **Keepalive**: an HTTP/2 ping every 3 s (only while a call is open) keeps NATs and idle event
+  streams alive and notices a silent peer within 2 s more: a runtime partitioned from its
+  gateway (no FIN, no RST) is left, and its calls and streams go to another, within 5 s. Before,
+  30 s + 10 s: the gateway kept sending every other call into the partition for its whole
+  length (tests/integration/chaos/test_chaos_links.py). The runtime accepts pings every 2 s
+  (`grpc.http2.min_ping_interval_without_data_ms`); a runtime of an older release (10 s)
+  answers the faster pings with GOAWAY too_many_pings, and gRPC then doubles the interval.
 - **Message size**: up to 16 MiB received (a replayed event batch, a long run).
 - **Deadlines**: every unary call gets one (`DEFAULT_DEADLINE_S` unless the caller passes
   `timeout=`); event streams get none, as they live as long as the run.
@@ -29,8 +32,8 @@ from typing import Any
 import grpc
 
 DEFAULT_DEADLINE_S = 10.0
-KEEPALIVE_TIME_MS = 30_000
-KEEPALIVE_TIMEOUT_MS = 10_000
+KEEPALIVE_TIME_MS = 3_000
+KEEPALIVE_TIMEOUT_MS = 2_000
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # Reconnecting to a runtime that went away: first after 0.1 s, growing to at most 1 s between
 # tries. gRPC's defaults (1 s growing by 1.6x to 120 s) left a gateway refusing calls for
@@ -41,7 +44,12 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 INITIAL_RECONNECT_BACKOFF_MS = 100
 MAX_RECONNECT_BACKOFF_MS = 1_000
 
-_SERVICE_CONFIG = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+# healthCheckConfig: each pod's grpc.health.v1 status decides whether it gets calls, so a pod
+# that announces NOT_SERVING (draining, or cut off from Postgres: tether_runtime.store_watch) is
+# left out of the round robin while its connection stays up.
+_SERVICE_CONFIG = json.dumps(
+    {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
+)
 
 
 def channel_target(target: str) -> str:

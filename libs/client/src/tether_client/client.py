@@ -21,7 +21,7 @@ What it does for you:
 - **Errors** are `TetherError` subclasses chosen by the runtime's ErrorInfo reason
   (`tether_client.errors`).
 - **Channel** settings match the runtime's (`tether_client.channel`): round_robin over a DNS
-  name's addresses, 30 s keepalive, 16 MiB messages.
+  name's addresses, 3 s keepalive, 16 MiB messages.
 - **Tracing.** With `opentelemetry` installed and a current span, its trace context goes with
   every call (`traceparent` metadata); nothing otherwise.
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TypeVar
@@ -77,7 +78,30 @@ async def retrying(
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+# A pooled connection left half-open (a NAT or firewall forgot it, the server's machine vanished:
+# no FIN, no RST) hung each statement sent on it until command_timeout (30 s), and the pod, which
+# still reaches Postgres on new connections, kept taking calls that waited that long
+# (tests/integration/chaos/test_chaos_links.py, half-open Postgres: 137 of 295 calls through the
+# gateway failed over 20 s). Data unacknowledged this long now ends the connection (an OSError
+# the store-outage retries handle) and the pool dials a fresh one; keepalive probes do the same
+# for an idle one. Postgres is a LAN peer: 5 s is many retransmissions.
+TCP_USER_TIMEOUT_MS = 5_000
+KEEPALIVE = ((socket.TCP_KEEPIDLE, 10), (socket.TCP_KEEPINTVL, 3), (socket.TCP_KEEPCNT, 3))
+
+
+def _fail_fast_when_silent(conn: asyncpg.Connection) -> None:
+    transport = getattr(conn, "_transport", None)  # asyncpg exposes no socket options
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in KEEPALIVE:
+        sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 async def _init(conn: asyncpg.Connection) -> None:
+    _fail_fast_when_silent(conn)
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 

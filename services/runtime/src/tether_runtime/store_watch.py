@@ -1,0 +1,106 @@
+"""Whether this pod reaches Postgres, announced through its gRPC health: a pod cut off from the
+store stops announcing itself (NOT_SERVING), so gateways, whose channels balance only over
+serving pods, send its calls to a pod that can answer them, and announces itself again once a
+probe gets through.
+
+Without it, a pod partitioned from Postgres but not from its clients kept taking calls that hung
+until the gateway's deadline (5 s) for as long as the partition lasted (tests/integration/
+chaos/test_chaos_partitions.py). Its leases expire meanwhile and another pod takes its runs
+over; the probe's grace is half a lease, so the pod steps out of rotation before that."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import asyncpg
+from grpc_health.v1 import health, health_pb2
+
+from tether_runtime.store.db import STORE_ERRORS, connect
+
+log = logging.getLogger(__name__)
+
+PROBE_EVERY_S = 0.5
+PROBE_TIMEOUT_S = 2.0
+MIN_GRACE_S = 1.5
+
+
+def grace_s(lease_ttl_s: float) -> float:
+    """How long without a successful probe before the pod stops announcing itself."""
+    return max(MIN_GRACE_S, lease_ttl_s / 2)
+
+
+class StoreWatch:
+    """Probes Postgres (`SELECT 1` on a connection of its own, so a busy pool is not taken for
+    an unreachable store) and sets the health of `services` to follow it."""
+
+    def __init__(
+        self,
+        dsn: str,
+        servicer: health.aio.HealthServicer,  # type: ignore[name-defined]
+        services: tuple[str, ...],
+        lease_ttl_s: float,
+    ) -> None:
+        self.dsn = dsn
+        self.servicer = servicer
+        self.services = services
+        self.grace_s = grace_s(lease_ttl_s)
+        self.serving = True
+        self._conn: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._drop()
+
+    async def _watch(self) -> None:
+        last_ok = time.monotonic()
+        while True:
+            if await self._probe():
+                last_ok = time.monotonic()
+                await self._announce(True)
+            elif time.monotonic() - last_ok > self.grace_s:
+                await self._announce(False)
+            await asyncio.sleep(PROBE_EVERY_S)
+
+    async def _probe(self) -> bool:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                if self._conn is None or self._conn.is_closed():
+                    self._conn = await connect(self.dsn)
+                await self._conn.fetchval("SELECT 1")
+            return True
+        except STORE_ERRORS:  # TimeoutError, the probe that hung, is an OSError
+            self._drop()  # a connection that hung is not trusted again: the next probe dials
+            return False
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.terminate()
+            self._conn = None
+
+    async def _announce(self, serving: bool) -> None:
+        if serving == self.serving:
+            return
+        self.serving = serving
+        if serving:
+            log.warning("Postgres reachable again: serving")
+        else:
+            log.warning(
+                "Postgres unreachable for %.1fs: not serving until it answers", self.grace_s
+            )
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in self.services:
+            await self.servicer.set(name, status)
