@@ -43,8 +43,8 @@ HALF_OPEN_S = 8.0
 def _row(chaos_table, fault: str, r: FaultResult) -> None:  # type: ignore[no-untyped-def]
     v = r.verdict
     chaos_table(
-        fault, runs=v.runs, events=v.events, lost=v.lost, duplicated=v.duplicated,
-        double_exec=v.double_exec,
+        fault, report=v.report, runs=v.runs, events=v.events, lost=v.lost,
+        duplicated=v.duplicated, double_exec=v.double_exec,
         recovery=f"stream pause {r.stall:.2f}s; failing {r.window:.2f}s "
         f"({r.failed}/{len(r.seen)} calls)",
     )  # fmt: skip

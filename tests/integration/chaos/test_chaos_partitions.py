@@ -95,7 +95,7 @@ async def test_runtime_cut_off_from_postgres_loses_its_runs_to_the_other(
         await db.close()
     chaos_table(
         f"runtime cut off from Postgres {HOLD_S:.0f}s (takeover / 503 window)",
-        runs=v.runs, events=v.events, lost=v.lost, duplicated=v.duplicated,
+        report=v.report, runs=v.runs, events=v.events, lost=v.lost, duplicated=v.duplicated,
         double_exec=v.double_exec, recovery=f"takeover {takeover:.2f}s; failing {window:.2f}s ({failed}/{len(seen)} calls)",
     )  # fmt: skip
     assert not v.problems, "\n".join(v.problems[:20])

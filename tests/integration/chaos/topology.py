@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import asyncpg
 from tether_testkit.fault_proxy import FaultProxy
+from tether_testkit.history import History, Report
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.netns import Host, Net
 from tether_testkit.processes import Proc, start_gateway, start_runtime
@@ -25,6 +26,7 @@ from chaos.kit import (
     Procs,
     SseResult,
     approver,
+    check_histories,
     check_log,
     expected_frames,
     follow_sse,
@@ -110,8 +112,9 @@ async def cluster(env0: dict[str, str], procs: Procs, **extra: str) -> AsyncIter
 @dataclass
 class Workload:
     run_ids: list[str]
-    instances: list[str]
+    instances: list[str]  # the write runs' targets: run_ids[-len(instances):], in order
     streams: list[asyncio.Task[SseResult]]
+    histories: list[History]  # each browser's, for the history checker
 
 
 async def start_workload(
@@ -127,6 +130,7 @@ async def start_workload(
         instances.append(inst)
         texts.append(f"restart the abnormal {service} instance")
     run_ids = [await http_new_run(http, c.gw_url, t) for t in texts]
+    histories = [History(f"browser-{r}") for r in run_ids]
     streams = [
         asyncio.create_task(
             follow_sse(
@@ -135,12 +139,13 @@ async def start_workload(
                 r,
                 deadline_s=size(120, 300),
                 max_reconnects=200,
-                on_event=approver(http, lambda: c.gw_url, r),
+                on_event=approver(http, lambda: c.gw_url, r, record=h),
+                record=h,
             )
         )  # fmt: skip
-        for r in run_ids
+        for r, h in zip(run_ids, histories, strict=True)
     ]
-    return Workload(run_ids, instances, streams)
+    return Workload(run_ids, instances, streams, histories)
 
 
 async def events_of(db: asyncpg.Pool, run_ids: list[str]) -> int:
@@ -168,6 +173,7 @@ class Verdict:
     double_exec: int = 0
     problems: list[str] = field(default_factory=list)
     reconnects: list[int] = field(default_factory=list)
+    report: Report | None = None  # the history checker's, over every browser and write
 
 
 async def verdict(db: asyncpg.Pool, w: Workload) -> Verdict:
@@ -187,11 +193,18 @@ async def verdict(db: asyncpg.Pool, w: Workload) -> Verdict:
             v.problems.append(f"{res.run_id}: did not end with done ({res.error})")
         elif res.frames != truth:
             v.problems.append(f"{res.run_id}: the browser's frames differ from the stored log")
-    for inst in w.instances:
+    effects = History("inventory")
+    for run_id, inst in zip(
+        w.run_ids[len(w.run_ids) - len(w.instances) :], w.instances, strict=True
+    ):
         n = await executions(db, inst)
+        effects.effect(run_id, inst, n)
         v.double_exec += n > 1
         if n != 1:
             v.problems.append(f"{inst}: restarted {n} times")
+    v.report = await check_histories(db, [*w.histories, effects], w.run_ids)
+    if not v.report.ok:
+        v.problems.append(f"history checker: {v.report.explain()}")
     return v
 
 
