@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import psutil
 from tether_common import redis_conn
 
@@ -214,6 +215,7 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         "TETHER_STREAM_QUIET_CHECK_S",
         "TETHER_SSE_BUFFER_BYTES",
         "TETHER_DB_POOL_SIZE",
+        "TETHER_UVLOOP",
     ):
         value = os.environ.get(f"TETHER_BENCH_{name.removeprefix('TETHER_')}")
         if value:
@@ -383,7 +385,10 @@ class Bench:
                     )
                 t0 = time.monotonic()
                 cfg = self.config(params.get("scenario", name), runtime, gateway, params)
+                cpu = await ScenarioCpu.start(self.dsn, self.procs)
                 results[name] = await loadgen(cfg, float(self.spec["deadline_s"]) + 30)
+                # beside the scenario's own figures, which stay as they were
+                results.setdefault("_cpu_per_run", {})[name] = await cpu.stop()
                 log(
                     f"rep {rep + 1}/{self.reps} {name}: {time.monotonic() - t0:.1f}s "
                     f"{json.dumps(results[name])[:300]}"
@@ -585,6 +590,12 @@ class Bench:
                 else {}
             ),
             "langgraph": med("langgraph"),
+            # CPU ms per run by process over each whole scenario (ScenarioCpu)
+            "cpu_ms_per_run_by_scenario": {
+                name: med("_cpu_per_run", name)
+                for name in sizes
+                if med("_cpu_per_run", name) is not None
+            },
             # A read tool's call through an MCP server (stdio, Streamable HTTP) against a native
             # one, µs per call (mcp_overhead.py).
             "mcp_call_us": med("mcp_call"),
@@ -723,6 +734,80 @@ def _mkdir(path: Path) -> None:
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+class ScenarioCpu:
+    """CPU per run by process over one whole scenario (its setup too), for every scenario: each
+    runtime process, the gateway, every Postgres and redis-server process on the box; the runs
+    are the `run` rows the scenario created. The figures the scenarios measure themselves (over
+    their measured window only) stay where they are; these make any scenario's cost comparable
+    between two commits."""
+
+    STORES = {"postgres": "postgres", "redis-server": "redis"}
+
+    def __init__(self, dsn: str, procs: list[stack.Proc]) -> None:
+        self.dsn = dsn
+        self.procs = {p.name: p.pid for p in procs}
+        self.before: dict[str, float] = {}
+        self.runs = 0
+        self.t0 = time.monotonic()
+
+    @classmethod
+    async def start(cls, dsn: str, procs: list[stack.Proc]) -> ScenarioCpu:
+        self = cls(dsn, procs)
+        self.runs = await self._count_runs()
+        self.before = self._cpu()
+        self.t0 = time.monotonic()
+        return self
+
+    async def stop(self) -> dict[str, Any]:
+        after = self._cpu()
+        runs = await self._count_runs() - self.runs
+        spent: dict[str, float] = {}
+        for k, v in after.items():
+            key = k.split("/", 1)[0]
+            spent[key] = spent.get(key, 0.0) + v - self.before.get(k, 0.0)
+        return {
+            "runs": runs,
+            "wall_s": round(time.monotonic() - self.t0, 2),
+            **{
+                f"{k}_ms": round(v * 1000 / runs, 3) if runs else None
+                for k, v in sorted(spent.items())
+            },
+        }
+
+    def _cpu(self) -> dict[str, float]:
+        """CPU seconds so far: each of our processes by name, each store process by pid (a
+        store process started meanwhile counts from zero; one that ended is left out)."""
+        out = {name: p_cpu_tree(pid) for name, pid in self.procs.items()}
+        for p in psutil.process_iter(["name", "cpu_times"]):
+            t = p.info["cpu_times"]
+            key = self.STORES.get(p.info["name"] or "")
+            if key is not None and t is not None:
+                out[f"{key}/{p.pid}"] = float(t.user + t.system)
+        return out
+
+    async def _count_runs(self) -> int:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM run"))
+        finally:
+            await conn.close()
+
+
+def p_cpu_tree(pid: int) -> float:
+    """CPU seconds of a process and its live children (a pod's supervisor: its processes)."""
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return math.nan
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
 
 
 def p_cpu(pid: int) -> float:

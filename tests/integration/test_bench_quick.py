@@ -114,3 +114,11 @@ def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_pat
     assert not problems, "figures missing or not numbers:\n" + "\n".join(problems)
     assert doc["cores"]["logical"] >= 1
     assert doc["fanout"]["events"] > 0 and doc["replay_10k_ms"]["events"] > 0
+    # CPU per run by process for every scenario that starts runs (mcp_call starts none).
+    by_scenario = doc["cpu_ms_per_run_by_scenario"]
+    for name in ("first_event", "short_runs", "fanout", "fanout_split_runtime", "langgraph"):
+        cpu = by_scenario[name]
+        assert cpu["runs"] > 0, (name, cpu)
+        for proc in ("runtime", "gateway", "postgres", "redis"):
+            assert _is_number(cpu[f"{proc}_ms"]) and cpu[f"{proc}_ms"] >= 0, (name, proc, cpu)
+    assert _is_number(by_scenario["fanout_split_runtime"]["runtime-worker_ms"])

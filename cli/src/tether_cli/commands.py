@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal
 
-import uvloop
+from tether_common import event_loop
 from tether_common.auth import Scope, issue_token
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
@@ -229,7 +229,7 @@ def serve(service: Service, settings: Settings) -> int:
     setup_logging(f"tether-{service}", settings.log_level)
     log.info("starting %s", service, extra={"settings": settings.public_view()})
     try:
-        uvloop.run(_server(service)(settings))
+        event_loop.run(_server(service)(settings), uvloop=settings.uvloop)
     except KeyboardInterrupt:
         return 130
     except UnsafeSettings as err:  # e.g. a TLS certificate file that cannot be read

@@ -215,6 +215,9 @@ class Settings(BaseSettings):
     oidc_client_secret: str = Field(default="", repr=False)
     oidc_client_secret_file: str = ""
     log_level: str = "INFO"
+    # Gateway: log every answer of 400 and above and one in N of the others (1: every request;
+    # 0: none of the others). tether_gateway.access_log.
+    access_log_sample: int = 100
     # OpenTelemetry's service.name; empty: the process's own (tether-runtime, tether-gateway).
     service_name: str = Field(default="", validation_alias="OTEL_SERVICE_NAME")
     # --- deployment: what a pod exposes (deploy/k8s/README.md) ---
@@ -236,6 +239,8 @@ class Settings(BaseSettings):
     # `tether runtime` / `tether gateway`: processes behind the one port (SO_REUSEPORT), under
     # one supervisor (tether_cli/pod.py); 1 is a single process and no supervisor.
     processes: int = 1
+    # `tether runtime` / `tether gateway`: run on uvloop (off: asyncio's own loop; tether_common.event_loop).
+    uvloop: bool = True
     # --- webhook delivery (README, "Webhooks"; tether_runtime.webhooks.settings) ---
     webhook_delivery: bool = True
     webhook_poll_s: float = 1.0

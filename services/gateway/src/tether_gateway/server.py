@@ -10,7 +10,7 @@ import time
 
 from aiohttp import web
 from tether_client.channel import tls_credentials
-from tether_common import production_guard
+from tether_common import event_loop, production_guard
 from tether_common.config import Settings
 from tether_common.errors import UnsafeSettings
 from tether_common.gc_tuning import freeze_startup_objects
@@ -18,6 +18,7 @@ from tether_common.logging import setup_logging
 from tether_common.tracing import setup_tracing
 
 from tether_gateway import service_identity, stream_tokens
+from tether_gateway.access_log import access_log_class
 from tether_gateway.app import create_app
 from tether_gateway.health import metrics_app
 from tether_gateway.state import STATE
@@ -58,7 +59,10 @@ async def run_server(settings: Settings) -> None:
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
     runner = web.AppRunner(
-        app, handle_signals=False, shutdown_timeout=max(0.5, settings.drain_s - 1.0)
+        app,
+        handle_signals=False,
+        shutdown_timeout=max(0.5, settings.drain_s - 1.0),
+        access_log_class=access_log_class(settings.access_log_sample),
     )
     await runner.setup()
     host, port = split_addr(settings.http_addr)
@@ -68,7 +72,7 @@ async def run_server(settings: Settings) -> None:
     await site.start()
     metrics_runner = await _serve_metrics(app, settings.metrics_addr)
     freeze_startup_objects()
-    log.info("gateway listening on %s:%s", host, port)
+    log.info("gateway listening on %s:%s", host, port, extra={"event_loop": event_loop.name()})
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -104,13 +108,8 @@ async def _serve_metrics(app: web.Application, addr: str) -> web.AppRunner | Non
 
 
 def main() -> None:
-    """Run one gateway on uvloop when it is installed (the `tether gateway` entry point)."""
+    """Run one gateway, on uvloop unless TETHER_UVLOOP=off (the `tether gateway` entry point)."""
     settings = Settings.from_env()
     setup_logging("tether-gateway", settings.log_level)
     log.info("gateway starting", extra={"settings": settings.public_view()})
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(run_server(settings))
-        return
-    uvloop.run(run_server(settings))
+    event_loop.run(run_server(settings), uvloop=settings.uvloop)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from tether_common import production_guard
+from tether_common import event_loop, production_guard
 from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
@@ -148,6 +148,7 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
             "role": settings.runtime_role,
             "worker": worker.owner if worker else None,
             "grpc_poller_sockets_unblocked": unblocked,
+            "event_loop": event_loop.name(),
         },
     )
     stop = stop or asyncio.Event()
@@ -177,16 +178,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
 
 def main() -> None:
     settings = Settings.from_env()
-    # Only the import is guarded: an ImportError raised while serving must not start a second
-    # server under plain asyncio.
     try:
-        import uvloop
-    except ImportError:
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
-    try:
-        runner(run_server(settings))
+        event_loop.run(run_server(settings), uvloop=settings.uvloop)
     except AgentLoadError as err:
         print(f"tether runtime: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -150,17 +150,18 @@ class ConversationRow:
     updated_at: datetime
 
     @classmethod
-    def of(cls, r: asyncpg.Record) -> ConversationRow:
+    def of(cls, r: asyncpg.Record, prefix: str = "") -> ConversationRow:
+        """`prefix`: the columns come named `{prefix}{column}` (beside another table's)."""
         return cls(
-            id=r["id"],
-            user_id=r["user_id"],
-            title=r["title"],
-            facts=r["facts"] or {},
-            summary=r["summary"],
-            summary_through=r["summary_through"],
-            version=r["version"],
-            created_at=r["created_at"],
-            updated_at=r["updated_at"],
+            id=r[f"{prefix}id"],
+            user_id=r[f"{prefix}user_id"],
+            title=r[f"{prefix}title"],
+            facts=r[f"{prefix}facts"] or {},
+            summary=r[f"{prefix}summary"],
+            summary_through=r[f"{prefix}summary_through"],
+            version=r[f"{prefix}version"],
+            created_at=r[f"{prefix}created_at"],
+            updated_at=r[f"{prefix}updated_at"],
         )
 
 

@@ -4,9 +4,10 @@ JSON in `run.checkpoint`; a worker that takes a run over continues from exactly 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from tether_common import json_codec
 
 VERSION = 2
 
@@ -60,7 +61,7 @@ class Checkpoint:
         return self.input_tokens + self.output_tokens
 
     def to_json(self) -> str:
-        return json.dumps(self._shallow())
+        return json_codec.dumps(self._shallow())
 
     def as_dict(self) -> dict[str, Any]:
         return {"v": VERSION, **asdict(self)}

@@ -41,7 +41,10 @@ tracer = trace.get_tracer("tether.runtime.run_loop")
 
 
 class RunExecutor:
-    def __init__(self, engine: Engine, run: RunRow) -> None:
+    def __init__(
+        self, engine: Engine, run: RunRow, conversation: ConversationRow | None = None
+    ) -> None:
+        """`conversation`: the run's, as the claim read it (None: read at the first step)."""
         self.e = engine
         self.run = run
         self.epoch = run.lease_epoch
@@ -64,7 +67,7 @@ class RunExecutor:
         # the lease fences every other writer), so their first processing skips the lookup.
         self.fresh_calls: set[str] = set()
         self._claimed_at = time.monotonic()
-        self._conv: ConversationRow | None = None
+        self._conv: ConversationRow | None = conversation
 
     @property
     def run_id(self) -> str:
@@ -301,8 +304,8 @@ class RunExecutor:
         )
 
     async def _conversation(self) -> ConversationRow:
-        """The run's conversation (its facts and summary, for each step's context): read at this
-        executor's first step, then kept, with the facts this run's own tools confirm merged in
+        """The run's conversation (its facts and summary, for each step's context): read by the
+        claim (or at this executor's first step when it was not), then kept, with the facts this run's own tools confirm merged in
         as they are stored (`confirmed`): one read per execution, not one per step. Facts that
         another run of the same conversation confirms meanwhile reach this run at its next
         execution (after a pause), as they would reach a step already under way."""

@@ -18,7 +18,7 @@ from tether_common.logging import conversation_id_var, run_id_var
 from tether_common.tracing import context_from, span_context_from
 
 from tether_runtime import metrics
-from tether_runtime.domain.records import RunRow
+from tether_runtime.domain.records import ConversationRow, RunRow
 from tether_runtime.engine import poison
 from tether_runtime.engine.process import Engine
 from tether_runtime.engine.resume import expire_interrupt
@@ -113,13 +113,13 @@ class Worker:
                     # batch): a burst of new runs is picked up in a few round trips, not one each.
                     free = min(self.slots_free(), CLAIM_BATCH)
                     async with self.e.pool.acquire() as conn:
-                        claimed = await runs.claim_batch(
+                        claimed = await runs.claim_with_conversations(
                             conn, self.owner, ttl, free, backoff_s=backoff, held=list(self.tasks)
                         )
-                    for run, took_over in claimed:
-                        if took_over:
+                    for c in claimed:
+                        if c.took_over:
                             metrics.LEASE_TAKEOVERS.inc()
-                        self._spawn(run)
+                        self._spawn(c.run, c.conversation)
                     if len(claimed) < free:
                         break
                 # By the clock, not by the loop's turns: every new run's NOTIFY and every run's
@@ -143,11 +143,11 @@ class Worker:
         """Runs this worker may still take: one slot per run in `tasks`."""
         return self.e.settings.worker_concurrency - len(self.tasks)
 
-    def _spawn(self, run: RunRow) -> None:
+    def _spawn(self, run: RunRow, conversation: ConversationRow | None = None) -> None:
         if poison.exhausted(run, self.e.settings.max_run_attempts):
             work = self._give_up(run)
         else:
-            work = self._execute(run)
+            work = self._execute(run, conversation)
         task = asyncio.create_task(work, name=f"run-{run.id}")
         self.tasks[run.id] = (task, run.lease_epoch)
 
@@ -167,10 +167,10 @@ class Worker:
         finally:
             self._release_slot(run.id)
 
-    async def _execute(self, run: RunRow) -> None:
+    async def _execute(self, run: RunRow, conversation: ConversationRow | None = None) -> None:
         run_id_var.set(run.id)
         conversation_id_var.set(run.conversation_id)
-        executor = RunExecutor(self.e, run)
+        executor = RunExecutor(self.e, run, conversation)
         task = asyncio.current_task()
         assert task is not None
         beat = asyncio.create_task(self._heartbeat(run, task, executor))

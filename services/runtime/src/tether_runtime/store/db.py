@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TypeVar
 
 import asyncpg
+from tether_common import json_codec
 from tether_common.backoff import Backoff
 
 from tether_runtime.store.statement_count import CountingConnection
@@ -103,7 +104,9 @@ def _fail_fast_when_silent(conn: asyncpg.Connection) -> None:
 async def _init(conn: asyncpg.Connection) -> None:
     _fail_fast_when_silent(conn)
     for name in ("json", "jsonb"):
-        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(
+            name, encoder=json_codec.dumps, decoder=json.loads, schema="pg_catalog"
+        )
 
 
 async def _no_reset(conn: asyncpg.Connection) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tether_runtime.domain.records import RunRow
+from tether_runtime.domain.records import ConversationRow, RunRow
 from tether_runtime.store.db import Conn
 
 WAKE_CHANNEL = "tether_wake"
@@ -209,9 +209,27 @@ _BACKOFF = (
     "CASE WHEN {attempts} < 2 THEN 0 ELSE least($4 * power(2, least({attempts} - 2, 16)), $5) END"
 )
 
+# The claimed run's conversation comes back with it (its columns prefixed `conv_`): the executor
+# needs its facts and summary for its first step, and reading it here saves a round trip per run.
+# The conversation is joined outside `next`, so only the run rows are locked.
+_CONV_COLUMNS = ", ".join(
+    f"c.{col} AS conv_{col}"
+    for col in (
+        "id",
+        "user_id",
+        "title",
+        "facts",
+        "summary",
+        "summary_through",
+        "version",
+        "created_at",
+        "updated_at",
+    )
+)
+
 _CLAIM = f"""
 WITH next AS (
-    SELECT id, status AS was, queued_at AS place FROM run
+    SELECT id, conversation_id, status AS was, queued_at AS place FROM run
     WHERE (status = 'queued'
            OR (status = 'running'
                AND lease_expires_at + make_interval(secs => {_BACKOFF.format(attempts="attempts")})
@@ -227,8 +245,9 @@ UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch +
        queued_at = now() + make_interval(
            secs => $2 + {_BACKOFF.format(attempts="(run.attempts + 1)")}),
        updated_at = now()
-FROM next WHERE run.id = next.id
-RETURNING run.*, next.was = 'running' AS took_over, next.place
+FROM next LEFT JOIN conversation c ON c.id = next.conversation_id
+WHERE run.id = next.id
+RETURNING run.*, next.was = 'running' AS took_over, next.place, {_CONV_COLUMNS}
 """
 
 MAX_BACKOFF_S = 60.0
@@ -259,9 +278,42 @@ async def claim_batch(
     longer than the lease lets a run's lease run out while its worker waits to write: once the
     store is back that worker goes on (its writes are fenced by the epoch), and a claim by its own
     claim loop would only fence it and re-run the step."""
+    claimed = await claim_with_conversations(
+        conn, owner, ttl_s, limit, backoff_s=backoff_s, held=held
+    )
+    return [(c.run, c.took_over) for c in claimed]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed run, whether the claim took it over, and its conversation as of the claim."""
+
+    run: RunRow
+    took_over: bool
+    conversation: ConversationRow | None
+
+
+async def claim_with_conversations(
+    conn: Conn,
+    owner: str,
+    ttl_s: float,
+    limit: int,
+    *,
+    backoff_s: float = 0.0,
+    held: Sequence[str] = (),
+) -> list[Claimed]:
+    """`claim_batch`, each run with its conversation read by the same statement (the worker's
+    claim: the executor starts from it instead of reading it again)."""
     rows = await conn.fetch(_CLAIM, owner, ttl_s, limit, backoff_s, MAX_BACKOFF_S, list(held))
     rows = sorted(rows, key=lambda row: row["place"])  # UPDATE ... RETURNING has no order
-    return [(RunRow.of(row), bool(row["took_over"])) for row in rows]
+    return [
+        Claimed(
+            RunRow.of(row),
+            bool(row["took_over"]),
+            ConversationRow.of(row, "conv_") if row["conv_id"] is not None else None,
+        )
+        for row in rows
+    ]
 
 
 async def claim_next(

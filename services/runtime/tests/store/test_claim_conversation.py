@@ -1,0 +1,54 @@
+"""The worker's claim returns each run's conversation (runs.claim_with_conversations): the same
+row a read of it gives, as of the claim, so the executor's first step reads nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from tether_common.ids import new_id
+from tether_runtime.domain import events as ev
+from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store.db import create_pool
+
+
+@pytest.fixture
+async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
+    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
+    yield pool
+    await pool.close()
+
+
+async def _queue(conn: Any, conv_id: str) -> str:
+    run_id = new_id("run")
+    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
+    await run_admission.start_parallel(
+        conn, run_id, conv_id, "alice", new_id("msg"), "hi", "opspilot", {}, (kind, data), {},
+    )  # fmt: skip
+    return run_id
+
+
+async def test_each_claimed_run_comes_with_its_conversation(pool: Any) -> None:
+    async with pool.acquire() as conn:
+        first = await conversations.create(conn, "alice", "one")
+        second = await conversations.create(conn, "alice", "two")
+        await conn.execute(
+            "UPDATE conversation SET facts = $2::jsonb, summary = 'so far', version = 7 "
+            "WHERE id = $1",
+            second.id,
+            {"service": "checkout"},
+        )
+        queued = {await _queue(conn, first.id): first.id, await _queue(conn, second.id): second.id}
+        claimed = await runs.claim_with_conversations(conn, "A", 30, 10)
+        assert {c.run.id for c in claimed} == set(queued)
+        for c in claimed:
+            assert c.conversation is not None
+            assert c.conversation.id == queued[c.run.id] == c.run.conversation_id
+            assert c.conversation == await conversations.get(conn, c.run.conversation_id)
+            assert not c.took_over and c.run.lease_owner == "A"
+        two = next(c.conversation for c in claimed if c.run.conversation_id == second.id)
+        assert two is not None
+        assert (two.facts, two.summary, two.version) == ({"service": "checkout"}, "so far", 7)
+        # The plain claim is the same statement: nothing left to take.
+        assert await runs.claim_batch(conn, "B", 30, 10) == []
