@@ -36,9 +36,8 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tether_sdk import Limits
-
 from langchain_core.messages import AIMessage, AIMessageChunk
+from tether_sdk import Limits
 
 from tether_langgraph._checkpointer import checkpointer_for, lease_lost_type
 from tether_langgraph._interrupts import UNANSWERED, Question, question_of, resume_value

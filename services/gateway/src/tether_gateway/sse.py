@@ -92,6 +92,34 @@ class EventStream:
     not a run's: a coroutine that feeds it (`offer`) and ends it by returning; it should stop
     once `client_gone()` (the writer notices only at its next write, a heartbeat at most)."""
 
+    # Thousands of idle streams: no per-instance dict.
+    __slots__ = (
+        "gw",
+        "request",
+        "resp",
+        "run_id",
+        "token",
+        "after",
+        "started",
+        "head",
+        "ended",
+        "expires_at",
+        "jtis",
+        "source",
+        "heartbeat",
+        "retry_end",
+        "limit",
+        "_chunks",
+        "_queued",
+        "_events",
+        "_waiter",
+        "_stopping",
+        "_dropped",
+        "_source_done",
+        "_feed",
+        "_reauthenticating",
+    )
+
     def __init__(
         self,
         gw: GatewayState,
@@ -132,7 +160,6 @@ class EventStream:
         self._dropped = False
         self._source_done = False
         self._feed: Feed | None = None
-        self._expiry: asyncio.TimerHandle | None = None
         self._reauthenticating = False
 
     def stop(self) -> None:
@@ -211,16 +238,13 @@ class EventStream:
     def _watch_grant(self) -> None:
         if self.expires_at is None:
             return
-        self._expiry = self.gw.grants.watch(self, self.jtis, self.expires_at)
+        self.gw.grants.watch(self, self.jtis, self.expires_at)
         # Revoked between the request's check and now (the open awaited the runtime meanwhile).
         if any(self.gw.auth.revocations.is_revoked(j) for j in self.jtis):
             self.reauthenticate("revoked")
 
     def _unwatch_grant(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        self.gw.grants.forget(self, self.jtis)
+        self.gw.grants.forget(self, self.jtis, self.expires_at)
 
     def _pending(self) -> int:
         transport = self.request.transport
