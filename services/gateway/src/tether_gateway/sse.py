@@ -344,6 +344,17 @@ def _cap_send_buffer(request: web.Request, budget: int) -> None:
         log.debug("could not cap the SSE socket's send buffer")
 
 
+def _drop_keepalive_timer(request: web.Request) -> None:
+    """aiohttp arms a keep-alive timer when a connection opens (against one that never sends a
+    request); while a handler runs it does nothing when it fires, and it is re-armed after the
+    response if the connection stays open. A stream can last hours: cancel it now (~0.5 KiB
+    per idle stream). `keep_alive(True)` leaves the mode as it is during a handler (aiohttp
+    sets it from the response when the handler returns) and cancels the timer."""
+    protocol = request.protocol
+    if protocol is not None:
+        protocol.keep_alive(True)
+
+
 async def stream_response(
     request: web.Request,
     gw: GatewayState,
@@ -370,6 +381,7 @@ async def stream_response(
         resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
         await resp.prepare(request)
+        _drop_keepalive_timer(request)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
