@@ -110,21 +110,22 @@ class Stream:
 async def test_streams_end_at_expiry_or_on_revocation_of_any_of_their_tokens() -> None:
     grants = StreamGrants(leeway_s=0)
     expiring, revoked, other = Stream(), Stream(), Stream()
-    timers = [
-        grants.watch(expiring, ("e",), time.time() + 0.1),
-        grants.watch(revoked, ("stream-jti", "session-jti"), time.time() + 60),
-        grants.watch(other, ("o",), time.time() + 60),
-    ]
+    soon, later = time.time() + 0.1, time.time() + 60
+    grants.watch(expiring, ("e",), soon)
+    grants.watch(revoked, ("stream-jti", "session-jti"), later)
+    grants.watch(other, ("o",), later)
+    assert grants.timers() == 2  # one per distinct expiry, shared by its streams
     grants.revoked("session-jti")  # the login a stream token was minted with
     await asyncio.sleep(0.3)
     assert expiring.reasons == ["expired"]
     assert revoked.reasons == ["revoked"]
     assert other.reasons == []
-    for t in timers:
-        t.cancel()
-    grants.forget(revoked, ("stream-jti", "session-jti"))
-    grants.forget(other, ("o",))
-    grants.forget(expiring, ("e",))
+    assert grants.timers() == 1  # the expired one is gone
+    grants.forget(revoked, ("stream-jti", "session-jti"), later)
+    assert grants.timers() == 1  # `other` still waits on it
+    grants.forget(other, ("o",), later)
+    assert grants.timers() == 0  # its last stream left: the timer is cancelled
+    grants.forget(expiring, ("e",), soon)
     assert len(grants) == 0
     assert reauthenticate_frame("revoked") == (
         b'event: reauthenticate\ndata: {"type":"reauthenticate","reason":"revoked"}\n\n'

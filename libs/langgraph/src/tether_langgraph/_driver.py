@@ -36,6 +36,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from langchain_core.messages import AIMessage, AIMessageChunk
 from tether_sdk import Limits
 
 from tether_langgraph._checkpointer import checkpointer_for, lease_lost_type
@@ -133,7 +134,10 @@ class GraphRun:
             async for mode, chunk in self.graph.astream(
                 graph_input, self.config, stream_mode=STREAM_MODES, durability="sync"
             ):
-                await self._on(mode, chunk)
+                if mode == "messages":  # per token: one call, no other dispatch
+                    await self._message(*chunk)
+                else:
+                    await self._on(mode, chunk)
         except Exception as err:
             if lost is not None and isinstance(err, lost):
                 self.host.lease_lost()  # a checkpoint write after a takeover: a zombie
@@ -178,8 +182,7 @@ class GraphRun:
 
     async def _on(self, mode: str, chunk: Any) -> None:
         if mode == "messages":
-            message, meta = chunk
-            await self._message(message, meta if isinstance(meta, dict) else {})
+            await self._message(*chunk)
         elif mode == "updates":
             finished = False
             for node, update in (chunk or {}).items():
@@ -207,18 +210,23 @@ class GraphRun:
         self._reshown = False
         return self._step + 1
 
-    async def _message(self, message: Any, meta: dict[str, Any]) -> None:
-        from langchain_core.messages import AIMessage, AIMessageChunk
-
-        if not isinstance(message, AIMessage | AIMessageChunk):
-            return
-        if not isinstance(message, AIMessageChunk) and message.id in self._streamed_ids:
-            return  # its chunks were streamed
-        if message.id:
-            self._streamed_ids.add(message.id)
+    async def _message(self, message: Any, meta: Any) -> None:
+        """One item of the `messages` stream: a token's chunk, or a whole message. Runs per
+        token: the chunk's class is checked first (the common case), the metadata read once."""
+        kind = type(message)
+        if kind is not _AI_CHUNK:
+            if not isinstance(message, _AI_TYPES):
+                return
+            if not isinstance(message, _AI_CHUNK) and message.id in self._streamed_ids:
+                return  # its chunks were streamed
+        message_id = message.id
+        if message_id:
+            self._streamed_ids.add(message_id)
+        if not isinstance(meta, dict):
+            meta = {}
         await self.host.text(
             _text(message.content),
-            message_id=str(message.id or ""),
+            message_id=str(message_id or ""),
             node=str(meta.get("langgraph_node") or ""),
             namespace=str(meta.get("langgraph_checkpoint_ns") or ""),
         )
@@ -271,6 +279,10 @@ class GraphRun:
         return ""
 
 
+# The `messages` stream's AI messages: a token's chunk (AIMessageChunk, checked first) or a
+# whole message (an AIMessage a node returned without streaming it).
+_AI_CHUNK = AIMessageChunk
+_AI_TYPES = (AIMessage, AIMessageChunk)
 _PROGRESS_KEYS = frozenset({"progress", "fraction", "text"})
 # Keys of an `updates` chunk that are no node: the step's interrupts, and LangGraph's metadata
 # ({"cached": True} on the updates of a step's finished nodes, re-sent when it continues).

@@ -92,6 +92,34 @@ class EventStream:
     not a run's: a coroutine that feeds it (`offer`) and ends it by returning; it should stop
     once `client_gone()` (the writer notices only at its next write, a heartbeat at most)."""
 
+    # Thousands of idle streams: no per-instance dict.
+    __slots__ = (
+        "gw",
+        "request",
+        "resp",
+        "run_id",
+        "token",
+        "after",
+        "started",
+        "head",
+        "ended",
+        "expires_at",
+        "jtis",
+        "source",
+        "heartbeat",
+        "retry_end",
+        "limit",
+        "_chunks",
+        "_queued",
+        "_events",
+        "_waiter",
+        "_stopping",
+        "_dropped",
+        "_source_done",
+        "_feed",
+        "_reauthenticating",
+    )
+
     def __init__(
         self,
         gw: GatewayState,
@@ -132,7 +160,6 @@ class EventStream:
         self._dropped = False
         self._source_done = False
         self._feed: Feed | None = None
-        self._expiry: asyncio.TimerHandle | None = None
         self._reauthenticating = False
 
     def stop(self) -> None:
@@ -211,16 +238,13 @@ class EventStream:
     def _watch_grant(self) -> None:
         if self.expires_at is None:
             return
-        self._expiry = self.gw.grants.watch(self, self.jtis, self.expires_at)
+        self.gw.grants.watch(self, self.jtis, self.expires_at)
         # Revoked between the request's check and now (the open awaited the runtime meanwhile).
         if any(self.gw.auth.revocations.is_revoked(j) for j in self.jtis):
             self.reauthenticate("revoked")
 
     def _unwatch_grant(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        self.gw.grants.forget(self, self.jtis)
+        self.gw.grants.forget(self, self.jtis, self.expires_at)
 
     def _pending(self) -> int:
         transport = self.request.transport
@@ -320,6 +344,17 @@ def _cap_send_buffer(request: web.Request, budget: int) -> None:
         log.debug("could not cap the SSE socket's send buffer")
 
 
+def _drop_keepalive_timer(request: web.Request) -> None:
+    """aiohttp arms a keep-alive timer when a connection opens (against one that never sends a
+    request); while a handler runs it does nothing when it fires, and it is re-armed after the
+    response if the connection stays open. A stream can last hours: cancel it now (~0.5 KiB
+    per idle stream). `keep_alive(True)` leaves the mode as it is during a handler (aiohttp
+    sets it from the response when the handler returns) and cancels the timer."""
+    protocol = request.protocol
+    if protocol is not None:
+        protocol.keep_alive(True)
+
+
 async def stream_response(
     request: web.Request,
     gw: GatewayState,
@@ -346,6 +381,7 @@ async def stream_response(
         resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
         await resp.prepare(request)
+        _drop_keepalive_timer(request)
     except BaseException:
         await gw.slots.release(gw.redis, slot)
         raise
