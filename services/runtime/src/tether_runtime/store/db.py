@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import Awaitable, Callable
@@ -54,28 +55,32 @@ COLLISION_BACKOFF = Backoff(0.02, jitter=(0.2, 1.0))
 
 
 async def retrying(
-    pool: asyncpg.Pool,
+    db: asyncpg.Pool | asyncpg.Connection,
     fn: Callable[[asyncpg.Connection], Awaitable[T]],
     attempts: int = 5,
     *,
     transaction: bool = True,
+    retryable: tuple[type[BaseException], ...] = RETRYABLE,
+    backoff: Backoff = COLLISION_BACKOFF,
 ) -> T:
     """`fn(conn)` in a transaction of its own, run again from the start when Postgres aborts it
-    for a deadlock or a serialization failure, after a short jittered wait (so two requests that
-    collided do not collide again in step). `fn` must have no effect outside the transaction
-    (publish after it returns). The last attempt's error propagates. `transaction=False`: `fn`
-    is one statement, atomic on its own (no BEGIN and COMMIT round trips)."""
+    for a deadlock or a serialization failure (or whatever `retryable` names), after a short
+    jittered wait (so two requests that collided do not collide again in step). `fn` must have
+    no effect outside the transaction (publish after it returns). The last attempt's error
+    propagates. `transaction=False`: `fn` is one statement, atomic on its own (no BEGIN and
+    COMMIT round trips). `db`: a pool (a connection from it per attempt) or one connection."""
     for attempt in range(1, attempts + 1):
         try:
-            async with pool.acquire() as conn:
+            held = db.acquire() if isinstance(db, asyncpg.Pool) else contextlib.nullcontext(db)
+            async with held as conn:
                 if not transaction:
                     return await fn(conn)
                 async with conn.transaction():
                     return await fn(conn)
-        except RETRYABLE:
+        except retryable:
             if attempt >= attempts:
                 raise
-            await asyncio.sleep(COLLISION_BACKOFF.delay(attempt))
+            await asyncio.sleep(backoff.delay(attempt))
     raise AssertionError("unreachable")  # the loop returns or raises
 
 

@@ -10,12 +10,25 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 
 import asyncpg
+from tether_common.backoff import Backoff
 
-from tether_runtime.store.db import connect
+from tether_runtime.store.db import RETRYABLE, connect, retrying
 
 log = logging.getLogger(__name__)
 
 _LOCK_ID = 0x7E74E5  # one constant advisory lock for "migrating tether"
+
+# Migrations run while the previous release's pods serve (README, "Upgrading": expand). A
+# statement that needs a strong lock (ALTER TABLE, CREATE TRIGGER) waits for the transactions
+# holding a weaker one, and every statement of the fleet queues behind it meanwhile: a lock it
+# cannot get within LOCK_TIMEOUT ends the attempt instead, and the migration is tried again from
+# the start, as it is when it deadlocks with the fleet's own writes (seen: 0021 against 170 runs
+# in flight, tests/integration/chaos/test_chaos_rolling_upgrade.py at full size). About two
+# minutes of attempts in all before the error is the operator's.
+LOCK_TIMEOUT = "2s"
+LIVE_FLEET_RETRYABLE = (*RETRYABLE, asyncpg.exceptions.LockNotAvailableError)
+LIVE_FLEET_ATTEMPTS = 40
+LIVE_FLEET_BACKOFF = Backoff(0.2, cap_s=2.0, jitter=(0.5, 1.0))
 
 Migration = tuple[int, str, str]
 
@@ -81,9 +94,13 @@ async def migrate(dsn: str, agents: Sequence[tuple[str, str]] = ()) -> list[str]
 
 async def _apply(conn: asyncpg.Connection, agent: str, version: int, name: str, sql: str) -> bool:
     """Apply one migration (Tether's when `agent` is empty) unless it is applied already; the
-    check and the migration hold the lock together, so another pod waits, then sees it done."""
-    async with conn.transaction():
+    check and the migration hold the lock together, so another pod waits, then sees it done.
+    A lock not had within LOCK_TIMEOUT, or a deadlock with the live fleet, rolls the attempt
+    back whole and tries again."""
+
+    async def once(conn: asyncpg.Connection) -> bool:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_ID)
+        await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         if agent:
             done = await conn.fetchval(
                 "SELECT 1 FROM agent_migration WHERE agent = $1 AND version = $2", agent, version
@@ -104,7 +121,15 @@ async def _apply(conn: asyncpg.Connection, agent: str, version: int, name: str, 
             await conn.execute(
                 "INSERT INTO schema_migration (version, name) VALUES ($1, $2)", version, name
             )
-    return True
+        return True
+
+    return await retrying(
+        conn,
+        once,
+        LIVE_FLEET_ATTEMPTS,
+        retryable=LIVE_FLEET_RETRYABLE,
+        backoff=LIVE_FLEET_BACKOFF,
+    )
 
 
 async def pending(dsn: str, agents: Sequence[tuple[str, str]] = ()) -> list[str]:
