@@ -140,3 +140,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", doc["title"])
         for line in reports.render(doc):
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def netns_required() -> None:
+    """The network-fault tests need root, `ip` and `nft` (`make test` installs nftables): on a
+    machine without them they fail saying what is missing, never skip."""
+    from tether_testkit.netns import available
+
+    why = available()
+    if why:
+        pytest.fail(f"this test puts processes on network namespaces of their own: {why}")

@@ -10,12 +10,12 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from tether_testkit.netns import Host, Net, available
+from tether_testkit.netns import Host, Net
 
 pytestmark = [
     pytest.mark.process,
     pytest.mark.timeout(90),
-    pytest.mark.skipif(bool(available()), reason=available() or "-"),
+    pytest.mark.usefixtures("netns_required"),
 ]
 
 # Connects to host:port, sends a line and prints the echo, or "timeout"/"refused".

@@ -30,7 +30,8 @@ def _ip(*args: str, ns: str = "") -> str:
 
 
 def available() -> str:
-    """Why this machine cannot make these networks ('' if it can)."""
+    """Why this machine cannot make these networks ('' if it can): the tests that need them fail
+    with it (fixture `netns_required`), never skip."""
     if os.geteuid() != 0:
         return "network namespaces need root"
     for tool in ("ip", "nft"):

@@ -108,6 +108,17 @@ def render() -> str:
     return "\n".join(out)
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """A fault marked `chaos_full` runs only at the full scale (`make chaos`); at the fast scale
+    (`make test`) it is deselected, so no test of the suite shows as skipped."""
+    if SCALE == "full":
+        return
+    dropped = [item for item in items if item.get_closest_marker("chaos_full")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not item.get_closest_marker("chaos_full")]
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _ROWS:
         return

@@ -12,22 +12,21 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tether_testkit.netns import available
 
-from chaos.kit import FULL, Procs, size
+from chaos.kit import Procs, size
 from chaos.topology import GRPC_PORT, Cluster, FaultResult, failed_after, run_fault
 
 pytestmark = [
     pytest.mark.chaos,
     pytest.mark.slow,
     pytest.mark.timeout(size(180, 500)),
-    pytest.mark.skipif(bool(available()), reason=available() or "-"),
+    pytest.mark.usefixtures("netns_required"),
 ]
 
 # `make test` runs the faults whose fixes they guard and the one-way and half-open Postgres
 # cases (each about 20 s on a quiet machine: three processes started cold in their namespaces);
 # `make chaos` runs them all.
-full_only = pytest.mark.skipif(not FULL, reason="make chaos only (TETHER_CHAOS_SCALE=full)")
+full_only = pytest.mark.chaos_full  # deselected at the fast scale (chaos/conftest.py)
 
 N_STREAM = size(3, 12)
 N_WRITE = size(2, 6)

@@ -11,7 +11,6 @@ import time
 
 import asyncpg
 import pytest
-from tether_testkit.netns import available
 
 from chaos.kit import Procs, http_session, size, wait_for
 from chaos.topology import (
@@ -29,7 +28,7 @@ pytestmark = [
     pytest.mark.chaos,
     pytest.mark.slow,
     pytest.mark.timeout(size(150, 400)),
-    pytest.mark.skipif(bool(available()), reason=available() or "-"),
+    pytest.mark.usefixtures("netns_required"),
 ]
 
 N_STREAM = size(3, 12)
