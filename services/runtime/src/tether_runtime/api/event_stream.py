@@ -46,7 +46,13 @@ class EventStream:
         """Centrifugo's positioning check, batched: once per interval ONE query reads the last
         sequence of every run this process streams quietly; a stream behind it (a lost publish,
         even of the last event) is nudged to fill from Postgres. Cost: one query per process per
-        interval, whatever the number of streams."""
+        interval, whatever the number of streams.
+
+        It is the only thing that finds a lost *last* publish, for every stream of the process,
+        and nothing restarts it before another stream opens: a failed round is logged and
+        skipped, never the end of the task (an error outside STORE_DOWN, e.g. a lock timeout,
+        once ended it silently, and every open stream then waited forever
+        for its run's last events)."""
         while True:
             await asyncio.sleep(self.quiet_check_s)
             cutoff = time.monotonic() - self.quiet_check_s
@@ -58,6 +64,11 @@ class EventStream:
                     latest = await runs.last_sequences(conn, {s.run_id for s in quiet})
             except STORE_DOWN as err:
                 log.warning("positioning check skipped: %s", err)
+                continue
+            except Exception:
+                log.exception(
+                    "positioning check failed; checking again in %.1fs", self.quiet_check_s
+                )
                 continue
             for sub in quiet:
                 if latest.get(sub.run_id, 0) > sub.position:
