@@ -22,6 +22,7 @@ from tether_testkit.sse import SseReader
 
 SERVICE = "/tether.runtime.v1.RuntimeService/"
 STREAMING = {SERVICE + "StreamRunEvents", SERVICE + "StartRunAndStreamEvents"}
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 FORWARDED_METADATA = ("authorization", "traceparent", "tracestate")
 
 
@@ -38,8 +39,10 @@ class CountingProxy(grpc.GenericRpcHandler):
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = details.method  # type: ignore[attr-defined]
         self.calls[method.removeprefix(SERVICE)] += 1
-        if method in self.refuse:
-            return None  # grpc answers UNIMPLEMENTED
+        if method in self.refuse or method == HEALTH_WATCH:
+            # grpc answers UNIMPLEMENTED; to the gateway channel's health watch
+            # (tether_client.channel) that means "no health service: treat it as healthy".
+            return None
         if method in STREAMING:
             return grpc.unary_stream_rpc_method_handler(self._streaming(method))
         return grpc.unary_unary_rpc_method_handler(self._unary(method))

@@ -355,29 +355,12 @@ def _agent(spec: str, env: dict[str, str]) -> Agent:
     return found[name]
 
 
-async def _with_mcp_tools(agent: Agent, env: dict[str, str]) -> Agent:
-    """The agent with its MCP servers' tools, listed as a runtime lists them (the operator's
-    overrides applied), the servers closed again: each case's runtimes connect their own."""
-    if not agent.mcp_servers:
-        return agent
-    from tether_runtime.engine.loaded_agent import LoadedAgent
-    from tether_runtime.engine.mcp.hub import MCPHub, load_overrides
-
-    hub = MCPHub(load_overrides(Settings.from_env(env).mcp_overrides))
-    loaded = LoadedAgent(agent, "tether conformance", agent.model)  # type: ignore[arg-type]
-    try:
-        await hub.attach(loaded)
-    finally:
-        await hub.close()
-    return loaded.agent
-
-
 async def _main(opts: Options) -> int:
     env = scrub(dict(opts.env))
-    from tether_runtime.engine.mcp.hub import tool_origins
+    from tether_runtime.engine.agents import mcp_tool_names, with_mcp_tools
 
-    agent = await _with_mcp_tools(_agent(opts.agent, env), env)
-    mcp = set(tool_origins(agent))
+    agent = await with_mcp_tools(_agent(opts.agent, env), Settings.from_env(env))
+    mcp = mcp_tool_names(agent)
     work = tempfile.mkdtemp(prefix="tether-conformance-")
     rows: list[Row] = []
     missing: list[str] = []

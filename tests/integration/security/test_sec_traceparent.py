@@ -21,6 +21,7 @@ from tether_testkit.processes import Proc, free_port, start_gateway, start_runti
 from tether_testkit.security import bearer, new_user
 
 LIST = "/tether.runtime.v1.RuntimeService/ListConversations"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 
 
 class RecordingProxy(grpc.GenericRpcHandler):
@@ -32,8 +33,10 @@ class RecordingProxy(grpc.GenericRpcHandler):
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = details.method  # type: ignore[attr-defined]
-        if method.endswith("Events"):
-            return None  # streams are not needed here
+        if method.endswith("Events") or method == HEALTH_WATCH:
+            # Streams are not needed here. The gateway's channel watches each runtime's health
+            # (tether_client.channel); UNIMPLEMENTED makes gRPC treat the proxy as healthy.
+            return None
 
         async def call(request: bytes, context: Any) -> bytes:
             md = tuple(context.invocation_metadata() or ())

@@ -196,6 +196,26 @@ class AgentRegistry:
         return out
 
 
+async def with_mcp_tools(agent: Agent, settings: Settings) -> Agent:
+    """The agent with its MCP servers' tools listed as a runtime lists them (the operator's
+    overrides applied), the servers closed again (`tether conformance`: each case's runtimes
+    connect their own)."""
+    if not agent.mcp_servers:
+        return agent
+    hub = MCPHub(load_overrides(settings.mcp_overrides))
+    loaded = LoadedAgent(agent, "tether conformance", agent.model)  # type: ignore[arg-type]
+    try:
+        await hub.attach(loaded)
+    finally:
+        await hub.close()
+    return loaded.agent
+
+
+def mcp_tool_names(agent: Agent) -> set[str]:
+    """The names of the agent's tools that come from its MCP servers."""
+    return set(tool_origins(agent))
+
+
 def view_of(agent: Agent) -> AgentView:
     # A graph agent describes its graph's schemas itself (tether_langgraph.GraphAgent.json_schemas).
     schemas = getattr(agent, "json_schemas", None)
