@@ -33,12 +33,14 @@ async def tables(database_url: str) -> AsyncIterator[tuple[str, str, str]]:
         await conn.close()
 
 
-async def _granted(conn: asyncpg.Connection, table: str, mode: str) -> bool:
+async def _locks(conn: asyncpg.Connection, table: str, mode: str, *, granted: bool) -> bool:
     return bool(
         await conn.fetchval(
-            "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND mode = $2 AND granted",
+            "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND mode = $2"
+            " AND granted = $3",
             table,
             mode,
+            granted,
         )
     )
 
@@ -50,16 +52,24 @@ async def test_a_migration_that_deadlocks_with_a_pod_is_tried_again(
     sql = f"ALTER TABLE {a} ADD COLUMN x int; ALTER TABLE {b} ADD COLUMN x int;"
     pod, migrator, watcher = [await connect(database_url) for _ in range(3)]
     try:
+        # Postgres ends the transaction whose deadlock check runs first: the pod's runs only
+        # after 10 s of waiting, the migration's after the default 1 s, so the cycle below is
+        # always broken on the migration's side, whatever the machine's load.
+        await pod.execute("SET deadlock_timeout = '10s'")
         pod_tx = pod.transaction()
         await pod_tx.start()
         await pod.execute(f"INSERT INTO {b} VALUES (1)")  # a pod's write holds b
         applying = asyncio.create_task(migrations._apply(migrator, agent, 1, "0001_x.sql", sql))
         deadline = time.monotonic() + 30
-        while not await _granted(watcher, a, "AccessExclusiveLock"):  # the migration holds a
+        # The migration holds a and waits for b (behind the pod's write).
+        while not (
+            await _locks(watcher, a, "AccessExclusiveLock", granted=True)
+            and await _locks(watcher, b, "AccessExclusiveLock", granted=False)
+        ):
             assert time.monotonic() < deadline and not applying.done(), "the migration never ran"
             await asyncio.sleep(0.02)
-        # The pod now writes a: a cycle. Postgres ends the migration's transaction (it has
-        # waited longest); before, that failed `tether migrate` with DeadlockDetectedError.
+        # The pod now writes a: a cycle. Postgres ends the migration's transaction; before, that
+        # failed `tether migrate` with DeadlockDetectedError.
         await pod.execute(f"INSERT INTO {a} VALUES (1)")
         await pod_tx.commit()
         assert await asyncio.wait_for(applying, 60) is True
@@ -75,6 +85,9 @@ async def test_a_migration_that_deadlocks_with_a_pod_is_tried_again(
             == 1
         )
     finally:
+        if "applying" in locals():
+            applying.cancel()
+            await asyncio.gather(applying, return_exceptions=True)
         for c in (pod, migrator, watcher):
             await c.close()
 
@@ -107,5 +120,8 @@ async def test_a_migration_waits_for_its_lock_only_briefly_then_tries_again(
         assert await asyncio.wait_for(applying, 60) is True
         assert stuck < 10, f"a pod's write waited {stuck:.1f}s behind the migration"
     finally:
+        if "applying" in locals():
+            applying.cancel()
+            await asyncio.gather(applying, return_exceptions=True)
         for c in (pod, migrator, other):
             await c.close()
