@@ -10,7 +10,15 @@ import pytest
 from chaos import soak
 from chaos.kit import Procs
 
-pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(600)]
+# A minute of the soak, in `make chaos` (not `make test`: it would cost a minute of its wall
+# clock); `make soak` is the real one, and test_soak_verdict.py checks the verdict's fit.
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.slow,
+    pytest.mark.chaos,
+    pytest.mark.chaos_full,
+    pytest.mark.timeout(600),
+]
 
 
 async def test_a_short_soak_runs_clean(private_env: dict[str, str], procs: Procs) -> None:
