@@ -81,8 +81,8 @@ test-deps:
 	@$(CURDIR)/.ci/ensure_test_deps
 
 # Three pytest workers (pytest-xdist), a test file each at a time, on 2 cores: while one waits on
-# the processes it started (a lease to expire, a browser, a kill), the others have the CPU. 1,593
-# tests: 6.6 min in three here (quiet). Each worker is its own session: its
+# the processes it started (a lease to expire, a browser, a kill), the others have the CPU. 1,663
+# tests: 9.3 min in three here (quiet). Each worker is its own session: its
 # own fresh database and shared runtime.
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 2

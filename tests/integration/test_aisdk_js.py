@@ -194,9 +194,10 @@ CONTINUATION = Path(__file__).parent / "js" / "aisdk_continuation_resume.mjs"
 
 @pytest.fixture(scope="module")
 def slow_stack(base_env: dict[str, str], database_url: str) -> Iterator[tuple[str, str]]:
-    """A runtime whose words come a second apart: a continuation's few words (`Done: restarted
-    …`) then outlast a cut and a resume on a loaded machine; and two gateways."""
-    env = {**base_env, "TETHER_SCRIPTED_DELAY_S": "1.0"}
+    """A runtime whose words come 2.5 s apart: a continuation's few words (`Done: restarted
+    …`) then outlast a cut and a resume on a loaded machine (1 s apart, a CI run's resume came
+    after the turn had ended: 204); and two gateways."""
+    env = {**base_env, "TETHER_SCRIPTED_DELAY_S": "2.5"}
     procs: list[Proc] = [start_runtime(env, name="runtime-aisdk-slow")]
     procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-a"))
     procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-b"))

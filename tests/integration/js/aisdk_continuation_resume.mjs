@@ -162,6 +162,7 @@ out.resumed = {
   text: textOf(m),
 };
 out.whole = { status: whole.status, ids: whole.events.map((e) => e.id), data: whole.events.map((e) => e.data) };
+check(whole.status === 200 && whole.events.length > 0, `the turn was still active at the resume: ${whole.status}`);
 
 // Last-Event-ID on pod B at cut points inside the continuation: exactly the tail.
 const n = whole.events.length;
