@@ -11,6 +11,7 @@ input, a clear 4xx that changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from tether_common.auth import issue_token
+from tether_testkit import stores
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.node import run_node
 from tether_testkit.processes import Proc, start_gateway, start_runtime
@@ -193,24 +196,37 @@ CONTINUATION = Path(__file__).parent / "js" / "aisdk_continuation_resume.mjs"
 
 
 @pytest.fixture(scope="module")
-def slow_stack(base_env: dict[str, str], database_url: str) -> Iterator[tuple[str, str]]:
-    """A runtime whose words come 2.5 s apart: a continuation's few words (`Done: restarted
-    …`) then outlast a cut and a resume on a loaded machine (1 s apart, a CI run's resume came
-    after the turn had ended: 204); and two gateways."""
-    env = {**base_env, "TETHER_SCRIPTED_DELAY_S": "2.5"}
+def slow_stack(admin_dsn: str, base_env: dict[str, str]) -> Iterator[tuple[str, str, str]]:
+    """A runtime whose words come 2.5 s apart, alone on a database of its own (on the session's
+    database the shared runtime, with no delay, claimed the run in CI and the turn ended before
+    the resume: 204), so a continuation's few words (`Done: restarted …`) outlast a cut and a
+    resume on a loaded machine; and two gateways. Yields both gateways and the database."""
+    dsn = asyncio.run(stores.create_fresh_database(admin_dsn))
+    env = {**base_env, "DATABASE_URL": dsn, "TETHER_SCRIPTED_DELAY_S": "2.5"}
     procs: list[Proc] = [start_runtime(env, name="runtime-aisdk-slow")]
-    procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-a"))
-    procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-b"))
-    yield procs[1].addr, procs[2].addr
-    for proc in procs:
-        proc.terminate()
+    try:
+        procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-a"))
+        procs.append(start_gateway(env, procs[0].addr, name="gateway-aisdk-slow-b"))
+        yield procs[1].addr, procs[2].addr, dsn
+    finally:
+        for proc in procs:
+            proc.terminate()
+        asyncio.run(stores.drop_database(admin_dsn, dsn))
 
 
-async def test_a_continuation_cut_mid_answer_resumes_exactly_on_the_other_pod(slow_stack, db):
+async def test_a_continuation_cut_mid_answer_resumes_exactly_on_the_other_pod(slow_stack):
     """The second request of a turn (the approval's, which continues the same assistant message)
     cut after its first words; useChat's resume (GET .../stream) on the other pod brings the
     whole message back: the run's every stretch as one message, each tool part once, the
     answer's words once, in order; Last-Event-ID inside the continuation gives exactly the tail."""
+    db = await asyncpg.connect(slow_stack[2])
+    try:
+        await _continuation(slow_stack, db)
+    finally:
+        await db.close()
+
+
+async def _continuation(slow_stack: tuple[str, str, str], db: Any) -> None:
     service, instance = await abnormal_service(db, prefix="aisdkcont")
     token = issue_token(TEST_SECRET, "alice")
     r = await run_node(str(CONTINUATION), slow_stack[0], slow_stack[1], token, service)
