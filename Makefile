@@ -80,11 +80,12 @@ fmt: .venv/.synced
 test-deps:
 	@$(CURDIR)/.ci/ensure_test_deps
 
-# Three pytest workers (pytest-xdist), a test file each at a time, on 2 cores: while one waits on
-# the processes it started (a lease to expire, a browser, a kill), the others have the CPU. 1,663
-# tests: 9.3 min in three here (quiet). Each worker is its own session: its
-# own fresh database and shared runtime.
-TEST_WORKERS ?= 3
+# Four pytest workers (pytest-xdist), a test file each at a time, on 2 cores: while one waits on
+# the processes it started (a lease to expire, a browser, a kill), the others have the CPU. The
+# files are handed out in the order conftest.py gives (the longest first); xdist's own reordering
+# by number of tests per file is off, since it sent the longest files (few tests each) last.
+# Each worker is its own session: its own fresh database and shared runtime.
+TEST_WORKERS ?= 4
 FAST_WORKERS ?= 2
 # The tests find uv on PATH (test_python_client builds the client's wheel with it): the one this
 # Makefile uses, also the private copy in .tools/uv that a fresh machine gets.
@@ -93,7 +94,7 @@ TEST_PATH := $(dir $(UV)):$(PATH)
 # compiled the repository's own modules again and pytest rewrote every test module's asserts
 # again (its cache is a .pyc); __pycache__ is ignored by git.
 test: test-deps gen node_modules/.installed
-	PYTHONDONTWRITEBYTECODE= PATH="$(TEST_PATH)" $(PY) pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile
+	PYTHONDONTWRITEBYTECODE= PATH="$(TEST_PATH)" $(PY) pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The tests that start no process (every test not marked `process`, outside the integration
 # suites), in two workers: under 90 s here. tether_testkit.no_processes fails any of

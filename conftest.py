@@ -99,24 +99,26 @@ async def private_db(private_env: dict[str, str]) -> AsyncIterator[object]:
     await conn.close()
 
 
-def _weight(item: pytest.Item) -> int:
-    """How early a test's file should start: slow tests first, then the ones that start
+def _weight(item: pytest.Item) -> tuple[int, float]:
+    """How early a test's file should start: slow tests first, the longest of them first (the
+    seconds a file's `slow` mark states, its wall time in `make test`), then the ones that start
     processes, then the rest (quick unit tests fill the end)."""
-    if item.get_closest_marker("slow"):
-        return 0
+    slow = item.get_closest_marker("slow")
+    if slow is not None:
+        return 0, -float(slow.kwargs.get("seconds", 0))
     if item.get_closest_marker("process"):
-        return 1
-    return 2
+        return 1, 0.0
+    return 2, 0.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with slow tests go first. `make test` hands whole files to two workers in
-    collection order, so a slow file collected last ran alone at the end while the other worker
-    sat idle; files keep their own order of tests."""
-    first: dict[str, int] = {}
+    """Files with slow tests go first, the longest first. `make test` hands whole files to its
+    workers in collection order, so a long file collected last ran alone at the end while the
+    other workers sat idle; files keep their own order of tests."""
+    first: dict[str, tuple[int, float]] = {}
     for item in items:
         path = str(item.path)
-        first[path] = min(first.get(path, 2), _weight(item))
+        first[path] = min(first.get(path, (2, 0.0)), _weight(item))
     order = {path: rank for rank, path in enumerate(sorted(first, key=lambda p: first[p]))}
     items.sort(key=lambda item: order[str(item.path)])
 

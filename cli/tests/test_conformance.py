@@ -9,7 +9,7 @@ from tether_testkit.conformance_cli import POINTS
 from tether_testkit.conformance_cli import conformance as _conformance
 from tether_testkit.conformance_cli import table_rows as _rows
 
-pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.process, pytest.mark.slow(seconds=67), pytest.mark.timeout(600)]
 
 
 def test_opspilot_passes_with_one_effect_per_key(admin_dsn: str, redis_url: str) -> None:

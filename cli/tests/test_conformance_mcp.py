@@ -11,7 +11,7 @@ from tether_testkit.conformance_cli import POINTS
 from tether_testkit.conformance_cli import conformance as _conformance
 from tether_testkit.conformance_cli import table_rows as _rows
 
-pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.process, pytest.mark.slow(seconds=61), pytest.mark.timeout(600)]
 
 
 def test_mcp_write_tools_are_exercised_and_a_lying_one_caught(

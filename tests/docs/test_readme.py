@@ -224,7 +224,7 @@ def _command_for(block: Block, scratch: Path, n: int) -> str:
     return ("python " if block.kind == "python" else "node ") + str(path)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=29)
 @pytest.mark.timeout(900)
 @pytest.mark.process  # starts a process: not in test-fast
 def test_every_readme_command_runs_in_order_against_tether_dev(tmp_path: Path) -> None:

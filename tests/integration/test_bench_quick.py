@@ -79,7 +79,7 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=59)
 @pytest.mark.timeout(180)
 def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_path: Path) -> None:
     env = {

@@ -59,7 +59,7 @@ sys.path.insert(0, str(BENCH))
 
 from tether_bench.langgraph_compare import ensure_langgraph_venv  # noqa: E402
 
-pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.process, pytest.mark.slow(seconds=28), pytest.mark.timeout(420)]
 
 GRAPH = "lgcompare"  # Tether's agent name, and the graph id in langgraph dev's langgraph.json
 MODES = ["values", "updates", "messages-tuple", "custom"]

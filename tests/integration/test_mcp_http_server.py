@@ -46,7 +46,7 @@ from tether_testkit.processes import Proc, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import bearer
 
-pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.process, pytest.mark.slow(seconds=26), pytest.mark.timeout(240)]
 
 
 async def _grant(dsn: str) -> None:

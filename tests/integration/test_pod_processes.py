@@ -34,7 +34,7 @@ from tether_testkit.processes import (
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import SseReader
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow(seconds=26), pytest.mark.timeout(180)]
 
 
 def children_of(pid: int) -> set[int]:

@@ -12,7 +12,7 @@ from importlib import resources
 import pytest
 from tether_testkit import releases
 
-pytestmark = [pytest.mark.process, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.process, pytest.mark.slow(seconds=77), pytest.mark.timeout(900)]
 
 
 def _latest_migration() -> str:

@@ -28,7 +28,7 @@ from tether_testkit.inventory import grant_service
 from tether_testkit.processes import Proc, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow(seconds=44), pytest.mark.timeout(180)]
 
 USER = "alice"
 STREAM_N = 400

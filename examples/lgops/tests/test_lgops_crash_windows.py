@@ -30,7 +30,7 @@ from tether_testkit.secrets import TEST_SECRET
 # A runtime loading a graph imports langchain and langgraph: slower to start on a busy machine.
 STARTUP_S = 90
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow(seconds=27), pytest.mark.timeout(180)]
 
 ASK = "checkout is slow, restart it if it is unhealthy"
 FIRST = "Let me check checkout first. "

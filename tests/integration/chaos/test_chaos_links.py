@@ -18,7 +18,7 @@ from chaos.topology import GRPC_PORT, Cluster, FaultResult, failed_after, run_fa
 
 pytestmark = [
     pytest.mark.chaos,
-    pytest.mark.slow,
+    pytest.mark.slow(seconds=53),
     pytest.mark.timeout(size(180, 500)),
     pytest.mark.usefixtures("netns_required"),
 ]

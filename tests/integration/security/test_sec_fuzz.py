@@ -34,6 +34,9 @@ from tether_testkit.processes import Proc, start_gateway
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.security import bearer, concrete_path, new_user
 
+# About 80 s of schemathesis and hypothesis on the worker's CPU, and the live gateway's: the
+# longest file of `make test`, handed out first.
+pytestmark = pytest.mark.slow(seconds=104)
 FUZZ_USER = new_user("fuzz")
 MAX_EXAMPLES = 80  # per operation and mode: the whole fuzz run stays well under a minute
 CHECKS = [
