@@ -154,8 +154,9 @@ class Pod:
             "%s process %d (pid %d) exited with %s after %.1fs; restarting in %.1fs",
             self.service, child.slot, child.proc.pid, code, lived, backoff,
         )  # fmt: skip
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), backoff)
+        with contextlib.suppress(TimeoutError):  # not wait_for: it may swallow a cancel (3.11)
+            async with asyncio.timeout(backoff):
+                await self._stop.wait()
         if self._stop.is_set():
             return False
         await self._spawn(child.slot, quick_deaths=quick)

@@ -218,6 +218,34 @@ async def test_loop_retries_then_dead_letters_an_endpoint_that_always_fails(
     assert len({h["Tether-Event-Id"] for h in seen}) == 1
 
 
+async def test_stop_ends_the_loop_when_a_slot_frees_as_it_cancels(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt that ends (and frees its slot) in the same turn as stop() cancels the loop: on
+    Python 3.11 asyncio.wait_for swallowed that cancel, and the loop claimed on after stop()
+    (a make test run under load hung on stop() for 120 s)."""
+    claims = 0
+    claim = outbox.claim
+
+    async def counted(*args: Any, **kwargs: Any) -> list[outbox.Claimed]:
+        nonlocal claims
+        claims += 1
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(outbox, "claim", counted)
+    loop = DeliveryLoop(pool, WebhookSettings(poll_s=30))
+    await loop.start()
+    async with asyncio.timeout(10):
+        while not loop._freed._waiters:
+            await asyncio.sleep(0.01)  # until the loop has claimed nothing and waits for a slot
+    before = claims
+    loop._freed.set()  # what an attempt's end does, in the same turn as stop()'s cancel
+    async with asyncio.timeout(5):
+        await loop.stop()
+    assert loop._loop_task is not None and loop._loop_task.cancelled()
+    assert claims == before, "the loop claimed again after stop() cancelled it"
+
+
 def _sql_words(sql: str) -> str:
     """SQL without its comments and with every run of whitespace as one space."""
     return " ".join(re.sub(r"--[^\n]*", "", sql).split())

@@ -135,8 +135,12 @@ class Worker:
                     await self._maintain_event_partitions()
             except STORE_ERRORS as err:
                 log.warning("claim loop: database unavailable: %s", err)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.e.settings.poll_interval_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+            # comes in the same turn as the wake (stop() does both); `_stopping` ends the loop
+            # then, but a cancel should not depend on it.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.e.settings.poll_interval_s):
+                    await self.wake.wait()
             self.wake.clear()
 
     def slots_free(self) -> int:

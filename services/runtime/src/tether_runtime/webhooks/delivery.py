@@ -109,9 +109,13 @@ class DeliveryLoop:
             if claimed and len(claimed) == room:
                 continue  # maybe more due: claim again at once
             self._freed.clear()
+            # A freed slot may let an endpoint's next delivery go; else poll. asyncio.timeout,
+            # not wait_for: on Python 3.11, wait_for returns normally when it is cancelled in the
+            # same turn as the event is set (an attempt ending as stop() cancels), and the loop,
+            # which has no other way out, ran on for good and stop() never returned.
             with contextlib.suppress(TimeoutError):
-                # A freed slot may let an endpoint's next delivery go; else poll.
-                await asyncio.wait_for(self._freed.wait(), self.settings.poll_s)
+                async with asyncio.timeout(self.settings.poll_s):
+                    await self._freed.wait()
 
     async def _attempt(self, d: outbox.Claimed) -> None:
         try:
