@@ -29,6 +29,7 @@ from tether_testkit.processes import (
     free_port,
     grpc_serving,
     http_ready,
+    start_gateway,
     start_runtime,
 )
 from tether_testkit.secrets import TEST_SECRET
@@ -193,6 +194,29 @@ async def test_a_child_refusing_its_configuration_stops_the_pod(
     assert code == 2, pod.log()[-4000:]
     assert "refused its configuration" in pod.log()
     assert "restarting in" not in pod.log()
+
+
+@pytest.mark.parametrize("service", ["runtime", "gateway"])
+async def test_a_lone_process_on_a_port_in_use_fails_to_start(
+    service: str, runtime: Proc, base_env: dict[str, str], pods: list[Proc]
+) -> None:
+    """Only a pod's children share a port (TETHER_SHARED_PORT, set by the supervisor). A lone
+    runtime or gateway started on the address of a running one exits, instead of binding beside
+    it with SO_REUSEPORT and silently taking part of its connections (two test servers that
+    drew the same free port once split each other's calls: a README run saw "invalid token")."""
+    holder = runtime if service == "runtime" else start_gateway(base_env, runtime.addr)
+    try:
+        taken = holder.addr.removeprefix("http://")
+        key = "TETHER_GRPC_ADDR" if service == "runtime" else "TETHER_HTTP_ADDR"
+        env = {**base_env, key: taken, "TETHER_RUNTIME_TARGET": runtime.addr}
+        proc = start_pod(service, 1, env, taken)
+        pods.append(proc)
+        code = await asyncio.to_thread(proc.popen.wait, 60)
+        assert code != 0, proc.log()[-4000:]
+        assert grpc_serving(runtime.addr) and (holder is runtime or http_ready(holder.addr))
+    finally:
+        if holder is not runtime:
+            holder.terminate()
 
 
 def _headers(**extra: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ Every child binds the same listen address: gRPC sets SO_REUSEPORT (made explicit
 server_options), the gateway's site asks for it; the kernel spreads new connections over the
 listening processes. The supervisor owns no socket of the API, it only:
 
-- starts the children, each with TETHER_PROCESSES=1 and, when the pod serves metrics, a private
+- starts the children, each with TETHER_PROCESSES=1 and TETHER_SHARED_PORT=1 (a lone process
+  binds its port alone) and, when the pod serves metrics, a private
   loopback metrics port that pod_metrics merges onto TETHER_METRICS_ADDR;
 - restarts a child that dies, after a backoff that doubles (0.5 s up to 30 s); a child that
   exits with the configuration-refused code (2), or dies MAX_QUICK_DEATHS times in a row within
@@ -102,7 +103,7 @@ class Pod:
             await metrics.stop()
 
     async def _spawn(self, slot: int, *, quick_deaths: int) -> None:
-        env = {**os.environ, "TETHER_PROCESSES": "1"}
+        env = {**os.environ, "TETHER_PROCESSES": "1", "TETHER_SHARED_PORT": "1"}
         if self.metrics_addrs:
             env["TETHER_METRICS_ADDR"] = self.metrics_addrs[slot]
         proc = await asyncio.create_subprocess_exec(

@@ -36,7 +36,7 @@ from tether_testkit.security import bearer, concrete_path, new_user
 
 # About 80 s of schemathesis and hypothesis on the worker's CPU, and the live gateway's: the
 # longest file of `make test`, handed out first.
-pytestmark = pytest.mark.slow(seconds=104)
+pytestmark = [pytest.mark.slow(seconds=104), pytest.mark.timeout(300)]
 FUZZ_USER = new_user("fuzz")
 MAX_EXAMPLES = 80  # per operation and mode: the whole fuzz run stays well under a minute
 CHECKS = [

@@ -239,6 +239,10 @@ class Settings(BaseSettings):
     # `tether runtime` / `tether gateway`: processes behind the one port (SO_REUSEPORT), under
     # one supervisor (tether_cli/pod.py); 1 is a single process and no supervisor.
     processes: int = 1
+    # Bind the listen address with SO_REUSEPORT, beside the other processes of a
+    # `--processes N` pod (its supervisor sets this for its children). Off, a second process
+    # on a port in use fails to start instead of silently taking part of its connections.
+    shared_port: bool = False
     # `tether runtime` / `tether gateway`: run on uvloop (off: asyncio's own loop; tether_common.event_loop).
     uvloop: bool = True
     # --- webhook delivery (README, "Webhooks"; tether_runtime.webhooks.settings) ---

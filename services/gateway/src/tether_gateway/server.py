@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import time
 
 from aiohttp import web
@@ -56,6 +57,8 @@ async def run_server(settings: Settings) -> None:
         for problem in service_identity.production_problems(settings):
             log.warning("%s", problem)
     setup_tracing(settings.service_name or "tether-gateway")  # OTEL_SERVICE_NAME
+    host, port = split_addr(settings.http_addr)
+    sock = bind_api(host, port, shared=settings.shared_port)
     app = create_app(settings)
     # Handlers still running when the grace period ends are cancelled by the runner.
     runner = web.AppRunner(
@@ -65,10 +68,7 @@ async def run_server(settings: Settings) -> None:
         access_log_class=access_log_class(settings.access_log_sample),
     )
     await runner.setup()
-    host, port = split_addr(settings.http_addr)
-    # SO_REUSEPORT: `--processes N` runs N gateways on this port (tether_cli/pod.py), the
-    # kernel spreading new connections over them (as gRPC does for the runtime by default).
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=True)
+    site = web.SockSite(runner, sock, backlog=1024)
     await site.start()
     metrics_runner = await _serve_metrics(app, settings.metrics_addr)
     freeze_startup_objects()
@@ -93,6 +93,25 @@ async def run_server(settings: Settings) -> None:
     if metrics_runner is not None:
         await metrics_runner.cleanup()
     log.info("gateway stopped after %.2fs of drain", time.monotonic() - began)
+
+
+def bind_api(host: str, port: int, *, shared: bool) -> socket.socket:
+    """The API's socket, bound before anything starts (not yet listening: a client is refused
+    until the gateway serves). `shared` (TETHER_SHARED_PORT): SO_REUSEPORT, for a `--processes
+    N` pod's children (tether_cli/pod.py), the kernel spreading new connections over them.
+    Otherwise a port in use stops the gateway here, before it opened a channel or a task (a
+    lone gateway once bound beside another with SO_REUSEPORT and took part of its connections)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise UnsafeSettings(f"TETHER_HTTP_ADDR {host}:{port}: {err.strerror}") from None
+    sock.setblocking(False)
+    return sock
 
 
 async def _serve_metrics(app: web.Application, addr: str) -> web.AppRunner | None:

@@ -56,9 +56,10 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_connection_age_ms", int(age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(settings.drain_s * 1000)),
-        # gRPC's default on Linux, made explicit: `--processes N` runs N servers on one port
-        # (tether_cli/pod.py) and the kernel spreads new connections over them.
-        ("grpc.so_reuseport", 1),
+        # gRPC's default on Linux is on. Only a `--processes N` pod's children share a port
+        # (tether_cli/pod.py: the kernel spreads new connections over them); a lone runtime
+        # binding a port in use fails, rather than taking some of another server's calls.
+        ("grpc.so_reuseport", int(settings.shared_port)),
     ]
 
 
@@ -71,7 +72,14 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     log.info(
         "runtime starting", extra={"settings": settings.public_view(), "webhooks": asdict(hooks)}
     )
-    # Agents first: a misconfigured agent stops the pod before it touches a store.
+    verifier = TokenVerifier.from_settings(settings)
+    server = grpc.aio.server(
+        options=server_options(settings), interceptors=[RuntimeInterceptor(verifier)]
+    )
+    # The API address first: a port in use stops the pod before it opened a store or a task
+    # (connections wait in the backlog until the server starts).
+    port = listen(server, settings, tls)
+    # Agents next: a misconfigured agent stops the pod before it touches a store.
     agents = AgentRegistry.load(settings)
     log.info(
         "agents loaded",
@@ -99,20 +107,15 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
     idempotency.configure(settings.idempotency_ttl_s)
     engine = Engine(pool, bus, settings, gate, agents)
-    verifier = TokenVerifier.from_settings(settings)
     # Tokens signed out on any gateway pod are refused here too (no Redis: nothing to follow).
     following = contextlib.AsyncExitStack()
     await following.enter_async_context(follow_revocations(verifier, settings.redis_url))
-    server = grpc.aio.server(
-        options=server_options(settings), interceptors=[RuntimeInterceptor(verifier)]
-    )
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
         register(server, RuntimeServicer(engine))
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection(server, settings, (SERVICE_NAME, health.SERVICE_NAME))
-    port = listen(server, settings, tls)
     probes = health_only_server(settings, health_servicer)
     metrics_addr = settings.metrics_addr
     if metrics_addr:

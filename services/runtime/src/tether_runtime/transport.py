@@ -36,11 +36,15 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
 def listen(
     server: grpc.aio.Server, settings: Settings, creds: grpc.ServerCredentials | None
 ) -> int:
-    """Bind the API address, over TLS with `creds` (server_credentials); the bound port."""
-    if creds is None:
-        return server.add_insecure_port(settings.grpc_addr)
-    log.info("runtime gRPC serves TLS", extra={"cert_file": settings.grpc_tls_cert_file})
-    return server.add_secure_port(settings.grpc_addr, creds)
+    """Bind the API address, over TLS with `creds` (server_credentials); the bound port. A port
+    in use (without TETHER_SHARED_PORT, which only a pod's children share) refuses the pod."""
+    try:
+        if creds is None:
+            return server.add_insecure_port(settings.grpc_addr)
+        log.info("runtime gRPC serves TLS", extra={"cert_file": settings.grpc_tls_cert_file})
+        return server.add_secure_port(settings.grpc_addr, creds)
+    except RuntimeError as err:  # grpc says only that it failed (its log line says why)
+        raise UnsafeSettings(f"TETHER_GRPC_ADDR {settings.grpc_addr}: {err}") from None
 
 
 def enable_reflection(
@@ -58,7 +62,8 @@ def health_only_server(
     """A second, plaintext server with the health service alone, for the kubelet's probes."""
     if not settings.grpc_health_addr:
         return None
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])  # shared by --processes N
+    # Shared by a --processes N pod's children only (server_options).
+    server = grpc.aio.server(options=[("grpc.so_reuseport", int(settings.shared_port))])
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     server.add_insecure_port(settings.grpc_health_addr)
     return server
