@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tether_testkit.ports import free_port
 
 pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
@@ -25,19 +25,13 @@ SCRUBBED = (
 )
 
 
-def _addr() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_dead_service_stops_everything_with_a_failure(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED} | {
         "TETHER_DEV_DIR": str(tmp_path / "dev"),
-        "TETHER_HTTP_ADDR": _addr(),
-        "TETHER_GRPC_ADDR": _addr(),
+        "TETHER_HTTP_ADDR": f"127.0.0.1:{free_port()}",
+        "TETHER_GRPC_ADDR": f"127.0.0.1:{free_port()}",
         "TETHER_DRAIN_S": "3",
     }
     log = tmp_path / "dev.log"

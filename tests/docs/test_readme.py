@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from readme_blocks import Block, read
+from tether_testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -35,12 +36,6 @@ SCRUBBED = ("DATABASE_URL", "REDIS_URL", "TETHER_ENV", "TETHER_RUNTIME_TARGET", 
             "TETHER_DEV_DIR", "TETHER_URL", "TETHER_GRPC_TARGET", "TETHER_TOKEN",
             "MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # fmt: skip
 BLOCK_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -231,9 +226,9 @@ def test_every_readme_command_runs_in_order_against_tether_dev(tmp_path: Path) -
     view = _checkout(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env |= {
-        "TETHER_GRPC_ADDR": f"127.0.0.1:{_free_port()}",
-        "MAILER_SMTP_PORT": str(_free_port()),
-        "MAILER_SINK_HTTP": f"127.0.0.1:{_free_port()}",
+        "TETHER_GRPC_ADDR": f"127.0.0.1:{free_port()}",
+        "MAILER_SMTP_PORT": str(free_port()),
+        "MAILER_SINK_HTTP": f"127.0.0.1:{free_port()}",
         "TETHER_DRAIN_S": "5",
     }
     log = tmp_path / "tether-dev.log"

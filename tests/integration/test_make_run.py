@@ -10,24 +10,18 @@ import json
 import os
 import re
 import signal
-import socket
 from pathlib import Path
 
 import aiohttp
 import psutil
 import pytest
+from tether_testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN_LINE = re.compile(r"^export TETHER_TOKEN=(\S+)$", re.M)
 # Everything a parent shell could leak into `make run` that would point it elsewhere.
 SCRUBBED = ("DATABASE_URL", "REDIS_URL", "TETHER_ENV", "TETHER_RUNTIME_TARGET", "TETHER_JWT_SECRET",
             "TETHER_EMBEDDED_STORES", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Output:
@@ -120,12 +114,12 @@ async def _mailer_campaign(base: str, token: str, printed: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_make_run_serves_a_run_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
-    http = f"127.0.0.1:{_free_port()}"
+    http = f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     env |= {
         "TETHER_DEV_DIR": str(tmp_path / "dev"),
         "TETHER_HTTP_ADDR": http,
-        "TETHER_GRPC_ADDR": f"127.0.0.1:{_free_port()}",
+        "TETHER_GRPC_ADDR": f"127.0.0.1:{free_port()}",
         "TETHER_DRAIN_S": "5",
     }
     proc = await asyncio.create_subprocess_exec(

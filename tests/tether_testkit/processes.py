@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether_cli import forkserver
 
+from tether_testkit.ports import free_port
 from tether_testkit.releases import Release
 
 LOG_DIR = Path(os.environ.get("TETHER_TEST_LOG_DIR", tempfile.gettempdir())) / "tether-test-logs"
@@ -27,12 +27,6 @@ LOG_DIR = Path(os.environ.get("TETHER_TEST_LOG_DIR", tempfile.gettempdir())) / "
 
 def forking() -> bool:
     return os.environ.get("TETHER_TEST_FORKSERVER", "1") != "0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
