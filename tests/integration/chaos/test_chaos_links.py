@@ -1,8 +1,9 @@
 """Links that fail while every process lives (issue #33), on the partition cluster of
 chaos/topology.py (two runtimes, a gateway, each on a network namespace of its own): a runtime
 or the gateway cut off from Redis, the gateway cut off from one runtime, a one-way partition, a
-slow and lossy runtime–Postgres link under load, a link that flaps, and connections to Postgres
-and to Redis left half-open (no FIN, no RST). Each ends with the suite's invariants (every
+slow and lossy runtime–Postgres link under load, a link that flaps, slow and narrow
+gateway–runtime links whose connections are reset (RST) every few seconds, and connections to
+Postgres and to Redis left half-open (no FIN, no RST). Each ends with the suite's invariants (every
 browser's frames exactly the stored log, every run ends with `done`, each write once) and puts
 its recovery figures in the chaos table: the longest pause a streaming browser saw, and the
 window during which calls through the gateway failed or stalled."""
@@ -158,6 +159,37 @@ async def test_flapping_link_to_postgres(
 
     r = await _fault(private_env, procs, cut=lambda c: None, heal=_heal_all, during=flap)
     _row(chaos_table, f"runtime a's Postgres link flaps 1.5 s / 3 s for {HOLD_S:.0f}s", r)
+
+
+@full_only
+async def test_slow_narrow_gateway_links_reset_every_5s(
+    private_env: dict[str, str], procs: Procs, chaos_table
+) -> None:
+    """The gateway's links to both runtimes: 300 ms ± 200 ms latency and 256 KiB/s each way,
+    and every connection on them reset (RST) every 5 s. Calls fail over and are retried with
+    their keys, streams reopen after their last sequence: the checker finds nothing lost,
+    duplicated or run twice."""
+
+    async def slow_and_reset(c: Cluster, hold_s: float) -> None:
+        for link in c.links.values():
+            link.set(latency_s=0.3, jitter_s=0.2, bandwidth_bps=256 * 1024)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + hold_s
+        resets = 0
+        while loop.time() < end:
+            await asyncio.sleep(min(5.0, max(0.0, end - loop.time())))
+            resets += sum(link.reset() for link in c.links.values())
+        assert resets > 0, "no connection was open on the gateway's links to reset"
+
+    def heal(c: Cluster) -> None:
+        for link in c.links.values():
+            link.clear()
+
+    r = await _fault(
+        private_env, procs, cut=lambda c: None, heal=heal, during=slow_and_reset,
+        gateway_links=True,
+    )  # fmt: skip
+    _row(chaos_table, "gateway-runtime links: 300±200 ms, 256 KiB/s, RST every 5 s", r)
 
 
 @pytest.mark.parametrize("store", ["pg", pytest.param("redis", marks=full_only)])

@@ -57,6 +57,9 @@ class Cluster:
     env: dict[str, str]
     hosts: dict[str, Host] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
+    # With gateway_links: the gateway reaches each runtime through a proxy of its own, where
+    # that link can be slowed, narrowed or reset.
+    links: dict[str, FaultProxy] = field(default_factory=dict)
 
     @property
     def gw_url(self) -> str:
@@ -68,7 +71,9 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def cluster(env0: dict[str, str], procs: Procs, **extra: str) -> AsyncIterator[Cluster]:
+async def cluster(
+    env0: dict[str, str], procs: Procs, *, gateway_links: bool = False, **extra: str
+) -> AsyncIterator[Cluster]:
     with Net() as net:
         pg_url = urllib.parse.urlsplit(env0["DATABASE_URL"])
         redis_url = urllib.parse.urlsplit(env0["REDIS_URL"])
@@ -89,7 +94,9 @@ async def cluster(env0: dict[str, str], procs: Procs, **extra: str) -> AsyncIter
         for name in ("a", "b"):
             h = c.hosts[name]
             addr = f"{h.ip}:{GRPC_PORT}"
-            targets.append(addr)
+            if gateway_links:
+                c.links[name] = net.forward((h.ip, GRPC_PORT))
+            targets.append(c.links[name].addr if gateway_links else addr)
             c.procs[name] = procs.add(
                 await asyncio.to_thread(
                     start_runtime, env, name=f"part-{name}", addr=addr, prefix=h.prefix,
@@ -292,13 +299,17 @@ async def run_fault(
     n_write: int,
     deltas: int,
     during: Callable[[Cluster, float], Awaitable[None]] | None = None,
+    gateway_links: bool = False,
     **extra: str,
 ) -> FaultResult:
     """Start the cluster and the workload, wait until runs stream, `cut`, keep the fault for
     `hold_s` (or run `during(cluster, hold_s)`), `heal`, and hold every client against the log."""
     db = await asyncpg.create_pool(env0["DATABASE_URL"], min_size=1, max_size=4)
     try:
-        async with cluster(env0, procs, **extra) as c, http_session() as http:
+        async with (
+            cluster(env0, procs, gateway_links=gateway_links, **extra) as c,
+            http_session() as http,
+        ):
             w = await start_workload(http, db, c, n_stream, n_write, deltas)
 
             async def streaming() -> bool:
