@@ -161,9 +161,10 @@ def left_worker(proc: Proc, run_id: str) -> list[str]:
     return out
 
 
-async def let_go(proc: Proc, run_id: str, timeout: float = 5.0) -> list[str]:
+async def let_go(proc: Proc, run_id: str, timeout: float = 20.0) -> list[str]:
     """`left_worker` once the worker has logged letting the run go: the line is written after
-    the run's last commit, so a client that saw `done` may read the log a moment before it."""
+    the run's last commit, so a client that saw `done` may read the log a moment before it (a
+    moment that took over 5 s once, in a make test beside other work)."""
     deadline = time.monotonic() + timeout
     while not (statuses := left_worker(proc, run_id)) and time.monotonic() < deadline:
         await _sleep(0.05)
