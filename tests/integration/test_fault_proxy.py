@@ -92,6 +92,20 @@ async def test_silent_link_carries_nothing_and_closes_nothing_until_it_speaks_ag
         assert await asyncio.wait_for(r.readexactly(6), 30) == b"during"
 
 
+async def test_silence_open_darkens_the_open_connections_for_good_and_new_ones_work() -> None:
+    async with proxied() as (proxy, r, w):
+        assert await roundtrip(r, w, b"before") == b"before"
+        assert await asyncio.to_thread(proxy.silence_open) == 1
+        w.write(b"during")
+        await w.drain()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r.read(100), 1.0)  # no bytes, and no EOF either
+        assert not r.at_eof()
+        r2, w2 = await asyncio.open_connection("127.0.0.1", proxy.port)
+        assert await roundtrip(r2, w2, b"new") == b"new"
+        w2.close()
+
+
 async def test_reset_aborts_open_connections_with_rst_and_new_ones_work() -> None:
     async with proxied() as (proxy, r, w):
         assert await roundtrip(r, w, b"hello") == b"hello"

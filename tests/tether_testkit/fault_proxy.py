@@ -1,5 +1,6 @@
 """A fault-injecting TCP proxy for a link between two test processes: latency with jitter,
-"loss", a bandwidth cap, half-open silence and resets, changed while connections stay open.
+"loss", a bandwidth cap, half-open silence (of every connection, or only of those open now) and
+resets, changed while connections stay open.
 
 No well-kept proxy of this kind installs here (toxiproxy is a Go binary that Debian does not
 package; the kernel has no netem), so this is a small one. TCP cannot lose bytes: what a lossy
@@ -48,6 +49,7 @@ class _Conn:
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    silent: bool = False  # this connection alone forwards nothing (silence_open)
 
 
 class FaultProxy:
@@ -136,6 +138,11 @@ class FaultProxy:
     def connections(self) -> int:
         return len(self._conns)
 
+    def silence_open(self) -> int:
+        """Half-open: the connections open now go dark both ways for good (as when a NAT forgets
+        them), with no FIN and no RST; new connections work. Returns how many were silenced."""
+        return int(self._call(self._silence_open()))
+
     def _call(self, coro: object) -> object:
         assert self._loop is not None, "the proxy is not started"
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
@@ -153,8 +160,8 @@ class FaultProxy:
         conn = _Conn(c_writer, s_writer)
         self._conns.add(conn)
         conn.tasks = [
-            asyncio.create_task(self._pipe(c_reader, s_writer, self.up)),
-            asyncio.create_task(self._pipe(s_reader, c_writer, self.down)),
+            asyncio.create_task(self._pipe(c_reader, s_writer, self.up, conn)),
+            asyncio.create_task(self._pipe(s_reader, c_writer, self.down, conn)),
         ]
         try:
             await asyncio.gather(*conn.tasks, return_exceptions=True)
@@ -165,7 +172,11 @@ class FaultProxy:
                     w.close()
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, faults: Faults
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        faults: Faults,
+        conn: _Conn,
     ) -> None:
         """One direction: a reader that stamps each chunk with its delivery time, and a writer
         that delivers in order, no sooner than stamped, within the bandwidth cap."""
@@ -176,7 +187,7 @@ class FaultProxy:
             last_due = 0.0
             try:
                 while True:
-                    while faults.silent:
+                    while faults.silent or conn.silent:
                         await asyncio.sleep(0.02)
                     data = await reader.read(CHUNK)
                     if not data:
@@ -199,7 +210,7 @@ class FaultProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                while faults.silent:
+                while faults.silent or conn.silent:
                     await asyncio.sleep(0.02)
                 writer.write(data)
                 await writer.drain()
@@ -211,6 +222,11 @@ class FaultProxy:
             reading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reading
+
+    async def _silence_open(self) -> int:
+        for conn in self._conns:
+            conn.silent = True
+        return len(self._conns)
 
     async def _close_all(self, *, rst: bool, listener: bool) -> int:
         if listener and self._server is not None:

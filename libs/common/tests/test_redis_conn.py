@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from tether_common import redis_conn
+from tether_common import redis_conn, tcp_liveness
 
 
 def test_a_plain_url_builds_the_plain_client_as_before() -> None:
@@ -31,3 +33,23 @@ def test_a_cluster_url_lists_its_seeds_and_credentials() -> None:
 def test_a_cluster_has_only_database_zero() -> None:
     with pytest.raises(ValueError, match="only database 0"):
         redis_conn.cluster_options("redis+cluster://seed:6379/3")
+
+
+async def test_silent_peer_options_give_a_client_socket_the_stores_tcp_liveness(
+    redis_url: str,
+) -> None:
+    """A connection made with them ends within seconds of its peer going silent: its socket
+    carries tcp_liveness's TCP_USER_TIMEOUT and keepalive (a Unix socket's client gets none)."""
+    client = aioredis.Redis.from_url(redis_url, **redis_conn.silent_peer_options(redis_url))
+    try:
+        conn = await client.connection_pool.get_connection()
+        try:
+            sock = conn._writer.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            for option, value in tcp_liveness.tcp_options().items():
+                assert sock.getsockopt(socket.IPPROTO_TCP, option) == value
+        finally:
+            await client.connection_pool.release(conn)
+    finally:
+        await client.aclose()
+    assert redis_conn.silent_peer_options("unix:///tmp/redis.sock") == {}

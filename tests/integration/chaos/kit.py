@@ -33,7 +33,8 @@ TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 CHAOS_ENV = {
     "TETHER_RATE_LIMIT_PER_MIN": "0",
     "TETHER_MAX_STREAMS_PER_USER": "0",
-    "TETHER_LOG_LEVEL": "INFO",
+    # DEBUG to follow a fault's streams (the bus's reconnects, the positioning check's nudges).
+    "TETHER_LOG_LEVEL": os.environ.get("TETHER_CHAOS_LOG_LEVEL", "INFO"),
 }
 
 

@@ -16,12 +16,22 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
+from tether_common import tcp_liveness
+
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 # What a call may raise while the store is unwell: a cluster client's "no node answers" and
 # "slot not covered" are not RedisErrors.
 ERRORS = (RedisError, RedisClusterException, OSError)
+
+
+def silent_peer_options(url: str) -> dict[str, Any]:
+    """Client options that end a connection whose peer went silent within seconds
+    (tether_common.tcp_liveness): for a TCP URL, none for a Unix socket's."""
+    if urlsplit(url).scheme == "unix":
+        return {}
+    return {"socket_keepalive": True, "socket_keepalive_options": tcp_liveness.tcp_options()}
 
 
 def is_cluster(url: str) -> bool:

@@ -70,9 +70,15 @@ class EventStream:
                     "positioning check failed; checking again in %.1fs", self.quiet_check_s
                 )
                 continue
-            for sub in quiet:
-                if latest.get(sub.run_id, 0) > sub.position:
-                    sub.nudge()
+            behind = [s for s in quiet if latest.get(s.run_id, 0) > s.position]
+            for sub in behind:
+                sub.nudge()
+            if behind and log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "positioning check: %d quiet, %d behind (run, sent, stored): %s",
+                    len(quiet), len(behind),
+                    [(s.run_id, s.position, latest.get(s.run_id, 0)) for s in behind],
+                )  # fmt: skip
 
     def _ensure_checker(self) -> None:
         if self._checker is None or self._checker.done():
@@ -147,6 +153,7 @@ class EventStream:
                     continue
                 # A gap (lost or dropped message, or the quiet check): Postgres has it all.
                 metrics.STREAM_GAP_FILLS.inc()
+                log.debug("stream %s: filling from Postgres after %d", run_id, last)
                 sub.overflowed = False
                 async for batch, upto in self._from_db(run_id, last):
                     yield batch

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TypeVar
 
 import asyncpg
-from tether_common import json_codec
+from tether_common import json_codec, tcp_liveness
 from tether_common.backoff import Backoff
 
 from tether_runtime.store.statement_count import CountingConnection
@@ -88,22 +87,14 @@ async def retrying(
 # no FIN, no RST) hung each statement sent on it until command_timeout (30 s), and the pod, which
 # still reaches Postgres on new connections, kept taking calls that waited that long
 # (tests/integration/chaos/test_chaos_links.py, half-open Postgres: 137 of 295 calls through the
-# gateway failed over 20 s). Data unacknowledged this long now ends the connection (an OSError
-# the store-outage retries handle) and the pool dials a fresh one; keepalive probes do the same
-# for an idle one. Postgres is a LAN peer: 5 s is many retransmissions.
-TCP_USER_TIMEOUT_MS = 5_000
-KEEPALIVE = ((socket.TCP_KEEPIDLE, 10), (socket.TCP_KEEPINTVL, 3), (socket.TCP_KEEPCNT, 3))
-
-
+# gateway failed over 20 s). Data unacknowledged for 5 s now ends the connection (an OSError the
+# store-outage retries handle) and the pool dials a fresh one; keepalive probes do the same for
+# an idle one (tether_common.tcp_liveness).
 def _fail_fast_when_silent(conn: asyncpg.Connection) -> None:
     transport = getattr(conn, "_transport", None)  # asyncpg exposes no socket options
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in KEEPALIVE:
-        sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    tcp_liveness.fail_fast_when_silent(
+        transport.get_extra_info("socket") if transport is not None else None
+    )
 
 
 async def _init(conn: asyncpg.Connection) -> None:

@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from tether_common import redis_conn
 from tether_common.backoff import NO_JITTER, Backoff, Retries
 
@@ -23,6 +26,19 @@ QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills fr
 # A lost Redis connection is made again after 0.1 s, doubling to 2 s while Redis stays away.
 RECONNECT = Backoff(0.1, 2.0, jitter=NO_JITTER)
 SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
+# An idle subscriber connection hears nothing, so silence alone proves nothing: after PING_S
+# without a word from Redis the reader sends a PING, and a connection that has answered nothing
+# for SILENT_S is dead (a partition, a NAT that forgot it, a frozen server; no FIN, no RST): it is
+# closed and dialled again. Without this the reader kept such a connection for good, its streams
+# served only by the positioning check. TCP's own limits (tether_common.tcp_liveness) end it too,
+# later, and not at all where something on the way still acknowledges what it no longer forwards.
+PING_S = 1.0
+SILENT_S = 3.0
+
+
+class _Lost(Exception):
+    """The subscriber connection is lost though redis-py raised nothing: it answered nothing for
+    SILENT_S, or redis-py dialled it again on its own (and re-subscribed on it, unseen)."""
 
 
 def channel(run_id: str) -> str:
@@ -68,6 +84,10 @@ class EventBus:
         self._lock = asyncio.Lock()
         self._dirty: set[str] = set()  # channels whose subscription Redis has yet to hear of
         self._flusher: asyncio.Future[None] | None = None
+        # Channels the current connection subscribed to as it opened: their streams are nudged
+        # when Redis confirms them (see _read_forever).
+        self._rejoin: set[str] = set()
+        self._redialled = False
         self.publish_failures = 0
         # Fault injection for the chaos suite, off by default: `drop_every` N (the setting
         # TETHER_FAULT_DROP_PUBLISH_EVERY, never in production) silently skips every Nth
@@ -211,34 +231,80 @@ class EventBus:
                     log.warning("pubsub change failed: %s", err)
 
     async def _read_forever(self) -> None:
+        """Keep one subscriber connection. Every loss surfaces here (redis-py's own retries are
+        off; a re-dial it makes anyway counts as a loss), and each new connection subscribes to
+        every current channel, then nudges their streams as Redis confirms each one: what was
+        published while the connection was down is in Postgres, and a stream that reads it only
+        now misses nothing, since nothing published after the confirmation can pass it by."""
         reconnects = Retries(RECONNECT)
         while True:
             try:
-                async with self._lock:
-                    client = aioredis.Redis.from_url(self._url, socket_connect_timeout=2)
-                    self._pubsub = client.pubsub()
-                    # A placeholder channel keeps the connection in subscribe mode while idle.
-                    await self._pubsub.subscribe("tether:hello", *list(self._subs))
+                ps = await self._connect()
+                log.debug("pubsub connected, %d channels", len(self._rejoin))
                 reconnects.reset()
-                while True:
-                    msg = await self._pubsub.get_message(timeout=1.0)
-                    if msg is None:
-                        continue
-                    name = msg["channel"].decode()
-                    if msg["type"] != "message":
-                        if msg["type"] == "subscribe" and name in self._confirmed:
-                            self._confirmed[name].set()
-                        continue
-                    now = time.monotonic()
-                    for sub in list(self._subs.get(name, ())):
-                        sub.last_heard = now
-                        sub.offer(msg["data"])
+                await self._listen(ps)
             except asyncio.CancelledError:
                 raise
-            except redis_conn.ERRORS as err:
+            except (*redis_conn.ERRORS, _Lost) as err:
                 log.warning("pubsub connection lost, reconnecting: %s", err)
-                ps, self._pubsub = self._pubsub, None
-                if ps is not None:
+                lost, self._pubsub = self._pubsub, None
+                if lost is not None:
                     with contextlib.suppress(Exception):
-                        await ps.aclose()  # type: ignore[no-untyped-call]
+                        await lost.aclose()  # type: ignore[no-untyped-call]
                 await reconnects.pause()
+
+    async def _connect(self) -> PubSub:
+        async with self._lock:
+            client = aioredis.Redis.from_url(
+                self._url,
+                socket_connect_timeout=2,
+                # Bounds the handshake and each command written (a read is given its own).
+                socket_timeout=2,
+                retry=Retry(NoBackoff(), 0),
+                **redis_conn.silent_peer_options(self._url),
+            )
+            self._pubsub = ps = client.pubsub()
+            self._rejoin = set(self._subs)
+            # A placeholder channel keeps the connection in subscribe mode while idle.
+            await ps.subscribe("tether:hello", *sorted(self._rejoin))
+            self._redialled = False
+            connection: Any = ps.connection  # made by the subscribe (redis-py types it None)
+            connection.register_connect_callback(self._on_redial)
+        return ps
+
+    def _on_redial(self, _connection: object) -> None:
+        """redis-py dialled the connection again (a command found it closed)."""
+        self._redialled = True
+
+    async def _listen(self, ps: PubSub) -> None:
+        loop = asyncio.get_running_loop()
+        heard = pinged = loop.time()
+        while True:
+            msg = await ps.get_message(timeout=PING_S)
+            now = loop.time()
+            if self._redialled:
+                raise _Lost("redis-py dialled the connection again")
+            if msg is not None:
+                heard = now
+                self._on_message(msg)
+            elif now - heard >= SILENT_S:
+                raise _Lost(f"no word from Redis in {now - heard:.1f}s")
+            if now - heard >= PING_S and now - pinged >= PING_S:
+                pinged = now
+                await ps.ping()
+
+    def _on_message(self, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind == "message":
+            now = time.monotonic()
+            for sub in list(self._subs.get(msg["channel"].decode(), ())):
+                sub.last_heard = now
+                sub.offer(msg["data"])
+        elif kind == "subscribe":
+            name = msg["channel"].decode()
+            if name in self._confirmed:
+                self._confirmed[name].set()
+            if name in self._rejoin:
+                self._rejoin.discard(name)
+                for sub in list(self._subs.get(name, ())):
+                    sub.nudge()
