@@ -22,21 +22,30 @@ TOKEN: Any = "token"
 
 
 class Call:
-    """One scripted StreamRunEvents call: the test pushes its batches."""
+    """One scripted StreamRunEvents call: the test pushes its batches; one that ends the run is
+    followed by the call's end (EOF), as the runtime does, unless `hang_at_end`."""
 
     def __init__(self, after: int) -> None:
         self.after = after
         self.batches: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = False
+        self.finished = False  # its end (EOF) was read
+        self.hang_at_end = False
 
     def push(self, events: list[events_pb2.RunEvent]) -> None:
         self.batches.put_nowait(SimpleNamespace(events=events))
+        if events and events[-1].WhichOneof("event") == "done" and not self.hang_at_end:
+            self.batches.put_nowait(grpc.aio.EOF)  # type: ignore[attr-defined]
 
     async def read(self) -> Any:
-        return await self.batches.get()
+        batch = await self.batches.get()
+        if batch is grpc.aio.EOF:  # type: ignore[attr-defined]
+            self.finished = True
+        return batch
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.finished:
+            self.cancelled = True
 
 
 class Client:
@@ -219,3 +228,28 @@ async def test_a_dedicated_feed_whose_upstream_fails_ends_its_subscriber(rig: Ri
     await until(lambda: behind.ended)
     assert dedicated.closed and RUN in feeds.feeds
     await until(lambda: sum(upstream) == 1)
+
+
+async def test_a_call_that_ended_with_the_run_is_read_to_its_end_not_cancelled(rig: Rig) -> None:
+    """After the terminal event the runtime ends the call: the feed reads its status instead of
+    cancelling it (no RST_STREAM, no cancellation for the runtime to handle); a call that does
+    not end soon after is cancelled."""
+    client, upstream, feeds = rig
+    sub = Recorder()
+    feeds.subscribe(RUN, sub, 0, TOKEN)
+    await until(lambda: len(client.calls) == 1)
+    call = client.calls[0]
+    call.push([*deltas(1, 3), done(RUN, 4)])
+    await until(lambda: sub.ended and sum(upstream) == 0)
+    assert call.finished and not call.cancelled
+    assert sub.ids() == [1, 2, 3, 4]
+
+    other = "run_2"
+    hanging = Recorder()
+    feeds.subscribe(other, hanging, 0, TOKEN)
+    await until(lambda: len(client.calls) == 2)
+    stuck = client.calls[1]
+    stuck.hang_at_end = True
+    stuck.push([done(other, 1)])
+    await until(lambda: hanging.ended)  # delivered at once; the call's end is awaited after
+    await until(lambda: stuck.cancelled and sum(upstream) == 0)
