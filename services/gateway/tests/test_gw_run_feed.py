@@ -6,6 +6,7 @@ no gap, no duplicate, one upstream call per feed, none left behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
@@ -15,7 +16,9 @@ import grpc
 import pytest
 from gw_fake_runtime import delta, done
 from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_gateway.run_feed import RING_FRAMES, FeedRegistry, RunFeed
+from tether_gateway.runtime_client import RuntimeClient, ends_run, follow_events, open_channel
 
 RUN = "run_1"
 TOKEN: Any = "token"
@@ -29,7 +32,7 @@ class Call:
         self.after = after
         self.batches: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = False
-        self.finished = False  # its end (EOF) was read
+        self.finished = False  # its end (EOF, its status) was received
         self.hang_at_end = False
 
     def push(self, events: list[events_pb2.RunEvent]) -> None:
@@ -42,6 +45,11 @@ class Call:
         if batch is grpc.aio.EOF:  # type: ignore[attr-defined]
             self.finished = True
         return batch
+
+    async def code(self) -> grpc.StatusCode:
+        while await self.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]
+            pass
+        return grpc.StatusCode.OK
 
     def cancel(self) -> None:
         if not self.finished:
@@ -253,3 +261,28 @@ async def test_a_call_that_ended_with_the_run_is_read_to_its_end_not_cancelled(r
     stuck.push([done(other, 1)])
     await until(lambda: hanging.ended)  # delivered at once; the call's end is awaited after
     await until(lambda: stuck.cancelled and sum(upstream) == 0)
+
+
+async def test_a_real_call_that_ended_with_the_run_ends_ok_not_cancelled(
+    fake_runtime: tuple[Any, str], settings: Any, user_token: str
+) -> None:
+    """Over gRPC (the fake runtime's server ends StartRunAndStreamEvents after `done`): the call
+    the feed followed ends with its status OK, never cancelled by the gateway."""
+    channel = open_channel(settings)
+    try:
+        client = RuntimeClient(channel)
+        request = rs.StartRunAndStreamEventsRequest(conversation_id="conv_1", text="hi")
+        opened = await client.start_run_streaming(request, user_token)
+        run_id = opened.first.run.id
+        stream = follow_events(lambda: client, run_id, user_token, lambda: 0, opened)
+        kinds = []
+        async with contextlib.aclosing(stream):
+            async for events in stream:
+                kinds += [e.WhichOneof("event") for e in events]
+                if ends_run(events):
+                    break
+        assert kinds[-1] == "done"
+        assert not opened.call.cancelled()
+        assert await opened.call.code() == grpc.StatusCode.OK
+    finally:
+        await channel.close()

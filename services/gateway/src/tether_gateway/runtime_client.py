@@ -289,10 +289,11 @@ def ends_run(events: Sequence[events_pb2.RunEvent]) -> bool:
 
 
 async def finish(call: EventCall | StartStreamCall) -> None:
-    """Read a call the runtime is ending up to its status, within FINISH_S (then cancelled)."""
+    """Wait for the status of a call the runtime is ending, within FINISH_S (then the caller
+    cancels it). The status is awaited, not read for: grpc.aio receives it on its own from the
+    call's start, while one more read would be one more operation in gRPC core."""
     try:
         async with asyncio.timeout(FINISH_S):
-            while await call.read() is not EOF_MARK:
-                pass  # nothing follows a terminal event; a stray message is not ours to deliver
+            await call.code()
     except (TimeoutError, grpc.aio.AioRpcError):
         pass  # cancelled by the caller's `finally`
