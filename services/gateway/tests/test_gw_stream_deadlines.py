@@ -86,3 +86,10 @@ async def test_an_ended_stream_is_let_go_with_its_timer() -> None:
     assert deadlines.filed() == 0 and deadlines.timers() == 0
     await asyncio.sleep(HEARTBEAT * 1.2)
     assert first.expiries == [] and later.expiries == []
+
+
+async def test_a_zero_interval_still_expires_deadlines() -> None:
+    deadlines = Deadlines(0.0)
+    stream = Stream()
+    deadlines.at(stream, now())
+    await until(lambda: bool(stream.expiries))

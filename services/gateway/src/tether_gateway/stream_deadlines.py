@@ -22,6 +22,7 @@ import math
 from typing import Protocol
 
 SLOTS = 8  # slots per heartbeat interval: a heartbeat comes at most interval / SLOTS early
+MIN_SLOT_S = 0.001
 
 
 class Timed(Protocol):
@@ -38,7 +39,7 @@ class Deadlines:
     """One timer for the deadlines of a process's streams."""
 
     def __init__(self, heartbeat_s: float) -> None:
-        self.slot_s = heartbeat_s / SLOTS
+        self.slot_s = max(heartbeat_s / SLOTS, MIN_SLOT_S)  # a zero interval: no division by it
         self._slots: dict[int, set[Timed]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._armed: int | None = None  # the slot the timer fires for
