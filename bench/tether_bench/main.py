@@ -434,10 +434,10 @@ class Bench:
                         "raw",
                         "--output",
                         str(path),
-                        "--nonblocking",
                     ]
-                    if native:
-                        args.append("--native")
+                    # py-spy refuses --native with --nonblocking: a native profile pauses the
+                    # process at each sample (its figures are then dearer than without).
+                    args.append("--native" if native else "--nonblocking")
                     spy = await asyncio.create_subprocess_exec(
                         *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
                     )

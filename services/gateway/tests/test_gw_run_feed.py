@@ -6,6 +6,7 @@ no gap, no duplicate, one upstream call per feed, none left behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
@@ -15,28 +16,44 @@ import grpc
 import pytest
 from gw_fake_runtime import delta, done
 from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_gateway.run_feed import RING_FRAMES, FeedRegistry, RunFeed
+from tether_gateway.runtime_client import RuntimeClient, ends_run, follow_events, open_channel
 
 RUN = "run_1"
 TOKEN: Any = "token"
 
 
 class Call:
-    """One scripted StreamRunEvents call: the test pushes its batches."""
+    """One scripted StreamRunEvents call: the test pushes its batches; one that ends the run is
+    followed by the call's end (EOF), as the runtime does, unless `hang_at_end`."""
 
     def __init__(self, after: int) -> None:
         self.after = after
         self.batches: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = False
+        self.finished = False  # its end (EOF, its status) was received
+        self.hang_at_end = False
 
     def push(self, events: list[events_pb2.RunEvent]) -> None:
         self.batches.put_nowait(SimpleNamespace(events=events))
+        if events and events[-1].WhichOneof("event") == "done" and not self.hang_at_end:
+            self.batches.put_nowait(grpc.aio.EOF)  # type: ignore[attr-defined]
 
     async def read(self) -> Any:
-        return await self.batches.get()
+        batch = await self.batches.get()
+        if batch is grpc.aio.EOF:  # type: ignore[attr-defined]
+            self.finished = True
+        return batch
+
+    async def code(self) -> grpc.StatusCode:
+        while await self.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]
+            pass
+        return grpc.StatusCode.OK
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.finished:
+            self.cancelled = True
 
 
 class Client:
@@ -219,3 +236,53 @@ async def test_a_dedicated_feed_whose_upstream_fails_ends_its_subscriber(rig: Ri
     await until(lambda: behind.ended)
     assert dedicated.closed and RUN in feeds.feeds
     await until(lambda: sum(upstream) == 1)
+
+
+async def test_a_call_that_ended_with_the_run_is_read_to_its_end_not_cancelled(rig: Rig) -> None:
+    """After the terminal event the runtime ends the call: the feed reads its status instead of
+    cancelling it (no RST_STREAM, no cancellation for the runtime to handle); a call that does
+    not end soon after is cancelled."""
+    client, upstream, feeds = rig
+    sub = Recorder()
+    feeds.subscribe(RUN, sub, 0, TOKEN)
+    await until(lambda: len(client.calls) == 1)
+    call = client.calls[0]
+    call.push([*deltas(1, 3), done(RUN, 4)])
+    await until(lambda: sub.ended and sum(upstream) == 0)
+    assert call.finished and not call.cancelled
+    assert sub.ids() == [1, 2, 3, 4]
+
+    other = "run_2"
+    hanging = Recorder()
+    feeds.subscribe(other, hanging, 0, TOKEN)
+    await until(lambda: len(client.calls) == 2)
+    stuck = client.calls[1]
+    stuck.hang_at_end = True
+    stuck.push([done(other, 1)])
+    await until(lambda: hanging.ended)  # delivered at once; the call's end is awaited after
+    await until(lambda: stuck.cancelled and sum(upstream) == 0)
+
+
+async def test_a_real_call_that_ended_with_the_run_ends_ok_not_cancelled(
+    fake_runtime: tuple[Any, str], settings: Any, user_token: str
+) -> None:
+    """Over gRPC (the fake runtime's server ends StartRunAndStreamEvents after `done`): the call
+    the feed followed ends with its status OK, never cancelled by the gateway."""
+    channel = open_channel(settings)
+    try:
+        client = RuntimeClient(channel)
+        request = rs.StartRunAndStreamEventsRequest(conversation_id="conv_1", text="hi")
+        opened = await client.start_run_streaming(request, user_token)
+        run_id = opened.first.run.id
+        stream = follow_events(lambda: client, run_id, user_token, lambda: 0, opened)
+        kinds = []
+        async with contextlib.aclosing(stream):
+            async for events in stream:
+                kinds += [e.WhichOneof("event") for e in events]
+                if ends_run(events):
+                    break
+        assert kinds[-1] == "done"
+        assert not opened.call.cancelled()
+        assert await opened.call.code() == grpc.StatusCode.OK
+    finally:
+        await channel.close()

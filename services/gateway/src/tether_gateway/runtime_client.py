@@ -20,6 +20,7 @@ from tether_common.backoff import NO_JITTER, Backoff, Retries
 from tether_common.config import Settings
 from tether_common.errors import Unavailable
 from tether_common.tracing import inject_carrier
+from tether_proto import wire
 
 from tether_gateway.forwarding import forwarded_for
 from tether_gateway.service_identity import ON_BEHALF_HEADER, OnBehalf, ServiceIdentity
@@ -221,6 +222,8 @@ REOPEN = Backoff(0.1, 0.5, jitter=NO_JITTER)  # 0.1 s, doubling, at most 0.5 s
 # come back or another to take its runs over (a lease, 3 s by default), so that losing one
 # runtime costs a browser's stream a pause, not its end. (It was 5 tries, about 1.7 s.)
 REOPEN_WINDOW_S = 10.0
+# How long a call whose run has ended may take to send its status before it is cancelled.
+FINISH_S = 1.0
 
 
 async def follow_events(
@@ -244,19 +247,53 @@ async def follow_events(
         else:
             request = rs.StreamRunEventsRequest(run_id=run_id, after_sequence=position())
             call, head = await client().stream_events(request, token), None
+        ended = False  # the last batch yielded carries the run's terminal event
         try:
             if head:
+                ended = ends_run(head)
                 yield head
             while (batch := await call.read()) is not EOF_MARK:
                 retries.reset()
-                yield batch.events  # type: ignore[attr-defined]
+                events = batch.events  # type: ignore[attr-defined]
+                ended = ends_run(events)
+                yield events
         except grpc.aio.AioRpcError as err:
             if err.code() not in RETRYABLE:
                 raise
             if not await retries.pause():
                 raise
             continue
+        except GeneratorExit:
+            if not ended:
+                raise
+            # The caller stopped at the run's end, and the runtime ends the call right after
+            # it: reading its status is cheaper for both sides than cancelling (RST_STREAM, and
+            # the runtime's cancellation handling).
+            await finish(call)
+            raise
         finally:
-            call.cancel()
+            call.cancel()  # a no-op once the call has its status
         if not await retries.pause():
             return
+
+
+def ends_run(events: Sequence[events_pb2.RunEvent]) -> bool:
+    """The batch ends the run: its last event is terminal, or a `reset` to a finished run."""
+    if not events:
+        return False
+    last = events[-1]
+    kind = last.WhichOneof("event")
+    if kind == "reset":
+        return last.reset.run.status in wire.TERMINAL_RUN_STATUS_VALUES
+    return kind in wire.TERMINAL_EVENT_TYPES
+
+
+async def finish(call: EventCall | StartStreamCall) -> None:
+    """Wait for the status of a call the runtime is ending, within FINISH_S (then the caller
+    cancels it). The status is awaited, not read for: grpc.aio receives it on its own from the
+    call's start, while one more read would be one more operation in gRPC core."""
+    try:
+        async with asyncio.timeout(FINISH_S):
+            await call.code()
+    except (TimeoutError, grpc.aio.AioRpcError):
+        pass  # cancelled by the caller's `finally`

@@ -14,6 +14,7 @@ from tether_gateway.auth import Authenticator
 from tether_gateway.metrics import Metrics
 from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.run_feed import FeedRegistry
+from tether_gateway.stream_deadlines import Deadlines
 from tether_gateway.stream_grants import StreamGrants
 from tether_gateway.stream_slots import StreamSlots
 from tether_gateway.stream_tokens import StreamTokens
@@ -41,6 +42,7 @@ class GatewayState:
     slots: StreamSlots = field(init=False)
     auth: Authenticator = field(init=False)
     grants: StreamGrants = field(init=False)
+    deadlines: Deadlines = field(init=False)
 
     def __post_init__(self) -> None:
         # The user tokens' verifier is the runtimes' (OIDC issuer and/or dev issuer; it holds
@@ -58,6 +60,8 @@ class GatewayState:
         self.slots = StreamSlots(
             self.settings.max_streams_per_user, lease_s=3 * self.settings.sse_heartbeat_s
         )
+        # Every stream's heartbeat and write stall limit, on one timer.
+        self.deadlines = Deadlines(self.settings.sse_heartbeat_s)
         self.feeds = FeedRegistry(self.client, on_upstream=self.metrics.sse_upstream.inc)
 
     def client(self) -> RuntimeClient:

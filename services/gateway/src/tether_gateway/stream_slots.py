@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from redis.exceptions import NoScriptError
 from tether_common.errors import RateLimited
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
 return 1
 """
+_ACQUIRE_SHA = hashlib.sha1(_ACQUIRE.encode()).hexdigest()
 # KEYS[1] = the user's set; ARGV = lease ms, members. Moves the members' leases forward (XX:
 # only those still present) and the set's own expiry with them.
 _REFRESH = """
@@ -51,6 +54,15 @@ return 0
 
 def _key(user_id: str) -> str:
     return f"tether:streams:{{{user_id}}}"
+
+
+async def _acquire(redis: Any, key: str, slot: str, cap: int, lease_ms: int) -> Any:
+    """The acquire script by its digest (the server hashes and parses nothing); by EVAL, which
+    caches it there, on a server that does not know it yet (first use, a restart, a failover)."""
+    try:
+        return await redis.evalsha(_ACQUIRE_SHA, 1, key, slot, cap, lease_ms)
+    except NoScriptError:
+        return await redis.eval(_ACQUIRE, 1, key, slot, cap, lease_ms)
 
 
 class StreamSlots:
@@ -74,10 +86,9 @@ class StreamSlots:
         joined: int | None = None
         if redis is not None:
             try:
-                joined = await asyncio.wait_for(
-                    redis.eval(_ACQUIRE, 1, _key(user_id), slot, self.cap, self.lease_ms),
-                    self.timeout_s,
-                )
+                # asyncio.timeout, not wait_for: no task per call (issue #34).
+                async with asyncio.timeout(self.timeout_s):
+                    joined = await _acquire(redis, _key(user_id), slot, self.cap, self.lease_ms)
             except Exception as err:  # noqa: BLE001 - any Redis failure: count on this pod
                 self._warn(err)
         if joined is None:
@@ -113,7 +124,8 @@ class StreamSlots:
         if user_id is None or redis is None:
             return
         try:
-            await asyncio.wait_for(redis.zrem(_key(user_id), slot), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                await redis.zrem(_key(user_id), slot)
         except Exception as err:  # noqa: BLE001 - the lease ends it anyway
             self._warn(err)
 
