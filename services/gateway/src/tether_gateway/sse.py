@@ -300,7 +300,7 @@ class EventStream:
 
     # -- the client side --
 
-    async def _write(self, data: bytes, *, last: bool = False) -> None:
+    async def _write(self, data: bytes) -> None:
         # A write blocks only while the socket is full; one that stays blocked past its deadline
         # (`expired`) means the client stopped reading. The deadline is the process's one timer
         # (stream_deadlines.py), not an asyncio.timeout per write: a timer armed and cancelled
@@ -309,13 +309,7 @@ class EventStream:
         self.gw.deadlines.at(self, asyncio.get_running_loop().time() + stall_s)
         self._writing = True
         try:
-            if last:
-                # The response's end (the chunked terminator) in the same send as its last
-                # frames: one syscall fewer per stream, and the client sees the end at once,
-                # not after the slot's release (stream_response) and the handler's return.
-                await self.resp.write_eof(data)
-            else:
-                await self.resp.write(data)
+            await self.resp.write(data)
         finally:
             self._writing = False
 
@@ -342,8 +336,7 @@ class EventStream:
                     count, self._events = self._events, 0
                     self._chunks = []
                     self._queued = 0
-                    # The source is done: nothing can be offered after these frames.
-                    await self._write(data, last=self._source_done)
+                    await self._write(data)
                     self.gw.metrics.sse_events.inc(count)
                     if first:
                         first = False
