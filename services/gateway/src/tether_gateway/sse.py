@@ -352,16 +352,6 @@ class EventStream:
             self._leave()
 
 
-class SseResponse(web.StreamResponse):
-    """A stream whose headers go out with its first write (its `retry:` line, at once) in one
-    send, not a send of their own at `prepare`: one syscall fewer per stream, which the py-spy
-    profile of short runs put at 2.7% of the gateway's busy time (issue #34). aiohttp's own
-    `web.Response` buffers its headers the same way; were the attribute to go, the headers
-    would only be sent apart again."""
-
-    _send_headers_immediately = False
-
-
 def _cap_send_buffer(request: web.Request, budget: int) -> None:
     transport = request.transport
     sock = transport.get_extra_info("socket") if transport is not None else None
@@ -408,7 +398,7 @@ async def stream_response(
     feeds a stream that is not a run's (EventStream); `bare_lines`: heartbeats and `retry:` as
     lines of the next block (HEARTBEAT_LINE)."""
     try:
-        resp = SseResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+        resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
         await resp.prepare(request)
         _drop_keepalive_timer(request)
