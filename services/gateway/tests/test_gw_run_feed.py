@@ -18,7 +18,13 @@ from gw_fake_runtime import delta, done
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_gateway.run_feed import RING_FRAMES, FeedRegistry, RunFeed
-from tether_gateway.runtime_client import RuntimeClient, ends_run, follow_events, open_channel
+from tether_gateway.runtime_client import (
+    QUIET_REOPEN_S,
+    RuntimeClient,
+    ends_run,
+    follow_events,
+    open_channel,
+)
 
 RUN = "run_1"
 TOKEN: Any = "token"
@@ -59,6 +65,7 @@ class Call:
 class Client:
     def __init__(self) -> None:
         self.calls: list[Call] = []
+        self.quiet_reopen_s = QUIET_REOPEN_S  # what RuntimeClient carries (follow_events)
 
     async def stream_events(self, request: Any, token: Any) -> Call:
         call = Call(request.after_sequence)
@@ -286,3 +293,22 @@ async def test_a_real_call_that_ended_with_the_run_ends_ok_not_cancelled(
         assert await opened.call.code() == grpc.StatusCode.OK
     finally:
         await channel.close()
+
+
+async def test_a_silent_upstream_is_reopened_at_its_position(rig: Rig) -> None:
+    """A call that stays silent (a runtime stream stalled) is cancelled after the quiet interval
+    and the run is followed again from the feed's last sequence; the interval doubles while the
+    new call stays silent too, and any batch brings it back."""
+    client, _, feeds = rig
+    client.quiet_reopen_s = 0.05
+    sub = Recorder()
+    feed = feeds.subscribe(RUN, sub, 0, TOKEN)
+    await until(lambda: len(client.calls) == 1)
+    client.calls[0].push(deltas(1, 5))
+    await until(lambda: feed.last == 5)
+    await until(lambda: len(client.calls) == 2)  # 0.05 s of silence
+    assert client.calls[0].cancelled and client.calls[1].after == 5
+    await until(lambda: len(client.calls) == 3)  # then 0.1 s
+    client.calls[2].push([*deltas(6, 9), done(RUN, 10)])
+    await until(lambda: feed.closed)
+    assert sub.ids() == list(range(1, 11))

@@ -130,3 +130,36 @@ async def test_lost_publish_is_refilled_from_postgres(
     assert report.ok, report.explain()
     assert dropped > 0 and fills > 0
     assert not problems, "\n".join(problems[:20])
+
+
+async def test_a_silent_runtime_stream_is_reopened_by_the_gateway(
+    private_env: dict[str, str], procs: Procs
+) -> None:
+    """Every publish dropped and the runtime's positioning check off (an hour): a runtime stream
+    hears nothing after its replay, as one that stalls for a reason nobody found (issue #33: twice
+    in the network-fault suite). The gateway reopens a stream silent for
+    TETHER_FEED_QUIET_REOPEN_S (1 s here) from its last sequence: every browser gets the exact
+    log. Without it, each stream stopped after its first events, for good."""
+    env = {
+        **private_env,
+        **CHAOS_ENV,
+        "TETHER_SCRIPTED_DELAY_S": "0.05",
+        "TETHER_FAULT_DROP_PUBLISH_EVERY": "1",
+        "TETHER_STREAM_QUIET_CHECK_S": "3600",
+        "TETHER_FEED_QUIET_REOPEN_S": "1",
+    }
+    rt = procs.add(await asyncio.to_thread(start_runtime, env, name="chaos-silent-rt"))
+    gw = procs.add(await asyncio.to_thread(start_gateway, env, rt.addr, name="chaos-silent-gw"))
+    db = await asyncpg.connect(env["DATABASE_URL"])
+    try:
+        async with http_session() as http:
+            run_ids = [await http_new_run(http, gw.addr, "stream 40 deltas") for _ in range(3)]
+            results = await asyncio.gather(
+                *(follow_sse(http, lambda _: gw.addr, r, deadline_s=60) for r in run_ids)
+            )
+        for run_id, got in zip(run_ids, results, strict=True):
+            assert got.finished, f"{run_id}: the browser never saw the end"
+            assert got.frames == expected_frames(await stored_events(db, run_id)), run_id
+    finally:
+        await db.close()
+    assert "run stream silent" in gw.log()

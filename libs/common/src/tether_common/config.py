@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     # Clock skew allowed on exp/nbf/iat of every token (pods' clocks are never exactly equal).
     jwt_leeway_s: float = 30.0
     sse_heartbeat_s: float = 15.0
+    # Gateway: a run's stream from the runtime silent this long is reopened from the last
+    # sequence the gateway has (doubling while the run stays quiet, up to 5 min).
+    feed_quiet_reopen_s: float = Field(default=15.0, gt=0)
     sse_retry_ms: int = 2000
     sse_buffer_bytes: int = 1 << 20
     drain_s: float = 20.0

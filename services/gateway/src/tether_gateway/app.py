@@ -66,7 +66,9 @@ def create_app(settings: Settings) -> web.Application:
         unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a channel does
         log.info("runtime channel open", extra={"grpc_poller_sockets_unblocked": unblocked})
         identity = service_identity(settings)
-        gw.runtime = RuntimeClient(channel, identity=identity)
+        gw.runtime = RuntimeClient(
+            channel, identity=identity, quiet_reopen_s=settings.feed_quiet_reopen_s
+        )
         yield
         gw.runtime = None
         await channel.close(grace=1.0)

@@ -7,6 +7,7 @@ failed call stays a `grpc.aio.AioRpcError` for the error middleware to map to HT
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,17 @@ from tether_proto import wire
 from tether_gateway.forwarding import forwarded_for
 from tether_gateway.service_identity import ON_BEHALF_HEADER, OnBehalf, ServiceIdentity
 
+log = logging.getLogger(__name__)
+
+# A stream that has sent nothing this long (TETHER_FEED_QUIET_REOPEN_S) is reopened from the last
+# sequence the gateway has, doubling while the run stays quiet (a card waiting for a person),
+# up to QUIET_REOPEN_MAX_S; any event brings it back. The runtime's own positioning check finds a
+# lost publish within about a second; this catches a runtime stream that stalls for any other
+# reason (twice seen in the network-fault suite, unexplained), at the cost of a replay read per
+# quiet stream per interval.
+QUIET_REOPEN_S = 15.0
+QUIET_REOPEN_MAX_S = 300.0
+
 UNARY_DEADLINE_S = 5.0
 HEALTH_DEADLINE_S = 1.0
 
@@ -42,10 +54,12 @@ class RuntimeClient:
         channel: grpc.aio.Channel,
         deadline_s: float = UNARY_DEADLINE_S,
         identity: ServiceIdentity | None = None,
+        quiet_reopen_s: float = QUIET_REOPEN_S,
     ) -> None:
         self.channel = channel
         self.deadline_s = deadline_s
         self.identity = identity
+        self.quiet_reopen_s = quiet_reopen_s  # follow_events: see QUIET_REOPEN_S
         self.api = RuntimeApi(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
 
@@ -237,8 +251,11 @@ async def follow_events(
     each (re)open resumes after `position()`, the last sequence the caller consumed. `opened`,
     a StartRunAndStreamEvents call, is followed first. The caller stops iterating at the
     terminal event; a stream that ends before it (the pod drained, died) is reopened until
-    REOPEN_WINDOW_S pass without an event."""
+    REOPEN_WINDOW_S pass without an event, and one that stays silent is reopened after the
+    client's quiet interval (QUIET_REOPEN_S)."""
     retries = Retries(REOPEN, REOPEN_WINDOW_S)
+    quiet = Backoff(client().quiet_reopen_s, QUIET_REOPEN_MAX_S, jitter=NO_JITTER)
+    silences = 0  # quiet intervals in a row without an event
     while True:
         call: EventCall | StartStreamCall
         if opened is not None:
@@ -252,11 +269,24 @@ async def follow_events(
             if head:
                 ended = ends_run(head)
                 yield head
-            while (batch := await call.read()) is not EOF_MARK:
+            while True:
+                # grpc.aio cancels the call whose read is cancelled: a silence ends it here.
+                async with asyncio.timeout(quiet.delay(silences + 1)):
+                    batch = await call.read()
+                if batch is EOF_MARK:
+                    break
                 retries.reset()
+                silences = 0
                 events = batch.events  # type: ignore[attr-defined]
                 ended = ends_run(events)
                 yield events
+        except TimeoutError:
+            silences += 1
+            log.info(
+                "run stream silent for %.0fs: reopened", quiet.delay(silences),
+                extra={"run_id": run_id, "after": position()},
+            )  # fmt: skip
+            continue
         except grpc.aio.AioRpcError as err:
             if err.code() not in RETRYABLE:
                 raise
