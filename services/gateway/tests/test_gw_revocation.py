@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 from tether_common.revocation import KEY_PREFIX, Revocations
 from tether_gateway.stream_grants import StreamGrants, reauthenticate_frame
+from tether_testkit.fault_proxy import FaultProxy
 
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -130,3 +132,25 @@ async def test_streams_end_at_expiry_or_on_revocation_of_any_of_their_tokens() -
     assert reauthenticate_frame("revoked") == (
         b'event: reauthenticate\ndata: {"type":"reauthenticate","reason":"revoked"}\n\n'
     )
+
+
+async def test_a_copy_on_a_silent_connection_dials_again_and_loads(redis: Any) -> None:
+    """The follower's subscription goes dark (a partition or a NAT that forgot it: no FIN, no
+    RST; new connections work). It gives the connection up within seconds, subscribes again and
+    reloads the list, so a revocation made meanwhile is refused here too. Before, it read the dark
+    connection for good and this pod accepted the revoked token until it restarted."""
+    url = urllib.parse.urlsplit(REDIS_URL)
+    proxy = FaultProxy((url.hostname or "127.0.0.1", url.port or 6379)).start()
+    own = redis_asyncio.Redis.from_url(
+        f"redis://{proxy.addr}{url.path}", socket_connect_timeout=1.0, socket_timeout=2.0
+    )
+    follower = Revocations()
+    try:
+        async with following(follower, own):
+            assert proxy.silence_open() > 0
+            jti = uuid.uuid4().hex
+            await Revocations().revoke(redis, jti, time.time() + 60)
+            await until(lambda: follower.is_revoked(jti), within_s=15)
+    finally:
+        await own.aclose()
+        proxy.stop()

@@ -9,6 +9,7 @@ before a subscriber reconnects (a pub/sub connection never sees the MOVED that w
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -24,6 +25,43 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # What a call may raise while the store is unwell: a cluster client's "no node answers" and
 # "slot not covered" are not RedisErrors.
 ERRORS = (RedisError, RedisClusterException, OSError)
+
+# An idle subscriber connection hears nothing, so silence alone proves nothing: after PING_S
+# without a word from Redis a subscriber sends a PING, and a connection that has answered nothing
+# for SILENT_S is dead (a partition, a NAT that forgot it, a frozen server; no FIN, no RST).
+# TCP's own limits (tether_common.tcp_liveness) end it too, later, and not at all where something
+# on the way still acknowledges what it no longer forwards.
+PING_S = 1.0
+SILENT_S = 3.0
+
+
+class SilentConnection(ConnectionError):
+    """A subscriber connection that answered nothing for SILENT_S, even to a PING."""
+
+
+class SilenceWatch:
+    """A pub/sub reader's liveness check: call `heard()` for each message (a PING's answer
+    included) and, after each read, `ping_due()`: True when a PING should go out now. It raises
+    SilentConnection once nothing was heard for SILENT_S; the reader then drops the connection
+    and dials again (the bus's subscriber, the revocation follower)."""
+
+    def __init__(self, ping_s: float = PING_S, silent_s: float = SILENT_S) -> None:
+        self.ping_s = ping_s  # also the longest read between checks
+        self.silent_s = silent_s
+        self._heard = self._pinged = time.monotonic()
+
+    def heard(self) -> None:
+        self._heard = time.monotonic()
+
+    def ping_due(self) -> bool:
+        now = time.monotonic()
+        quiet = now - self._heard
+        if quiet >= self.silent_s:
+            raise SilentConnection(f"no word from Redis in {quiet:.1f}s")
+        if quiet >= self.ping_s and now - self._pinged >= self.ping_s:
+            self._pinged = now
+            return True
+        return False
 
 
 def silent_peer_options(url: str) -> dict[str, Any]:

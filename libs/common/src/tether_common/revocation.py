@@ -126,9 +126,18 @@ class Revocations:
                 self._learn(key.removeprefix(KEY_PREFIX), until)
 
     async def _listen(self, pubsub: Any) -> None:
+        """Apply each message until the connection is lost. A connection that goes silent (half
+        open: no FIN, no RST) is given up within seconds (redis_conn.SilenceWatch), and `follow`
+        subscribes again and reloads the list: before, a pod could sit on a dead subscription and
+        accept revoked tokens until it restarted."""
         pruned = time.monotonic()
+        watch = redis_conn.SilenceWatch()
         while True:
-            message = await pubsub.get_message(timeout=1.0)
+            message = await pubsub.get_message(timeout=watch.ping_s)
+            if message is not None:
+                watch.heard()
+            if watch.ping_due():
+                await pubsub.ping()
             if message is not None and message.get("type") == "message":
                 data = message.get("data")
                 text = data.decode() if isinstance(data, bytes) else str(data)

@@ -28,7 +28,7 @@ from tether_runtime.streams.bus import EventBus
 from tether_testkit.fault_proxy import FaultProxy
 
 # The most a stream may wait, after the fault, for what was published during it: the bus's
-# detection of a silent connection (streams/bus.py, SILENT_S: 3 s), a reconnect, and a round trip
+# detection of a silent connection (redis_conn.SilenceWatch, SILENT_S: 3 s), a reconnect, and a round trip
 # to Postgres, with slack for a loaded machine.
 RECOVERY_S = 8.0
 

@@ -26,19 +26,14 @@ QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills fr
 # A lost Redis connection is made again after 0.1 s, doubling to 2 s while Redis stays away.
 RECONNECT = Backoff(0.1, 2.0, jitter=NO_JITTER)
 SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
-# An idle subscriber connection hears nothing, so silence alone proves nothing: after PING_S
-# without a word from Redis the reader sends a PING, and a connection that has answered nothing
-# for SILENT_S is dead (a partition, a NAT that forgot it, a frozen server; no FIN, no RST): it is
-# closed and dialled again. Without this the reader kept such a connection for good, its streams
-# served only by the positioning check. TCP's own limits (tether_common.tcp_liveness) end it too,
-# later, and not at all where something on the way still acknowledges what it no longer forwards.
-PING_S = 1.0
-SILENT_S = 3.0
+# A subscriber connection that stays silent (redis_conn.SilenceWatch) is closed and dialled
+# again. Without this the reader kept such a connection for good, its streams served only by the
+# positioning check.
 
 
 class _Lost(Exception):
-    """The subscriber connection is lost though redis-py raised nothing: it answered nothing for
-    SILENT_S, or redis-py dialled it again on its own (and re-subscribed on it, unseen)."""
+    """The subscriber connection is lost though redis-py raised nothing: redis-py dialled it again
+    on its own (and re-subscribed on it, unseen)."""
 
 
 def channel(run_id: str) -> str:
@@ -277,20 +272,15 @@ class EventBus:
         self._redialled = True
 
     async def _listen(self, ps: PubSub) -> None:
-        loop = asyncio.get_running_loop()
-        heard = pinged = loop.time()
+        watch = redis_conn.SilenceWatch()
         while True:
-            msg = await ps.get_message(timeout=PING_S)
-            now = loop.time()
+            msg = await ps.get_message(timeout=watch.ping_s)
             if self._redialled:
                 raise _Lost("redis-py dialled the connection again")
             if msg is not None:
-                heard = now
+                watch.heard()
                 self._on_message(msg)
-            elif now - heard >= SILENT_S:
-                raise _Lost(f"no word from Redis in {now - heard:.1f}s")
-            if now - heard >= PING_S and now - pinged >= PING_S:
-                pinged = now
+            if watch.ping_due():
                 await ps.ping()
 
     def _on_message(self, msg: dict[str, Any]) -> None:
