@@ -235,13 +235,19 @@ class ShardedEventBus(EventBus):
                     await ps.ssubscribe(self._placeholder(shard))
                     for group in _by_slot(sorted(shard.channels)):
                         await ps.ssubscribe(*group)
+                # A connection silent even to a PING is lost (a partition, a frozen master):
+                # re-homed like one that raised (redis_conn.SilenceWatch).
+                watch = redis_conn.SilenceWatch()
                 while True:
-                    msg = await ps.get_message(timeout=1.0)
-                    if msg is None:
-                        continue
-                    if attempt:
-                        attempt, shard.down = 0, False
-                    self._take(shard, msg)
+                    msg = await ps.get_message(timeout=watch.ping_s)
+                    if msg is not None:
+                        watch.heard()
+                        if attempt:
+                            attempt, shard.down = 0, False
+                        if msg["type"] != "pong":
+                            self._take(shard, msg)
+                    if watch.ping_due():
+                        await ps.ping()
             except asyncio.CancelledError:
                 raise
             except (*redis_conn.ERRORS, _SlotsMoved) as err:
