@@ -141,6 +141,11 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.e.settings.poll_interval_s):
                     await self.wake.wait()
+            # Two turns of the loop before the claim, so that the wakes arriving together (new
+            # runs' NOTIFYs, runs ending) go into one claim: wait_for's own task and callback
+            # gave them that, and without it `make bench` measured 0.45 -> 0.68 claims per run.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
             self.wake.clear()
 
     def slots_free(self) -> int:
