@@ -104,3 +104,29 @@ async def test_long_fill_is_400(
     assert resp.status == 400
     assert "longer than 8000 characters as JSON" in (await resp.json())["error"]["message"]
     assert fake_runtime[0].resumes == []
+
+
+async def test_an_interrupted_run_with_no_pending_interrupt_answers_from_its_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two resumes at once: the second may read the run as interrupted after the first answered
+    its interrupt (none pending). The interrupt to key the answer on is then the newest the log
+    raised, as for a run already resumed, not an empty one (which was refused as a form)."""
+    from types import SimpleNamespace
+
+    from tether.runtime.v1 import resources_pb2
+    from tether_gateway.langgraph import lookup, run_start
+
+    raised = events_pb2.RunEvent(sequence=3)
+    raised.interrupt.interrupt_id = "int_1"
+    raised.interrupt.kind = resources_pb2.INTERRUPT_KIND_CONFIRM_ACTION
+
+    async def read_log(*_: Any) -> list[events_pb2.RunEvent]:
+        return [raised]
+
+    monkeypatch.setattr(lookup, "read_log", read_log)
+    latest = resources_pb2.Run(id="run_1", status=resources_pb2.RUN_STATUS_INTERRUPTED)
+    gw: Any = SimpleNamespace(client=lambda: None)
+    caller: Any = SimpleNamespace(credential="token")
+    got = await run_start._newest_interrupt(gw, caller, latest)
+    assert (got.id, got.run_id, got.kind) == ("int_1", "run_1", raised.interrupt.kind)

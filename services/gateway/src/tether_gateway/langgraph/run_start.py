@@ -119,8 +119,15 @@ async def _newest_interrupt(
     gw: GatewayState, caller: Caller, latest: resources_pb2.Run | None
 ) -> resources_pb2.Interrupt:
     """The pending interrupt of the thread's newest run; once answered, the newest it raised
-    (so that a repeated resume reaches the runtime, which replays the first answer)."""
-    if latest is not None and latest.status == resources_pb2.RUN_STATUS_INTERRUPTED:
+    (so that a repeated resume reaches the runtime, which replays the first answer). A run read
+    as interrupted whose interrupt was answered a moment ago carries none pending: its log says
+    which (two resumes at once once read an empty interrupt here, and the second was refused
+    as an answer of the wrong kind)."""
+    if (
+        latest is not None
+        and latest.status == resources_pb2.RUN_STATUS_INTERRUPTED
+        and latest.HasField("pending_interrupt")
+    ):
         return latest.pending_interrupt
     raised = None
     if latest is not None:
