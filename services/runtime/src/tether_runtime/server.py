@@ -79,6 +79,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     # The API address first: a port in use stops the pod before it opened a store or a task
     # (connections wait in the backlog until the server starts).
     port = listen(server, settings, tls)
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    probes = health_only_server(settings, health_servicer)  # its port too, before any store
     # Agents next: a misconfigured agent stops the pod before it touches a store.
     agents = AgentRegistry.load(settings)
     log.info(
@@ -113,10 +115,8 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     unblocked = unblock_completion_poller()  # grpc.aio's poller exists once a server does
     if settings.runtime_role != "worker":  # a worker-only process serves health, metrics only
         register(server, RuntimeServicer(engine))
-    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection(server, settings, (SERVICE_NAME, health.SERVICE_NAME))
-    probes = health_only_server(settings, health_servicer)
     metrics_addr = settings.metrics_addr
     if metrics_addr:
         from prometheus_client import start_http_server

@@ -65,5 +65,10 @@ def health_only_server(
     # Shared by a --processes N pod's children only (server_options).
     server = grpc.aio.server(options=[("grpc.so_reuseport", int(settings.shared_port))])
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    server.add_insecure_port(settings.grpc_health_addr)
+    try:
+        server.add_insecure_port(settings.grpc_health_addr)
+    except RuntimeError as err:  # a port in use refuses the pod, as listen() does
+        raise UnsafeSettings(
+            f"TETHER_GRPC_HEALTH_ADDR {settings.grpc_health_addr}: {err}"
+        ) from None
     return server
