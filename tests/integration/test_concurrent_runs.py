@@ -156,8 +156,10 @@ async def test_reject_lets_exactly_one_of_two_racing_starts_in(
 ) -> None:
     for _ in range(5):
         conv = await alice.conversation()
+        # "peek" holds the first run open (PEEK_S): an echo could end before the second start
+        # is admitted on a loaded machine, and then both are rightly let in.
         outcomes = await asyncio.gather(
-            *(alice.start(conv, f"echo {n}", agent="turns-reject") for n in range(2)),
+            *(alice.start(conv, f"peek {n}", agent="turns-reject") for n in range(2)),
             return_exceptions=True,
         )
         started = [o for o in outcomes if not isinstance(o, BaseException)]

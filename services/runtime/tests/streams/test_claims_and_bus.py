@@ -176,16 +176,19 @@ async def test_confirmation_does_not_wait_while_redis_is_unreachable() -> None:
         await bus.close()
 
 
-async def test_a_started_run_carries_the_state_its_first_step_starts_from(
+async def test_a_started_run_carries_its_answer_id_and_every_claim_the_same_starting_turns(
     private_env: dict[str, str],
 ) -> None:
-    """StartRun stores the run's context and answer id with it: every worker that executes the
-    first step (the first, or one taking over after a crash) starts from the same state, even if
-    the conversation changed in between."""
+    """StartRun stores the run's answer id with it and reads nothing else (checkpoint.pending);
+    each claim of the run (the first, or one taking over after a crash) reads the run's own
+    message and the turns before it, so every worker that executes the first step builds the
+    same context under the same id, even if the conversation changed in between."""
     from tether_common.auth import Principal
     from tether_common.config import Settings
     from tether_runtime.api import runs as runs_api
+    from tether_runtime.engine.agent import context
     from tether_runtime.engine.agents import AgentRegistry
+    from tether_runtime.engine.checkpoint import pending_message_id
 
     pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
     try:
@@ -213,14 +216,56 @@ async def test_a_started_run_carries_the_state_its_first_step_starts_from(
             await conversations.add_message(conn, conv.id, "assistant", "a later answer")
             run = await runs.get(conn, view.id)
         assert run is not None and run.status == "queued" and run.last_sequence == 1
-        cp = run.checkpoint
-        assert cp["started"] and cp["pending"] == [] and cp["text"] == ""
-        assert [m["content"] for m in cp["messages"]] == [
+        answer_id = pending_message_id(run.checkpoint)
+        assert answer_id > run.user_message_id  # the answer sorts after the question
+        assert "messages" not in run.checkpoint
+
+        budget = context.budget_for(agents.get("opspilot"))
+        built = []
+        for owner in ("A", "B"):  # B takes the run over once A's lease has run out
+            if owner == "B":
+                await asyncio.sleep(1.1)
+            async with pool.acquire() as conn:
+                (claimed,) = await runs.claim_with_conversations(conn, owner, 1, 10)
+                assert claimed.run.id == run.id and claimed.took_over == (owner == "B")
+                assert claimed.turns is not None and claimed.conversation is not None
+                assert [t.content for t in claimed.turns] == [
+                    "restart it",
+                    "earlier answer",
+                    "earlier question",
+                ]
+                assert claimed.turns[0].id == run.user_message_id
+                messages, cut = await context.starting_context(
+                    conn,
+                    claimed.conversation,
+                    conv.id,
+                    run.user_message_id,
+                    claimed.turns[0].content,
+                    claimed.turns[1:],
+                    budget=budget,
+                )
+                # The same as what the reads of an earlier release built.
+                assert (messages, cut) == await context.initial_context(
+                    conn, conv.id, run.user_message_id, budget=budget
+                )
+                built.append(messages)
+            assert pending_message_id(claimed.run.checkpoint) == answer_id
+        assert built[0] == built[1]
+        assert [m["content"] for m in built[0]] == [
             "earlier question",
             "earlier answer",
             "restart it",
         ]
-        assert cp["message_id"] > run.user_message_id  # the answer sorts after the question
+        async with pool.acquire() as conn:
+            # A run that has started reads no turns with its claim.
+            await conn.execute(
+                "UPDATE run SET checkpoint = $2, lease_expires_at = now() - interval '1 hour' "
+                "WHERE id = $1",
+                run.id,
+                {"started": True, "message_id": answer_id, "messages": built[0]},
+            )
+            (claimed,) = await runs.claim_with_conversations(conn, "C", 30, 10)
+            assert claimed.run.id == run.id and claimed.turns is None
     finally:
         await pool.close()
 

@@ -17,9 +17,8 @@ from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import ConversationRow, MessageRow
 from tether_runtime.domain.views import AgentView, RunView
 from tether_runtime.engine import concurrent_runs
-from tether_runtime.engine.agent import context
 from tether_runtime.engine.agents import AgentRegistry
-from tether_runtime.engine.checkpoint import started as started_checkpoint
+from tether_runtime.engine.checkpoint import pending as pending_checkpoint
 from tether_runtime.engine.driven import is_driven
 from tether_runtime.engine.resume import load_owned_run, request_hash, stored_answer
 from tether_runtime.store import (
@@ -153,15 +152,9 @@ async def start_run(
             replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 return replay, True, []
-        # The run's starting state, stored with it: its context as of now, and its answer's id
-        # (sorting after the question). Read outside the ownership check, which the insert does;
-        # on another user's conversation nothing is stored and nothing of this is returned.
-        budget = context.budget_for(agents.get(agent))
-        messages, cut = await context.initial_context(
-            conn, conv_id, message_id, text, budget=budget
-        )
-        checkpoint = started_checkpoint(new_id_after("msg", message_id), messages, cut)
-        # (its Redis round trip overlapped the context read above)
+        # The run's answer id (sorting after the question) is stored with it; its context is
+        # built by the worker from the turns its claim reads (checkpoint.pending).
+        checkpoint = pending_checkpoint(new_id_after("msg", message_id))
         confirmed = streamed is not None and await streamed.confirmed()
         # The conversation is locked first, so the agent's concurrent_runs policy reads its
         # active runs exactly (store/run_admission.py): one statement, in autocommit unless an

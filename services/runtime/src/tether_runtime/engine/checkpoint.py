@@ -109,9 +109,24 @@ def started(
     message_id: str, messages: list[dict[str, Any]], context_cut: bool = True
 ) -> dict[str, Any]:
     """The state a run's first step starts from: its context and the id its answer streams
-    under. StartRun stores it with the run, so a worker (or one that takes over after a crash)
-    starts from the same state without a write of its own."""
+    under."""
     return Checkpoint(message_id, messages, context_cut=context_cut).as_dict()
+
+
+def pending(message_id: str) -> dict[str, Any]:
+    """What StartRun stores with a run: the id its answer will stream under, and no context yet
+    (not `started`). The worker builds the context from the turns its claim reads and saves it
+    with the first step; a worker that takes the run over before then builds the same one (the
+    turns before the run's message do not change while the run is the conversation's active
+    one), under the same id. A runtime of an earlier release reads it as a run with no started
+    state, builds it and stores it under an id of its own."""
+    return {"v": VERSION, "message_id": message_id}
+
+
+def pending_message_id(raw: dict[str, Any]) -> str:
+    """The answer's id StartRun stored with a run whose context is still to be built ('' for a
+    run stored `waiting`, or by an earlier release)."""
+    return "" if raw.get("started") else str(raw.get("message_id") or "")
 
 
 _FIELDS = tuple(f.name for f in fields(Checkpoint))

@@ -19,10 +19,10 @@ from tether_sdk import ModelRequest
 
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
-from tether_runtime.domain.records import ConversationRow, RunRow
+from tether_runtime.domain.records import ConversationRow, MessageRow, RunRow
 from tether_runtime.engine import driven, questions
 from tether_runtime.engine.agent import context
-from tether_runtime.engine.checkpoint import Checkpoint, PendingCall
+from tether_runtime.engine.checkpoint import Checkpoint, PendingCall, pending_message_id
 from tether_runtime.engine.held_wakes import HeldWakes
 from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.engine.model_step import ModelStep
@@ -42,9 +42,15 @@ tracer = trace.get_tracer("tether.runtime.run_loop")
 
 class RunExecutor:
     def __init__(
-        self, engine: Engine, run: RunRow, conversation: ConversationRow | None = None
+        self,
+        engine: Engine,
+        run: RunRow,
+        conversation: ConversationRow | None = None,
+        turns: list[MessageRow] | None = None,
     ) -> None:
-        """`conversation`: the run's, as the claim read it (None: read at the first step)."""
+        """`conversation`: the run's, as the claim read it (None: read at the first step).
+        `turns`: for a run whose context is still to be built, its own message and the turns
+        before it as the claim read them (runs.Claimed.turns; None: read when it is built)."""
         self.e = engine
         self.run = run
         self.epoch = run.lease_epoch
@@ -68,6 +74,7 @@ class RunExecutor:
         self.fresh_calls: set[str] = set()
         self._claimed_at = time.monotonic()
         self._conv: ConversationRow | None = conversation
+        self._turns = turns
 
     @property
     def run_id(self) -> str:
@@ -210,17 +217,33 @@ class RunExecutor:
         return max(0.0, self.loaded.agent.limits.run_deadline_s - self.active_s())
 
     async def _start(self) -> None:
-        """Only for a run queued by an older runtime, whose StartRun stored no started state:
-        build it and persist it before streaming under its message id."""
+        """Build the run's starting state: its context as of now and the id its answer streams
+        under. StartRun stored the id (checkpoint.pending): nothing is written here, the first
+        step saves the state, and a worker that takes the run over first builds the same one.
+        A run stored `waiting` behind another, or queued by an earlier release, has no id yet:
+        its state is stored before anything streams under a new one."""
+        message_id = pending_message_id(self.run.checkpoint)
+        budget = context.budget_for(self.loaded)
+        turns = self._turns
+        self._turns = None
         async with self.e.pool.acquire() as conn:
-            messages = await context.initial_messages(
-                conn,
-                self.run.conversation_id,
-                self.run.user_message_id,
-                budget=context.budget_for(self.loaded),
-            )
-        self.cp = Checkpoint(new_id("msg"), messages)
-        await self.commit([], self.save())
+            if turns and turns[0].id == self.run.user_message_id and self._conv is not None:
+                messages, cut = await context.starting_context(
+                    conn,
+                    self._conv,
+                    self.run.conversation_id,
+                    self.run.user_message_id,
+                    turns[0].content,
+                    turns[1:],
+                    budget=budget,
+                )
+            else:
+                messages, cut = await context.initial_context(
+                    conn, self.run.conversation_id, self.run.user_message_id, budget=budget
+                )
+        self.cp = Checkpoint(message_id or new_id("msg"), messages, context_cut=cut)
+        if not message_id:
+            await self.commit([], self.save())
 
     async def end(
         self,

@@ -18,7 +18,7 @@ from tether_common.logging import conversation_id_var, run_id_var
 from tether_common.tracing import context_from, span_context_from
 
 from tether_runtime import metrics
-from tether_runtime.domain.records import ConversationRow, RunRow
+from tether_runtime.domain.records import ConversationRow, MessageRow, RunRow
 from tether_runtime.engine import poison
 from tether_runtime.engine.process import Engine
 from tether_runtime.engine.resume import expire_interrupt
@@ -119,7 +119,7 @@ class Worker:
                     for c in claimed:
                         if c.took_over:
                             metrics.LEASE_TAKEOVERS.inc()
-                        self._spawn(c.run, c.conversation)
+                        self._spawn(c.run, c.conversation, c.turns)
                     if len(claimed) < free:
                         break
                 # By the clock, not by the loop's turns: every new run's NOTIFY and every run's
@@ -152,11 +152,16 @@ class Worker:
         """Runs this worker may still take: one slot per run in `tasks`."""
         return self.e.settings.worker_concurrency - len(self.tasks)
 
-    def _spawn(self, run: RunRow, conversation: ConversationRow | None = None) -> None:
+    def _spawn(
+        self,
+        run: RunRow,
+        conversation: ConversationRow | None = None,
+        turns: list[MessageRow] | None = None,
+    ) -> None:
         if poison.exhausted(run, self.e.settings.max_run_attempts):
             work = self._give_up(run)
         else:
-            work = self._execute(run, conversation)
+            work = self._execute(run, conversation, turns)
         task = asyncio.create_task(work, name=f"run-{run.id}")
         self.tasks[run.id] = (task, run.lease_epoch)
 
@@ -176,10 +181,15 @@ class Worker:
         finally:
             self._release_slot(run.id)
 
-    async def _execute(self, run: RunRow, conversation: ConversationRow | None = None) -> None:
+    async def _execute(
+        self,
+        run: RunRow,
+        conversation: ConversationRow | None = None,
+        turns: list[MessageRow] | None = None,
+    ) -> None:
         run_id_var.set(run.id)
         conversation_id_var.set(run.conversation_id)
-        executor = RunExecutor(self.e, run, conversation)
+        executor = RunExecutor(self.e, run, conversation, turns)
         task = asyncio.current_task()
         assert task is not None
         beat = asyncio.create_task(self._heartbeat(run, task, executor))

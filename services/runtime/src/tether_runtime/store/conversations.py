@@ -9,6 +9,9 @@ from tether_common.ids import new_id
 from tether_runtime.domain.records import ConversationRow, MessageRow
 from tether_runtime.store.db import Conn
 
+TURNS_PAGE = 32
+"""Turns read at a time to build a run's starting context (context.py, the claim in runs.py)."""
+
 
 async def create(conn: Conn, user_id: str, title: str) -> ConversationRow:
     row = await conn.fetchrow(

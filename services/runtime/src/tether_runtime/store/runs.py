@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tether_runtime.domain.records import ConversationRow, RunRow
+from tether_runtime.domain.records import ConversationRow, MessageRow, RunRow
+from tether_runtime.store.conversations import TURNS_PAGE
 from tether_runtime.store.db import Conn
 
 WAKE_CHANNEL = "tether_wake"
@@ -227,9 +228,25 @@ _CONV_COLUMNS = ", ".join(
     )
 )
 
+# TURNS_PAGE: the turns a claim reads for a run whose starting context is still to be built
+# (its checkpoint not `started`: StartRun stored only its answer's id, or nothing): the run's own
+# message and the newest user/assistant turns before it, newest first, as arrays (no JSON to
+# parse). The worker builds the context from them without a read of its own (context.py).
+_TURN_COLUMNS = ("id", "run_id", "role", "content", "tool_call_id", "created_at")
+_STARTING_TURNS = f"""
+LEFT JOIN LATERAL (
+    SELECT {", ".join(f"array_agg(m.{col} ORDER BY m.id DESC) AS turn_{col}" for col in _TURN_COLUMNS)}
+    FROM (SELECT * FROM message
+          WHERE NOT next.started AND conversation_id = next.conversation_id
+            AND role IN ('user', 'assistant') AND id <= next.user_message_id
+          ORDER BY id DESC LIMIT {TURNS_PAGE + 1}) m
+) t ON true"""
+
 _CLAIM = f"""
 WITH next AS (
-    SELECT id, conversation_id, status AS was, queued_at AS place FROM run
+    SELECT id, conversation_id, status AS was, queued_at AS place, user_message_id,
+           checkpoint ? 'started' AS started
+    FROM run
     WHERE (status = 'queued'
            OR (status = 'running'
                AND lease_expires_at + make_interval(secs => {_BACKOFF.format(attempts="attempts")})
@@ -245,9 +262,10 @@ UPDATE run SET status = 'running', lease_owner = $1, lease_epoch = lease_epoch +
        queued_at = now() + make_interval(
            secs => $2 + {_BACKOFF.format(attempts="(run.attempts + 1)")}),
        updated_at = now()
-FROM next LEFT JOIN conversation c ON c.id = next.conversation_id
+FROM next LEFT JOIN conversation c ON c.id = next.conversation_id{_STARTING_TURNS}
 WHERE run.id = next.id
-RETURNING run.*, next.was = 'running' AS took_over, next.place, {_CONV_COLUMNS}
+RETURNING run.*, next.was = 'running' AS took_over, next.place, {_CONV_COLUMNS},
+    {", ".join(f"t.turn_{col}" for col in _TURN_COLUMNS)}
 """
 
 MAX_BACKOFF_S = 60.0
@@ -291,6 +309,28 @@ class Claimed:
     run: RunRow
     took_over: bool
     conversation: ConversationRow | None
+    turns: list[MessageRow] | None = None
+    """For a run whose starting context is still to be built: its own message and the turns
+    before it, newest first (at most TURNS_PAGE + 1). None for a run that has started."""
+
+
+def _turns(row: Any) -> list[MessageRow] | None:
+    ids = row["turn_id"]
+    if ids is None:
+        return None
+    conversation_id = row["conversation_id"]
+    return [
+        MessageRow(id_, conversation_id, run_id, role, content, tool_call_id, created_at)
+        for id_, run_id, role, content, tool_call_id, created_at in zip(
+            ids,
+            row["turn_run_id"],
+            row["turn_role"],
+            row["turn_content"],
+            row["turn_tool_call_id"],
+            row["turn_created_at"],
+            strict=True,
+        )
+    ]
 
 
 async def claim_with_conversations(
@@ -311,6 +351,7 @@ async def claim_with_conversations(
             RunRow.of(row),
             bool(row["took_over"]),
             ConversationRow.of(row, "conv_") if row["conv_id"] is not None else None,
+            _turns(row),
         )
         for row in rows
     ]

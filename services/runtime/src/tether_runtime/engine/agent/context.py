@@ -34,7 +34,7 @@ SUMMARY_THRESHOLD_SHARE = 4
 """Turns that fell out of the recent window are summarised once they exceed this share."""
 FOLD_SHARE = 2
 """One summary request folds at most this share of the budget of turns."""
-PAGE = 32
+PAGE = conversations.TURNS_PAGE
 FOLD_MAX_ROWS = 200
 SUMMARY_LABEL = "Summary of earlier turns (written by the model; not confirmed facts)"
 
@@ -152,24 +152,42 @@ async def initial_context(
     *,
     budget: Budget = DEFAULT_BUDGET,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """(transcript, cut): the run's starting transcript (below), and whether older turns fell
-    out of it (only then can the conversation need a summary when the run ends).
-
-    The run's starting transcript: the recent turns verbatim before its own message, newest
-    last, within the budget less the instructions and tools, the system context and the reserve;
-    then its own message, always there (cut only if it alone exceeds its room). `text`: the
-    run's own message when it is not stored yet (StartRun builds the context before it inserts
-    the message, in the same statement as the run); else it is read by `user_message_id`."""
-    counter = budget.counter
-    first_page: list[MessageRow] | None = None
+    """(transcript, cut): the run's starting transcript (`starting_context`), and whether older
+    turns fell out of it (only then can the conversation need a summary when the run ends).
+    `text`: the run's own message when it is not stored yet; else it is read by
+    `user_message_id`."""
     if text is None:
         conv = await conversations.get(conn, conversation_id)
         rows = await conversations.turns_before(conn, conversation_id, user_message_id, None, 1)
         text = rows[0].content if rows and rows[0].id == user_message_id else ""
-    else:  # StartRun: the run's own message is not stored yet; one round trip for the rest
+        first_page = None
+    else:  # the run's own message is not stored yet; one round trip for the rest
         conv, first_page = await conversations.get_with_turns(
             conn, conversation_id, user_message_id, PAGE
         )
+    return await starting_context(
+        conn, conv, conversation_id, user_message_id, text, first_page, budget=budget
+    )
+
+
+async def starting_context(
+    conn: Conn,
+    conv: ConversationRow | None,
+    conversation_id: str,
+    user_message_id: str,
+    text: str,
+    first_page: list[MessageRow] | None,
+    *,
+    budget: Budget = DEFAULT_BUDGET,
+) -> tuple[list[dict[str, Any]], bool]:
+    """(transcript, cut) from what was already read: the conversation, the run's own message
+    (`text`) and the newest turns before it (`first_page`, newest first, at most PAGE; None:
+    read here). Further pages are read only when the first fits in the budget whole.
+
+    The run's starting transcript: the recent turns verbatim before its own message, newest
+    last, within the budget less the instructions and tools, the system context and the reserve;
+    then its own message, always there (cut only if it alone exceeds its room)."""
+    counter = budget.counter
     room = turn_room(budget, system_text(conv, budget) if conv is not None else "")
     own_room = max(room, budget.tokens // RESERVE_SHARE) - REPLY_OVERHEAD
     own = truncate(text, own_room - _cost(counter, "user", ""), counter)
