@@ -87,3 +87,76 @@ async def test_the_sweep_queues_a_run_left_waiting_with_nothing_before_it(store:
     assert await run_admission.promote_stalled(store) == 1
     assert await _status(store, second.run.id) == "queued"
     assert await run_admission.promote_stalled(store) == 0
+
+
+def _a_start(conv: str, policy: str, text: str = "hi", user: str = "alice") -> run_admission.Start:
+    run_id = new_id("run")
+    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv)])
+    return run_admission.Start(
+        policy, run_id, conv, user, new_id("msg"), text, "opspilot", {"t": 1}, (kind, data), {}
+    )
+
+
+async def test_many_starts_in_one_statement_answer_as_one_statement_each(store: Any) -> None:
+    """start_many: each start sees the ones before it in the same statement, as consecutive
+    statements would; answers come in the starts' order."""
+    one = (await conversations.create(store, "alice", "one")).id
+    two = (await conversations.create(store, "alice", "two")).id
+    starts = [
+        _a_start(one, "reject"),
+        _a_start(two, "enqueue"),
+        _a_start(one, "reject"),  # the first is active: refused, nothing stored
+        _a_start(two, "enqueue"),  # behind the second: waiting
+        _a_start(two, "enqueue", user="mallory"),  # not hers: not found
+    ]
+    answers = await run_admission.start_many(store, starts)
+    assert [a is not None for a in answers] == [True, True, True, True, False]
+    first, second, refused, behind, _ = answers
+    assert first is not None and first.run is not None and first.run.status == "queued"
+    assert first.run.id == starts[0].run_id and first.run.trace_context == {"t": 1}
+    assert second is not None and second.run is not None and second.run.status == "queued"
+    assert refused is not None and refused.run is None and refused.active == [starts[0].run_id]
+    assert behind is not None and behind.run is not None and behind.run.status == "waiting"
+    assert behind.active == [starts[1].run_id]
+    assert await store.fetchval("SELECT count(*) FROM run") == 3
+    assert await store.fetchval("SELECT count(*) FROM run_event") == 3
+
+
+async def test_admissions_that_arrive_together_share_a_statement_and_a_bad_one_fails_alone(
+    private_env: dict[str, str],
+) -> None:
+    import asyncio
+
+    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
+    try:
+        async with pool.acquire() as conn:
+            convs = [(await conversations.create(conn, "alice", f"c{i}")).id for i in range(20)]
+        admissions = run_admission.Admissions(pool)
+        statements: list[int] = []
+        real = run_admission.start_many
+
+        async def counting(conn: Any, starts: list[run_admission.Start]) -> Any:
+            statements.append(len(starts))
+            return await real(conn, starts)
+
+        run_admission.start_many = counting  # type: ignore[assignment]
+        try:
+            starts = [_a_start(c, "enqueue") for c in convs]
+            starts[7] = _a_start(convs[7], "enqueue", text="nul \x00 byte")  # Postgres refuses
+            answers = await asyncio.gather(
+                *(admissions.start(s) for s in starts), return_exceptions=True
+            )
+        finally:
+            run_admission.start_many = real  # type: ignore[assignment]
+        assert isinstance(answers[7], Exception), answers[7]
+        good = [a for i, a in enumerate(answers) if i != 7]
+        assert all(isinstance(a, run_admission.Admission) and a.run is not None for a in good)
+        assert statements[0] == 20  # all twenty arrived while none was in flight: one statement
+        assert len(statements) == 1 + 20  # it failed, then one each: only the bad start fails
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM run") == 19
+            assert (
+                await conn.fetchval("SELECT count(*) FROM run WHERE id = $1", starts[7].run_id) == 0
+            )
+    finally:
+        await pool.close()

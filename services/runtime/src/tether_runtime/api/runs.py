@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from tether_common.auth import Principal
 from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
@@ -130,10 +131,12 @@ async def start_run(
     run_id: str = "",
     streamed: StreamedStart | None = None,
     input_json: str = "",
+    admissions: run_admission.Admissions | None = None,
 ) -> tuple[RunView, bool, list[str]]:
     """The run, whether it is a replay of an earlier start with the same key, and the runs of
     the conversation that were active when it was stored (none for a replay). `input_json`: a
-    graph agent's input (run_input.py)."""
+    graph agent's input (run_input.py). `admissions`: the process's batcher, for a start with
+    no key (None: a statement of its own)."""
     _acting(principal)
     if not text.strip() and not input_json:
         raise InvalidArgument("text or input_json is required")
@@ -147,14 +150,37 @@ async def start_run(
     # The first event commits with the run itself: a client's stream has something at once,
     # whatever the workers are doing.
     ((_, _, kind, encoded),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
+    # The run's answer id (sorting after the question) is stored with it; its context is built
+    # by the worker from the turns its claim reads (checkpoint.pending).
+    checkpoint = pending_checkpoint(new_id_after("msg", message_id))
+    policy = concurrent_runs.policy_of(agents.get(agent))
+    if admissions is not None and not key and graph_input is None:
+        # Without a key nothing else commits with the admission: it joins the process's next
+        # batch of admissions (one statement for the starts that arrive together).
+        confirmed = streamed is not None and await streamed.confirmed()
+        admission = await admissions.start(
+            run_admission.Start(
+                policy,
+                run_id,
+                conv_id,
+                principal.user_id,
+                message_id,
+                text,
+                agent,
+                trace_context,
+                (kind, encoded),
+                checkpoint,
+            )
+        )
+        if admission is None:
+            raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+        view = RunView.of(concurrent_runs.admitted(admission))
+        return _started(view, streamed, confirmed, encoded), False, admission.active
     async with pool.acquire() as conn:
         if key:
             replay = await stored_answer(conn, scope, key, rhash)
             if replay is not None:
                 return replay, True, []
-        # The run's answer id (sorting after the question) is stored with it; its context is
-        # built by the worker from the turns its claim reads (checkpoint.pending).
-        checkpoint = pending_checkpoint(new_id_after("msg", message_id))
         confirmed = streamed is not None and await streamed.confirmed()
         # The conversation is locked first, so the agent's concurrent_runs policy reads its
         # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
@@ -162,7 +188,7 @@ async def start_run(
         async with conn.transaction() if key else contextlib.nullcontext():
             admission = await run_admission.start(
                 conn,
-                concurrent_runs.policy_of(agents.get(agent)),
+                policy,
                 run_id,
                 conv_id,
                 principal.user_id,
@@ -183,13 +209,19 @@ async def start_run(
             ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
-    # Not published: no stream can be following a run whose id was unknown until now but the
-    # caller's own (handed the event in `streamed.first`), and any stream opened from here on
-    # reads Postgres (after its subscription is confirmed).
+    return _started(view, streamed, confirmed, encoded), False, admission.active
+
+
+def _started(
+    view: RunView, streamed: StreamedStart | None, confirmed: bool, encoded: bytes
+) -> RunView:
+    """A run just stored. Not published: no stream can be following a run whose id was unknown
+    until now but the caller's own (handed the event in `streamed.first`), and any stream opened
+    from here on reads Postgres (after its subscription is confirmed)."""
     if streamed is not None and confirmed:
         streamed.first = encoded
     metrics.RUNS_STARTED.inc()
-    return view, False, admission.active
+    return view
 
 
 class _Retry(Exception):
@@ -209,12 +241,27 @@ async def start_run_once(
     run_id: str = "",
     streamed: StreamedStart | None = None,
     input_json: str = "",
+    admissions: run_admission.Admissions | None = None,
 ) -> tuple[RunView, bool, list[str]]:
-    args = (pool, agents, principal, conv_id, text, key, agent, trace_context)
+    attempt = partial(
+        start_run,
+        pool,
+        agents,
+        principal,
+        conv_id,
+        text,
+        key,
+        agent,
+        trace_context,
+        run_id=run_id,
+        streamed=streamed,
+        input_json=input_json,
+        admissions=admissions,
+    )
     try:
-        return await start_run(*args, run_id=run_id, streamed=streamed, input_json=input_json)
+        return await attempt()
     except _Retry:
-        return await start_run(*args, run_id=run_id, streamed=streamed, input_json=input_json)
+        return await attempt()
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:

@@ -132,6 +132,7 @@ class RuntimeServicer:
             run_id=run_id,
             streamed=streamed,
             input_json=request.input_json,
+            admissions=self.e.admissions,
         )
         if active and concurrent_runs.policy_of(self.e.agents.get(view.agent)) == "interrupt":
             await concurrent_runs.interrupt_active(

@@ -10,13 +10,16 @@ conversation take turns; starts in different conversations never wait for each o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from tether_common import json_codec
 from tether_proto import wire
 
 from tether_runtime.domain.records import RunRow
-from tether_runtime.store.db import Conn
+from tether_runtime.store import db
+from tether_runtime.store.db import Conn, Pool
 from tether_runtime.store.runs import WAKE_CHANNEL
 
 # Every status but the terminal ones (migration 0018 spells them out in SQL).
@@ -89,6 +92,127 @@ async def start(
     if not row["conv_found"]:
         return None
     return Admission(RunRow.of(row) if row["id"] else None, list(row["active_ids"]))
+
+
+@dataclass(frozen=True)
+class Start:
+    """One StartRun's admission, as `start` takes it (from text: no graph input)."""
+
+    policy: str
+    run_id: str
+    conversation_id: str
+    user_id: str
+    message_id: str
+    text: str
+    agent: str
+    trace_context: dict[str, Any]
+    first_event: tuple[str, bytes]
+    checkpoint: dict[str, Any]
+
+
+# Many starts in one statement: `run_start` called once per row, in the order given (each call
+# sees the rows the calls before it inserted, as consecutive statements would). The rows come
+# sorted by conversation, so two batches lock conversations in one order and never deadlock
+# each other; a start waits for a locked conversation as a statement of its own would.
+_START_MANY = (
+    "SELECT a.i, s.conv_found, s.active_ids, (s.started).*"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
+    " $7::text[], $8::text[], $9::bytea[], $10::text[], $11::text[])"
+    " WITH ORDINALITY AS a(run_id, conv, usr, msg, txt, agent, trace, typ, data, cp, policy, i)"
+    " CROSS JOIN LATERAL run_start(a.run_id, a.conv, a.usr, a.msg, a.txt, a.agent,"
+    " a.trace::jsonb, a.typ, a.data, $12, a.cp::jsonb, a.policy) s"
+    " ORDER BY a.i"
+)
+
+
+async def start_many(conn: Conn, starts: list[Start]) -> list[Admission | None]:
+    """`start` for each of `starts` in ONE statement (autocommit: all of them or, if it fails,
+    none), in their order; each answer as `start` gives it."""
+    cols: list[list[Any]] = [[] for _ in range(11)]
+    for s in starts:
+        for col, value in zip(
+            cols,
+            (
+                s.run_id,
+                s.conversation_id,
+                s.user_id,
+                s.message_id,
+                s.text,
+                s.agent,
+                json_codec.dumps(s.trace_context),
+                s.first_event[0],
+                s.first_event[1],
+                json_codec.dumps(s.checkpoint),
+                s.policy,
+            ),
+            strict=True,
+        ):
+            col.append(value)
+    rows = await conn.fetch(_START_MANY, *cols, WAKE_CHANNEL)
+    answers: list[Admission | None] = [None] * len(starts)
+    for row in rows:
+        if row["conv_found"]:
+            answers[row["i"] - 1] = Admission(
+                RunRow.of(row) if row["id"] else None, list(row["active_ids"])
+            )
+    return answers
+
+
+class Admissions:
+    """The admissions of every StartRun of this process without an idempotency key: those that
+    arrive while one statement is in flight go together in the next (`start_many`), as the
+    event sink batches appends. A burst of starts then costs a few statements, not one each.
+
+    A batch of more than one that fails (bad input in one start, say) is tried again one start
+    per statement, so only the start at fault sees the error; deadlocks and serialization
+    failures are retried as any statement is (`db.retrying`)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self._queue: list[tuple[Start, asyncio.Future[Admission | None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, start: Start) -> Admission | None:
+        done: asyncio.Future[Admission | None] = asyncio.get_running_loop().create_future()
+        self._queue.append((start, done))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="run-admissions")
+        return await done
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            batch.sort(key=lambda item: item[0].conversation_id)  # stable: arrival order kept
+            try:
+                answers = await self._admit([s for s, _ in batch])
+            except Exception as err:  # noqa: BLE001 - handed to each waiting start
+                if len(batch) == 1:
+                    _settle(batch[0][1], err)
+                    continue
+                for start, done in batch:  # one by one: only the faulty start fails
+                    try:
+                        (answer,) = await self._admit([start])
+                    except Exception as one:  # noqa: BLE001 - handed to its start
+                        _settle(done, one)
+                    else:
+                        _settle(done, answer)
+                continue
+            for (_, done), answer in zip(batch, answers, strict=True):
+                _settle(done, answer)
+
+    async def _admit(self, starts: list[Start]) -> list[Admission | None]:
+        return await db.retrying(
+            self.pool, lambda conn: start_many(conn, starts), transaction=False
+        )
+
+
+def _settle(done: asyncio.Future[Admission | None], answer: Admission | None | Exception) -> None:
+    if done.done():
+        return  # its StartRun was cancelled (the client left); the run, if stored, still runs
+    if isinstance(answer, Exception):
+        done.set_exception(answer)
+    else:
+        done.set_result(answer)
 
 
 async def promote_stalled(conn: Conn) -> int:
