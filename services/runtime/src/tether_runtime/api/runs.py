@@ -153,27 +153,23 @@ async def start_run(
     # The run's answer id (sorting after the question) is stored with it; its context is built
     # by the worker from the turns its claim reads (checkpoint.pending).
     checkpoint = pending_checkpoint(new_id_after("msg", message_id))
-    policy = concurrent_runs.policy_of(agents.get(agent))
+    start = run_admission.Start(
+        concurrent_runs.policy_of(agents.get(agent)),
+        run_id,
+        conv_id,
+        principal.user_id,
+        message_id,
+        text,
+        agent,
+        trace_context,
+        (kind, encoded),
+        checkpoint,
+    )
     if admissions is not None and not key and graph_input is None:
         # Without a key nothing else commits with the admission: it joins the process's next
         # batch of admissions (one statement for the starts that arrive together).
         confirmed = streamed is not None and await streamed.confirmed()
-        admission = await admissions.start(
-            run_admission.Start(
-                policy,
-                run_id,
-                conv_id,
-                principal.user_id,
-                message_id,
-                text,
-                agent,
-                trace_context,
-                (kind, encoded),
-                checkpoint,
-            )
-        )
-        if admission is None:
-            raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+        admission = _found(await admissions.start(start))
         view = RunView.of(concurrent_runs.admitted(admission))
         return _started(view, streamed, confirmed, encoded), False, admission.active
     async with pool.acquire() as conn:
@@ -186,30 +182,20 @@ async def start_run(
         # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
         # idempotency key must commit with it.
         async with conn.transaction() if key else contextlib.nullcontext():
-            admission = await run_admission.start(
-                conn,
-                policy,
-                run_id,
-                conv_id,
-                principal.user_id,
-                message_id,
-                text,
-                agent,
-                trace_context,
-                (kind, encoded),
-                checkpoint,
-                graph_input,
-            )
-            if admission is None:
-                raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
-            run = concurrent_runs.admitted(admission)
-            view = RunView.of(run)
+            admission = _found(await run_admission.admit(conn, start, graph_input))
+            view = RunView.of(concurrent_runs.admitted(admission))
             if key and not await idempotency.store(
                 conn, scope, key, rhash, {"run": view.to_json()}
             ):
                 # A concurrent twin stored the key first: undo ours, answer with theirs.
                 raise _Retry()
     return _started(view, streamed, confirmed, encoded), False, admission.active
+
+
+def _found(admission: run_admission.Admission | None) -> run_admission.Admission:
+    if admission is None:
+        raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+    return admission
 
 
 def _started(

@@ -109,6 +109,32 @@ class Start:
     first_event: tuple[str, bytes]
     checkpoint: dict[str, Any]
 
+    def values(
+        self,
+    ) -> tuple[
+        str, str, str, str, str, str, str, dict[str, Any], tuple[str, bytes], dict[str, Any]
+    ]:
+        """The fields in `start`'s order of arguments (after the connection)."""
+        return (
+            self.policy,
+            self.run_id,
+            self.conversation_id,
+            self.user_id,
+            self.message_id,
+            self.text,
+            self.agent,
+            self.trace_context,
+            self.first_event,
+            self.checkpoint,
+        )
+
+
+async def admit(
+    conn: Conn, s: Start, graph_input: dict[str, Any] | None = None
+) -> Admission | None:
+    """`start` for one Start, in a statement of its own (with a graph's input, if any)."""
+    return await start(conn, *s.values(), graph_input=graph_input)
+
 
 # Many starts in one statement: `run_start` called once per row, in the order given (each call
 # sees the rows the calls before it inserted, as consecutive statements would). The rows come
@@ -130,23 +156,9 @@ async def start_many(conn: Conn, starts: list[Start]) -> list[Admission | None]:
     none), in their order; each answer as `start` gives it."""
     cols: list[list[Any]] = [[] for _ in range(11)]
     for s in starts:
-        for col, value in zip(
-            cols,
-            (
-                s.run_id,
-                s.conversation_id,
-                s.user_id,
-                s.message_id,
-                s.text,
-                s.agent,
-                json_codec.dumps(s.trace_context),
-                s.first_event[0],
-                s.first_event[1],
-                json_codec.dumps(s.checkpoint),
-                s.policy,
-            ),
-            strict=True,
-        ):
+        policy, *rest, trace, (kind, data), checkpoint = s.values()
+        row = (*rest, json_codec.dumps(trace), kind, data, json_codec.dumps(checkpoint), policy)
+        for col, value in zip(cols, row, strict=True):
             col.append(value)
     rows = await conn.fetch(_START_MANY, *cols, WAKE_CHANNEL)
     answers: list[Admission | None] = [None] * len(starts)
