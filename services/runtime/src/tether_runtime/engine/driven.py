@@ -62,7 +62,10 @@ class DrivenAgent(Protocol):
 
 
 def is_driven(agent: object) -> bool:
-    return isinstance(agent, DrivenAgent)
+    """Whether `agent` drives its own loop (DrivenAgent's `drive`). Asked on every start and
+    execution: a look-up of the method, not isinstance on the runtime-checkable Protocol, which
+    walks the Protocol's members on every call (0.6 % of the runtime's samples in short runs)."""
+    return callable(getattr(agent, "drive", None))
 
 
 @dataclass(frozen=True)
