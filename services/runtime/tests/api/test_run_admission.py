@@ -29,16 +29,18 @@ async def _start(conn: Any, conv: str, policy: str) -> run_admission.Admission:
     async with conn.transaction():
         admission = await run_admission.start(
             conn,
-            policy,
-            run_id,
-            conv,
-            "alice",
-            new_id("msg"),
-            "hi",
-            "opspilot",
-            {},
-            (kind, data),
-            {"started": True},
+            run_admission.Start(
+                policy,
+                run_id,
+                conv,
+                "alice",
+                new_id("msg"),
+                "hi",
+                "opspilot",
+                {},
+                (kind, data),
+                {"started": True},
+            ),
         )
     assert admission is not None
     return admission
@@ -89,11 +91,27 @@ async def test_the_sweep_queues_a_run_left_waiting_with_nothing_before_it(store:
     assert await run_admission.promote_stalled(store) == 0
 
 
-def _a_start(conv: str, policy: str, text: str = "hi", user: str = "alice") -> run_admission.Start:
+def _a_start(
+    conv: str,
+    policy: str,
+    text: str = "hi",
+    user: str = "alice",
+    graph_input: dict[str, Any] | None = None,
+) -> run_admission.Start:
     run_id = new_id("run")
     ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv)])
     return run_admission.Start(
-        policy, run_id, conv, user, new_id("msg"), text, "opspilot", {"t": 1}, (kind, data), {}
+        policy,
+        run_id,
+        conv,
+        user,
+        new_id("msg"),
+        text,
+        "opspilot",
+        {"t": 1},
+        (kind, data),
+        {},
+        graph_input,
     )
 
 
@@ -102,24 +120,31 @@ async def test_many_starts_in_one_statement_answer_as_one_statement_each(store: 
     statements would; answers come in the starts' order."""
     one = (await conversations.create(store, "alice", "one")).id
     two = (await conversations.create(store, "alice", "two")).id
+    three = (await conversations.create(store, "alice", "three")).id
     starts = [
         _a_start(one, "reject"),
         _a_start(two, "enqueue"),
         _a_start(one, "reject"),  # the first is active: refused, nothing stored
         _a_start(two, "enqueue"),  # behind the second: waiting
         _a_start(two, "enqueue", user="mallory"),  # not hers: not found
+        _a_start(three, "parallel", graph_input={"messages": [{"role": "user", "content": "x"}]}),
     ]
     answers = await run_admission.start_many(store, starts)
-    assert [a is not None for a in answers] == [True, True, True, True, False]
-    first, second, refused, behind, _ = answers
+    assert [a is not None for a in answers] == [True, True, True, True, False, True]
+    first, second, refused, behind, _, graph = answers
     assert first is not None and first.run is not None and first.run.status == "queued"
     assert first.run.id == starts[0].run_id and first.run.trace_context == {"t": 1}
     assert second is not None and second.run is not None and second.run.status == "queued"
     assert refused is not None and refused.run is None and refused.active == [starts[0].run_id]
     assert behind is not None and behind.run is not None and behind.run.status == "waiting"
     assert behind.active == [starts[1].run_id]
-    assert await store.fetchval("SELECT count(*) FROM run") == 3
-    assert await store.fetchval("SELECT count(*) FROM run_event") == 3
+    assert graph is not None and graph.run is not None and graph.run.status == "queued"
+    assert await store.fetchval("SELECT input FROM run WHERE id = $1", starts[5].run_id) == {
+        "messages": [{"role": "user", "content": "x"}]
+    }
+    assert await store.fetchval("SELECT input FROM run WHERE id = $1", starts[0].run_id) is None
+    assert await store.fetchval("SELECT count(*) FROM run") == 4
+    assert await store.fetchval("SELECT count(*) FROM run_event") == 4
 
 
 async def test_admissions_that_arrive_together_share_a_statement_and_a_bad_one_fails_alone(
@@ -158,5 +183,32 @@ async def test_admissions_that_arrive_together_share_a_statement_and_a_bad_one_f
             assert (
                 await conn.fetchval("SELECT count(*) FROM run WHERE id = $1", starts[7].run_id) == 0
             )
+    finally:
+        await pool.close()
+
+
+async def test_a_start_whose_caller_left_while_it_waited_is_not_sent(
+    private_env: dict[str, str],
+) -> None:
+    """A StartRun cancelled while its admission waits for the next batch stores nothing: its
+    caller would never learn of the run (and, with no key, would start another on a retry)."""
+    import asyncio
+
+    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            one = (await conversations.create(conn, "alice", "one")).id
+            two = (await conversations.create(conn, "alice", "two")).id
+        admissions = run_admission.Admissions(pool)
+        kept, left = _a_start(one, "enqueue"), _a_start(two, "enqueue")
+        waiting = asyncio.ensure_future(admissions.start(kept))
+        leaving = asyncio.ensure_future(admissions.start(left))
+        await asyncio.sleep(0)  # both queued, the batch not yet sent
+        leaving.cancel()
+        admitted = await waiting
+        assert admitted is not None and admitted.run is not None
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM run WHERE id = $1", kept.run_id) == 1
+            assert await conn.fetchval("SELECT count(*) FROM run WHERE id = $1", left.run_id) == 0
     finally:
         await pool.close()

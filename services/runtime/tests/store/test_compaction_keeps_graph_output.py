@@ -35,8 +35,11 @@ async def _finished(conn: Any, output: str, graph_input: dict[str, Any] | None) 
     ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
     cp = Checkpoint("m1", [{"role": "user", "content": "hi"}], steps=2, output=output).as_dict()
     await run_admission.start(
-        conn, run_admission.PARALLEL, run_id, conv.id, "alice", new_id("msg"), "hi", "g", {},
-        (kind, data), cp, graph_input,
+        conn,
+        run_admission.Start(
+            run_admission.PARALLEL, run_id, conv.id, "alice", new_id("msg"), "hi", "g", {},
+            (kind, data), cp, graph_input,
+        ),
     )  # fmt: skip
     await conn.execute("UPDATE run SET status = 'completed' WHERE id = $1", run_id)
     return run_id

@@ -164,8 +164,9 @@ async def start_run(
         trace_context,
         (kind, encoded),
         checkpoint,
+        graph_input,
     )
-    if admissions is not None and not key and graph_input is None:
+    if admissions is not None and not key:
         # Without a key nothing else commits with the admission: it joins the process's next
         # batch of admissions (one statement for the starts that arrive together).
         confirmed = streamed is not None and await streamed.confirmed()
@@ -182,7 +183,7 @@ async def start_run(
         # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
         # idempotency key must commit with it.
         async with conn.transaction() if key else contextlib.nullcontext():
-            admission = _found(await run_admission.admit(conn, start, graph_input))
+            admission = _found(await run_admission.start(conn, start))
             view = RunView.of(concurrent_runs.admitted(admission))
             if key and not await idempotency.store(
                 conn, scope, key, rhash, {"run": view.to_json()}

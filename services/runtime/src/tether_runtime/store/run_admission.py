@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from tether_common import json_codec
 from tether_proto import wire
 
@@ -52,51 +53,11 @@ class Admission:
     """The conversation's active runs before this one, oldest first."""
 
 
-async def start(
-    conn: Conn,
-    policy: str,
-    run_id: str,
-    conversation_id: str,
-    user_id: str,
-    message_id: str,
-    text: str,
-    agent: str,
-    trace_context: dict[str, Any],
-    first_event: tuple[str, bytes],
-    checkpoint: dict[str, Any],
-    graph_input: dict[str, Any] | None = None,
-) -> Admission | None:
-    """One statement (autocommit, or in the caller's transaction): None (nothing written) unless
-    the conversation exists and belongs to `user_id`; else what `policy` admitted.
-    `graph_input`: a graph agent's input as the caller gave it (migration 0021), kept with the
-    run."""
-    args = [
-        run_id,
-        conversation_id,
-        user_id,
-        message_id,
-        text,
-        agent,
-        trace_context,
-        first_event[0],
-        first_event[1],
-        WAKE_CHANNEL,
-        checkpoint,
-        policy,
-    ]
-    if graph_input is None:
-        row = await conn.fetchrow(_START, *args)
-    else:
-        row = await conn.fetchrow(_START_WITH_INPUT, *args, graph_input)
-    assert row is not None
-    if not row["conv_found"]:
-        return None
-    return Admission(RunRow.of(row) if row["id"] else None, list(row["active_ids"]))
-
-
 @dataclass(frozen=True)
 class Start:
-    """One StartRun's admission, as `start` takes it (from text: no graph input)."""
+    """One StartRun's admission: the run and its user's message, its first event, its starting
+    checkpoint, the agent's `concurrent_runs` policy; `graph_input`: a graph agent's input as the
+    caller gave it (migration 0021), kept with the run."""
 
     policy: str
     run_id: str
@@ -108,45 +69,53 @@ class Start:
     trace_context: dict[str, Any]
     first_event: tuple[str, bytes]
     checkpoint: dict[str, Any]
-
-    def values(
-        self,
-    ) -> tuple[
-        str, str, str, str, str, str, str, dict[str, Any], tuple[str, bytes], dict[str, Any]
-    ]:
-        """The fields in `start`'s order of arguments (after the connection)."""
-        return (
-            self.policy,
-            self.run_id,
-            self.conversation_id,
-            self.user_id,
-            self.message_id,
-            self.text,
-            self.agent,
-            self.trace_context,
-            self.first_event,
-            self.checkpoint,
-        )
+    graph_input: dict[str, Any] | None = None
 
 
-async def admit(
-    conn: Conn, s: Start, graph_input: dict[str, Any] | None = None
-) -> Admission | None:
-    """`start` for one Start, in a statement of its own (with a graph's input, if any)."""
-    return await start(conn, *s.values(), graph_input=graph_input)
+async def start(conn: Conn, s: Start) -> Admission | None:
+    """One statement (autocommit, or in the caller's transaction): None (nothing written) unless
+    the conversation exists and belongs to `s.user_id`; else what `s.policy` admitted."""
+    args = [
+        s.run_id,
+        s.conversation_id,
+        s.user_id,
+        s.message_id,
+        s.text,
+        s.agent,
+        s.trace_context,
+        s.first_event[0],
+        s.first_event[1],
+        WAKE_CHANNEL,
+        s.checkpoint,
+        s.policy,
+    ]
+    if s.graph_input is None:
+        row = await conn.fetchrow(_START, *args)
+    else:
+        row = await conn.fetchrow(_START_WITH_INPUT, *args, s.graph_input)
+    assert row is not None
+    return _admission(row)
 
 
-# Many starts in one statement: `run_start` called once per row, in the order given (each call
-# sees the rows the calls before it inserted, as consecutive statements would). The rows come
-# sorted by conversation, so two batches lock conversations in one order and never deadlock
-# each other; a start waits for a locked conversation as a statement of its own would.
+def _admission(row: Any) -> Admission | None:
+    if not row["conv_found"]:
+        return None
+    return Admission(RunRow.of(row) if row["id"] else None, list(row["active_ids"]))
+
+
+# Many starts in one statement: `run_start` (migration 0021's form; a NULL input is a start from
+# text) called once per row, in the order given (each call sees the rows the calls before it
+# inserted, as consecutive statements would). The rows come sorted by conversation, so two
+# batches lock conversations in one order and never deadlock each other; a start waits for a
+# locked conversation as a statement of its own would.
 _START_MANY = (
     "SELECT a.i, s.conv_found, s.active_ids, (s.started).*"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
-    " $7::text[], $8::text[], $9::bytea[], $10::text[], $11::text[])"
-    " WITH ORDINALITY AS a(run_id, conv, usr, msg, txt, agent, trace, typ, data, cp, policy, i)"
+    " $7::text[], $8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[])"
+    " WITH ORDINALITY"
+    " AS a(run_id, conv, usr, msg, txt, agent, trace, typ, data, cp, policy, input, i)"
     " CROSS JOIN LATERAL run_start(a.run_id, a.conv, a.usr, a.msg, a.txt, a.agent,"
-    " a.trace::jsonb, a.typ, a.data, $12, a.cp::jsonb, a.policy) s"
+    " a.trace::jsonb, a.typ, a.data, $13, a.cp::jsonb, a.policy, a.input::jsonb) s"
     " ORDER BY a.i"
 )
 
@@ -154,19 +123,26 @@ _START_MANY = (
 async def start_many(conn: Conn, starts: list[Start]) -> list[Admission | None]:
     """`start` for each of `starts` in ONE statement (autocommit: all of them or, if it fails,
     none), in their order; each answer as `start` gives it."""
-    cols: list[list[Any]] = [[] for _ in range(11)]
-    for s in starts:
-        policy, *rest, trace, (kind, data), checkpoint = s.values()
-        row = (*rest, json_codec.dumps(trace), kind, data, json_codec.dumps(checkpoint), policy)
-        for col, value in zip(cols, row, strict=True):
-            col.append(value)
-    rows = await conn.fetch(_START_MANY, *cols, WAKE_CHANNEL)
+    dumps = json_codec.dumps
+    rows = await conn.fetch(
+        _START_MANY,
+        [s.run_id for s in starts],
+        [s.conversation_id for s in starts],
+        [s.user_id for s in starts],
+        [s.message_id for s in starts],
+        [s.text for s in starts],
+        [s.agent for s in starts],
+        [dumps(s.trace_context) for s in starts],
+        [s.first_event[0] for s in starts],
+        [s.first_event[1] for s in starts],
+        [dumps(s.checkpoint) for s in starts],
+        [s.policy for s in starts],
+        [None if s.graph_input is None else dumps(s.graph_input) for s in starts],
+        WAKE_CHANNEL,
+    )
     answers: list[Admission | None] = [None] * len(starts)
     for row in rows:
-        if row["conv_found"]:
-            answers[row["i"] - 1] = Admission(
-                RunRow.of(row) if row["id"] else None, list(row["active_ids"])
-            )
+        answers[row["i"] - 1] = _admission(row)
     return answers
 
 
@@ -175,8 +151,10 @@ class Admissions:
     arrive while one statement is in flight go together in the next (`start_many`), as the
     event sink batches appends. A burst of starts then costs a few statements, not one each.
 
-    A batch of more than one that fails (bad input in one start, say) is tried again one start
-    per statement, so only the start at fault sees the error; deadlocks and serialization
+    A start whose caller left while it waited (its StartRun cancelled) is not sent: nobody would
+    learn of its run. A batch of more than one that Postgres refuses (bad input in one start,
+    say) is tried again one start per statement, so only the start at fault sees the error; a
+    store that cannot be reached fails the whole batch at once; deadlocks and serialization
     failures are retried as any statement is (`db.retrying`)."""
 
     def __init__(self, pool: Pool) -> None:
@@ -193,11 +171,14 @@ class Admissions:
 
     async def _drain(self) -> None:
         while self._queue:
-            batch, self._queue = self._queue, []
+            batch = [(s, done) for s, done in self._queue if not done.done()]
+            self._queue = []
             batch.sort(key=lambda item: item[0].conversation_id)  # stable: arrival order kept
+            if not batch:
+                continue
             try:
                 answers = await self._admit([s for s, _ in batch])
-            except Exception as err:  # noqa: BLE001 - handed to each waiting start
+            except asyncpg.PostgresError as err:
                 if len(batch) == 1:
                     _settle(batch[0][1], err)
                     continue
@@ -208,6 +189,10 @@ class Admissions:
                         _settle(done, one)
                     else:
                         _settle(done, answer)
+                continue
+            except Exception as err:  # noqa: BLE001 - the store failed: every start sees it
+                for _, done in batch:
+                    _settle(done, err)
                 continue
             for (_, done), answer in zip(batch, answers, strict=True):
                 _settle(done, answer)
@@ -220,7 +205,7 @@ class Admissions:
 
 def _settle(done: asyncio.Future[Admission | None], answer: Admission | None | Exception) -> None:
     if done.done():
-        return  # its StartRun was cancelled (the client left); the run, if stored, still runs
+        return  # its StartRun was cancelled meanwhile (the client left); its run still runs
     if isinstance(answer, Exception):
         done.set_exception(answer)
     else:
@@ -254,15 +239,17 @@ async def start_parallel(
     """`start` with no policy: the run queued beside any active one (store tests, seeding)."""
     admitted = await start(
         conn,
-        PARALLEL,
-        run_id,
-        conversation_id,
-        user_id,
-        message_id,
-        text,
-        agent,
-        trace_context,
-        first_event,
-        checkpoint,
+        Start(
+            PARALLEL,
+            run_id,
+            conversation_id,
+            user_id,
+            message_id,
+            text,
+            agent,
+            trace_context,
+            first_event,
+            checkpoint,
+        ),
     )
     return admitted.run if admitted is not None else None
