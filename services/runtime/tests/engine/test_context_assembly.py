@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from tether_common.ids import new_id, new_id_after
 from tether_runtime.engine.agent import context
-from tether_runtime.engine.agent.context import SUMMARY_LABEL, budget_for, initial_messages
+from tether_runtime.engine.agent.context import SUMMARY_LABEL, budget_for, initial_context
 from tether_runtime.engine.agent.summaries import Summaries
 from tether_runtime.engine.agent.tokens import ESTIMATE
 from tether_runtime.engine.loaded_agent import LoadedAgent
@@ -77,13 +77,21 @@ async def conversation(pool: asyncpg.Pool, turns: int, size: int = 120) -> tuple
     return conv.id, ids
 
 
+async def _own(conn: asyncpg.Connection, conv_id: str, ids: list[str], text: str) -> str:
+    """The run's own message, stored after the conversation's (as StartRun stores it)."""
+    own = new_id_after("msg", ids[-1])
+    await conversations.add_message(conn, conv_id, "user", text, message_id=own)
+    return own
+
+
 async def test_recent_turns_fill_the_budget_newest_first_and_the_own_message_is_last(
     pool: asyncpg.Pool,
 ) -> None:
-    conv_id, _ = await conversation(pool, 40)
+    conv_id, ids = await conversation(pool, 40)
     budget = budget_for(loaded(Recorder()))
     async with pool.acquire() as conn:
-        messages = await initial_messages(conn, conv_id, "msg_zzzz", "what now?", budget=budget)
+        own = await _own(conn, conv_id, ids, "what now?")
+        messages, _ = await initial_context(conn, conv_id, own, budget=budget)
         conv = await conversations.get(conn, conv_id)
     assert conv is not None
     assert messages[-1] == {"role": "user", "content": "what now?"}
@@ -105,18 +113,21 @@ async def test_a_stored_own_message_is_read_by_id_and_later_messages_are_not_inc
     conv_id, ids = await conversation(pool, 6, size=10)
     own = ids[6]  # turn 3's question: what came after belongs to other runs
     async with pool.acquire() as conn:
-        messages = await initial_messages(conn, conv_id, own, budget=budget_for(loaded(Recorder())))
+        messages, _ = await initial_context(
+            conn, conv_id, own, budget=budget_for(loaded(Recorder()))
+        )
     assert [m["content"].split(":")[0] for m in messages] == [
         f"{role} turn {n}" for n in range(3) for role in ("user", "assistant")
     ] + ["user turn 3"]
 
 
 async def test_an_own_message_over_the_budget_is_cut_and_kept_alone(pool: asyncpg.Pool) -> None:
-    conv_id, _ = await conversation(pool, 3)
+    conv_id, ids = await conversation(pool, 3)
     budget = budget_for(loaded(Recorder()))
     huge = "please read this. " * 1000
     async with pool.acquire() as conn:
-        messages = await initial_messages(conn, conv_id, "msg_zzzz", huge, budget=budget)
+        own = await _own(conn, conv_id, ids, huge)
+        messages, _ = await initial_context(conn, conv_id, own, budget=budget)
     assert len(messages) == 1
     assert messages[0]["content"].endswith("[...truncated]")
     assert huge.startswith(messages[0]["content"].removesuffix(" [...truncated]"))

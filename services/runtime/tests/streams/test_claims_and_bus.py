@@ -240,8 +240,7 @@ async def test_a_started_run_carries_its_answer_id_and_every_claim_the_same_star
                     claimed.conversation,
                     conv.id,
                     run.user_message_id,
-                    claimed.turns[0].content,
-                    claimed.turns[1:],
+                    claimed.turns,
                     budget=budget,
                 )
                 # The same as what the reads of an earlier release built.

@@ -224,23 +224,20 @@ class RunExecutor:
         its state is stored before anything streams under a new one."""
         message_id = pending_message_id(self.run.checkpoint)
         budget = context.budget_for(self.loaded)
-        turns = self._turns
-        self._turns = None
-        async with self.e.pool.acquire() as conn:
-            if turns and turns[0].id == self.run.user_message_id and self._conv is not None:
-                messages, cut = await context.starting_context(
-                    conn,
-                    self._conv,
-                    self.run.conversation_id,
-                    self.run.user_message_id,
-                    turns[0].content,
-                    turns[1:],
-                    budget=budget,
-                )
-            else:
-                messages, cut = await context.initial_context(
-                    conn, self.run.conversation_id, self.run.user_message_id, budget=budget
-                )
+        turns, self._turns = self._turns, None
+        if turns is not None and self._conv is not None:  # as the claim read them
+            messages, cut = await context.starting_context(
+                self.e.pool,
+                self._conv,
+                self.run.conversation_id,
+                self.run.user_message_id,
+                turns,
+                budget=budget,
+            )
+        else:
+            messages, cut = await context.initial_context(
+                self.e.pool, self.run.conversation_id, self.run.user_message_id, budget=budget
+            )
         self.cp = Checkpoint(message_id or new_id("msg"), messages, context_cut=cut)
         if not message_id:
             await self.commit([], self.save())

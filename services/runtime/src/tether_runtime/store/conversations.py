@@ -7,7 +7,7 @@ from typing import Any
 from tether_common.ids import new_id
 
 from tether_runtime.domain.records import ConversationRow, MessageRow
-from tether_runtime.store.db import Conn
+from tether_runtime.store.db import Conn, Pool
 
 TURNS_PAGE = 32
 """Turns read at a time to build a run's starting context (context.py, the claim in runs.py)."""
@@ -106,7 +106,7 @@ async def merge_facts(conn: Conn, conversation_id: str, facts: dict[str, Any]) -
 
 
 async def turns_before(
-    conn: Conn, conversation_id: str, up_to_id: str | None, before_id: str | None, limit: int
+    conn: Conn | Pool, conversation_id: str, up_to_id: str | None, before_id: str | None, limit: int
 ) -> list[MessageRow]:
     """User/assistant messages newest first: up to and including `up_to_id` (None: the newest)
     and before `before_id` (the next page), at most `limit`."""
@@ -123,19 +123,19 @@ async def turns_before(
 
 
 async def get_with_turns(
-    conn: Conn, conversation_id: str, before_id: str | None, limit: int
+    conn: Conn | Pool, conversation_id: str, up_to_id: str, limit: int
 ) -> tuple[ConversationRow | None, list[MessageRow]]:
-    """The conversation and its newest user/assistant messages before `before_id` (newest
-    first, at most `limit`) in one round trip: a run's start needs both on its critical path."""
+    """The conversation and its newest user/assistant messages up to and including `up_to_id`
+    (newest first, at most `limit`) in one round trip: what a run's context is built from."""
     rows = await conn.fetch(
         "SELECT c.*, m.id AS m_id, m.run_id AS m_run_id, m.role AS m_role, "
         "m.content AS m_content, m.tool_call_id AS m_tool_call_id, "
         "m.created_at AS m_created_at FROM conversation c LEFT JOIN LATERAL ("
         "SELECT * FROM message WHERE conversation_id = c.id AND role IN ('user', 'assistant') "
-        "AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3) m ON true "
+        "AND id <= $2 ORDER BY id DESC LIMIT $3) m ON true "
         "WHERE c.id = $1 ORDER BY m.id DESC",
         conversation_id,
-        before_id,
+        up_to_id,
         limit,
     )
     if not rows:

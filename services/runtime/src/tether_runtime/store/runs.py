@@ -228,10 +228,11 @@ _CONV_COLUMNS = ", ".join(
     )
 )
 
-# TURNS_PAGE: the turns a claim reads for a run whose starting context is still to be built
-# (its checkpoint not `started`: StartRun stored only its answer's id, or nothing): the run's own
-# message and the newest user/assistant turns before it, newest first, as arrays (no JSON to
-# parse). The worker builds the context from them without a read of its own (context.py).
+# For a run whose starting context is still to be built (its checkpoint not `started`: StartRun
+# stored only its answer's id, or nothing), the claim also reads the run's own message and the
+# newest TURNS_PAGE user/assistant turns before it, newest first, as arrays (no JSON to parse),
+# the rows conversations.get_with_turns reads: the worker builds the context from them
+# (context.starting_context) without a read of its own.
 _TURN_COLUMNS = ("id", "run_id", "role", "content", "tool_call_id", "created_at")
 _STARTING_TURNS = f"""
 LEFT JOIN LATERAL (

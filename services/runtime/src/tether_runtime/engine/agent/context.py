@@ -24,7 +24,7 @@ from tether_runtime.engine.agent.tokens import (
 )
 from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.store import conversations
-from tether_runtime.store.db import Conn
+from tether_runtime.store.db import Conn, Pool
 
 RESERVE_SHARE = 4
 """1/RESERVE_SHARE of the budget is kept free at a run's start for its own steps and answer."""
@@ -98,13 +98,13 @@ def _cost(counter: TokenCounter, role: str, content: str) -> int:
 
 
 async def _window(
-    conn: Conn, conversation_id: str, before_id: str | None, room: int, counter: TokenCounter
+    conn: Pool | Conn, conversation_id: str, before_id: str | None, room: int, counter: TokenCounter
 ) -> list[MessageRow]:
     return (await _window_cut(conn, conversation_id, before_id, room, counter))[0]
 
 
 async def _window_cut(
-    conn: Conn,
+    conn: Pool | Conn,
     conversation_id: str,
     before_id: str | None,
     room: int,
@@ -132,70 +132,47 @@ async def _window_cut(
         before_id = page[-1].id
 
 
-async def initial_messages(
-    conn: Conn,
-    conversation_id: str,
-    user_message_id: str,
-    text: str | None = None,
-    *,
-    budget: Budget = DEFAULT_BUDGET,
-) -> list[dict[str, Any]]:
-    messages, _ = await initial_context(conn, conversation_id, user_message_id, text, budget=budget)
-    return messages
-
-
 async def initial_context(
-    conn: Conn,
+    db: Pool | Conn,
     conversation_id: str,
     user_message_id: str,
-    text: str | None = None,
     *,
     budget: Budget = DEFAULT_BUDGET,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """(transcript, cut): the run's starting transcript (`starting_context`), and whether older
-    turns fell out of it (only then can the conversation need a summary when the run ends).
-    `text`: the run's own message when it is not stored yet; else it is read by
-    `user_message_id`."""
-    if text is None:
-        conv = await conversations.get(conn, conversation_id)
-        rows = await conversations.turns_before(conn, conversation_id, user_message_id, None, 1)
-        text = rows[0].content if rows and rows[0].id == user_message_id else ""
-        first_page = None
-    else:  # the run's own message is not stored yet; one round trip for the rest
-        conv, first_page = await conversations.get_with_turns(
-            conn, conversation_id, user_message_id, PAGE
-        )
-    return await starting_context(
-        conn, conv, conversation_id, user_message_id, text, first_page, budget=budget
-    )
+    """`starting_context` from one read of the conversation, the run's own message and the turns
+    before it (what the worker's claim reads with a run not yet started, read here when it was
+    not)."""
+    conv, turns = await conversations.get_with_turns(db, conversation_id, user_message_id, PAGE + 1)
+    return await starting_context(db, conv, conversation_id, user_message_id, turns, budget=budget)
 
 
 async def starting_context(
-    conn: Conn,
+    db: Pool | Conn,
     conv: ConversationRow | None,
     conversation_id: str,
     user_message_id: str,
-    text: str,
-    first_page: list[MessageRow] | None,
+    turns: list[MessageRow],
     *,
     budget: Budget = DEFAULT_BUDGET,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """(transcript, cut) from what was already read: the conversation, the run's own message
-    (`text`) and the newest turns before it (`first_page`, newest first, at most PAGE; None:
-    read here). Further pages are read only when the first fits in the budget whole.
+    """(transcript, cut): the run's starting transcript, and whether older turns fell out of it
+    (only then can the conversation need a summary when the run ends). `turns`: the run's own
+    message, then the newest turns before it, newest first, as read together (at most PAGE + 1:
+    more are read from `db` only when those fit in the budget whole).
 
     The run's starting transcript: the recent turns verbatim before its own message, newest
     last, within the budget less the instructions and tools, the system context and the reserve;
     then its own message, always there (cut only if it alone exceeds its room)."""
     counter = budget.counter
+    own_stored = bool(turns) and turns[0].id == user_message_id
+    text = turns[0].content if own_stored else ""
+    earlier = turns[1:] if own_stored else turns
     room = turn_room(budget, system_text(conv, budget) if conv is not None else "")
     own_room = max(room, budget.tokens // RESERVE_SHARE) - REPLY_OVERHEAD
     own = truncate(text, own_room - _cost(counter, "user", ""), counter)
     left = room - REPLY_OVERHEAD - _cost(counter, "user", own)
-    earlier, cut = await _window_cut(
-        conn, conversation_id, user_message_id, left, counter, first_page
-    )
-    out = [{"role": m.role, "content": m.content} for m in reversed(earlier)]
+    window, cut = await _window_cut(db, conversation_id, user_message_id, left, counter, earlier)
+    out = [{"role": m.role, "content": m.content} for m in reversed(window)]
     return [*out, {"role": "user", "content": own}], cut
 
 
