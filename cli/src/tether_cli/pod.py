@@ -23,7 +23,6 @@ stops them together) and get SIGTERM if the supervisor dies without stopping the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 
 from tether_common.backoff import NO_JITTER, Backoff
 from tether_common.config import Settings
+from tether_common.event_wait import wait_set
 
 from tether_cli.embedded._process import die_with_parent, free_port
 from tether_cli.pod_metrics import PodMetrics
@@ -155,10 +155,7 @@ class Pod:
             "%s process %d (pid %d) exited with %s after %.1fs; restarting in %.1fs",
             self.service, child.slot, child.proc.pid, code, lived, backoff,
         )  # fmt: skip
-        with contextlib.suppress(TimeoutError):  # not wait_for: it may swallow a cancel (3.11)
-            async with asyncio.timeout(backoff):
-                await self._stop.wait()
-        if self._stop.is_set():
+        if await wait_set(self._stop, backoff):
             return False
         await self._spawn(child.slot, quick_deaths=quick)
         return True

@@ -40,15 +40,26 @@ class SilentConnection(ConnectionError):
 
 
 class SilenceWatch:
-    """A pub/sub reader's liveness check: call `heard()` for each message (a PING's answer
-    included) and, after each read, `ping_due()`: True when a PING should go out now. It raises
-    SilentConnection once nothing was heard for SILENT_S; the reader then drops the connection
-    and dials again (the bus's subscriber, the revocation follower)."""
+    """A pub/sub reader's liveness check: read through `read()` (or call `heard()` for each
+    message, a PING's answer included, and after each read `ping_due()`: True when a PING
+    should go out now). It raises SilentConnection once nothing was heard for SILENT_S; the
+    reader then drops the connection and dials again (the bus's subscribers, the revocation
+    follower)."""
 
     def __init__(self, ping_s: float = PING_S, silent_s: float = SILENT_S) -> None:
         self.ping_s = ping_s  # also the longest read between checks
         self.silent_s = silent_s
         self._heard = self._pinged = time.monotonic()
+
+    async def read(self, pubsub: Any) -> dict[str, Any] | None:
+        """One read of `pubsub` under the watch: a message (a PING's answer included), or None
+        when none came within `ping_s`; a PING goes out when one is due."""
+        message: dict[str, Any] | None = await pubsub.get_message(timeout=self.ping_s)
+        if message is not None:
+            self.heard()
+        if self.ping_due():
+            await pubsub.ping()
+        return message
 
     def heard(self) -> None:
         self._heard = time.monotonic()

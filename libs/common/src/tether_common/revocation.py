@@ -133,11 +133,7 @@ class Revocations:
         pruned = time.monotonic()
         watch = redis_conn.SilenceWatch()
         while True:
-            message = await pubsub.get_message(timeout=watch.ping_s)
-            if message is not None:
-                watch.heard()
-            if watch.ping_due():
-                await pubsub.ping()
+            message = await watch.read(pubsub)
             if message is not None and message.get("type") == "message":
                 data = message.get("data")
                 text = data.decode() if isinstance(data, bytes) else str(data)

@@ -6,7 +6,7 @@ minutes before the socket fails, and an idle one is probed after 2 hours. Here, 
 for TCP_USER_TIMEOUT_MS ends the connection (the caller sees an OSError and dials a fresh one), and
 keepalive probes do the same for an idle one. The store is a LAN peer: 5 s is many
 retransmissions. One policy for every store: the Postgres pool (tether_runtime.store.db) and the
-Redis subscriber (redis_conn.SILENT_PEER_OPTIONS)."""
+Redis subscribers (redis_conn.silent_peer_options)."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ again; a write is called again with its key if idempotent, else outcome_unknown)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
+from tether_common.event_wait import wait_set
 from tether_common.ids import new_id
 
 from tether_runtime.engine import cards, questions, resume
@@ -81,9 +81,7 @@ async def ask(
                 await resume.expire_interrupt(x.pool, x.bus, intr)  # whoever gets there first
                 continue
             # Woken by the answer's NOTIFY (any pod); the card read again at least this often.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(left, x.held.fallback_s)):
-                    await woken.wait()
+            await wait_set(woken, min(left, x.held.fallback_s))
             woken.clear()
     action = _ACTIONS.get(intr.decision or "", "cancel")
     content: dict[str, Any] | None = None

@@ -17,6 +17,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from tether_common import redis_conn
 from tether_common.backoff import NO_JITTER, Backoff, Retries
+from tether_common.event_wait import wait_set
 
 from tether_runtime.domain.events import batch_from_encoded
 
@@ -26,9 +27,6 @@ QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills fr
 # A lost Redis connection is made again after 0.1 s, doubling to 2 s while Redis stays away.
 RECONNECT = Backoff(0.1, 2.0, jitter=NO_JITTER)
 SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
-# A subscriber connection that stays silent (redis_conn.SilenceWatch) is closed and dialled
-# again. Without this the reader kept such a connection for good, its streams served only by the
-# positioning check.
 
 
 class _Lost(Exception):
@@ -194,10 +192,7 @@ class EventBus:
             return True
         if not self.connected:
             return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(SUBSCRIBE_WAIT_S):
-                await sub.subscribed.wait()
-        return sub.subscribed.is_set()
+        return await wait_set(sub.subscribed, SUBSCRIBE_WAIT_S)
 
     def _changed(self, name: str) -> None:
         """A channel gained its first or lost its last local stream: tell Redis soon. Changes
@@ -272,16 +267,16 @@ class EventBus:
         self._redialled = True
 
     async def _listen(self, ps: PubSub) -> None:
+        """Hand each message on until the connection is lost: one that stays silent, even to a
+        PING (redis_conn.SilenceWatch), is given up and dialled again; before, the reader kept
+        such a connection for good, its streams served only by the positioning check."""
         watch = redis_conn.SilenceWatch()
         while True:
-            msg = await ps.get_message(timeout=watch.ping_s)
+            msg = await watch.read(ps)
             if self._redialled:
                 raise _Lost("redis-py dialled the connection again")
             if msg is not None:
-                watch.heard()
                 self._on_message(msg)
-            if watch.ping_due():
-                await ps.ping()
 
     def _on_message(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]

@@ -30,6 +30,7 @@ from redis.event import (
     EventDispatcher,
 )
 from tether_common import redis_conn
+from tether_common.event_wait import wait_set
 
 from tether_runtime.streams.bus import RECONNECT, SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
 
@@ -140,10 +141,7 @@ class ShardedEventBus(EventBus):
         shard = self._shards.get(self._owner.get(channel(sub.run_id), ""))
         if shard is None or shard.down:
             return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(SUBSCRIBE_WAIT_S):
-                await sub.subscribed.wait()
-        return sub.subscribed.is_set()
+        return await wait_set(sub.subscribed, SUBSCRIBE_WAIT_S)
 
     def _changed(self, name: str) -> None:
         if name in self._subs:
@@ -239,15 +237,12 @@ class ShardedEventBus(EventBus):
                 # re-homed like one that raised (redis_conn.SilenceWatch).
                 watch = redis_conn.SilenceWatch()
                 while True:
-                    msg = await ps.get_message(timeout=watch.ping_s)
+                    msg = await watch.read(ps)
                     if msg is not None:
-                        watch.heard()
                         if attempt:
                             attempt, shard.down = 0, False
                         if msg["type"] != "pong":
                             self._take(shard, msg)
-                    if watch.ping_due():
-                        await ps.ping()
             except asyncio.CancelledError:
                 raise
             except (*redis_conn.ERRORS, _SlotsMoved) as err:

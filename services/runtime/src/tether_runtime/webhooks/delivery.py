@@ -20,6 +20,7 @@ from collections import Counter as Tally
 import aiohttp
 from prometheus_client import Counter
 from tether_common.backoff import Backoff
+from tether_common.event_wait import wait_set
 from tether_common.ids import new_id
 
 from tether_runtime.store import outbox
@@ -109,13 +110,9 @@ class DeliveryLoop:
             if claimed and len(claimed) == room:
                 continue  # maybe more due: claim again at once
             self._freed.clear()
-            # A freed slot may let an endpoint's next delivery go; else poll. asyncio.timeout,
-            # not wait_for: on Python 3.11, wait_for returns normally when it is cancelled in the
-            # same turn as the event is set (an attempt ending as stop() cancels), and the loop,
-            # which has no other way out, ran on for good and stop() never returned.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.poll_s):
-                    await self._freed.wait()
+            # A freed slot may let an endpoint's next delivery go; else poll (wait_set: the
+            # loop has no other way out than stop()'s cancel, which wait_for could lose).
+            await wait_set(self._freed, self.settings.poll_s)
 
     async def _attempt(self, d: outbox.Claimed) -> None:
         try:
