@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tether_common.ids import new_id
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.engine import poison
-from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store import conversations, event_log, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.streams.bus import EventBus
+from tether_testkit.running_runs import queued_run
 
 
 @pytest.fixture
@@ -31,12 +31,7 @@ async def _queue(conn: Any, n: int) -> list[str]:
     conv = await conversations.create(conn, "alice", "poison")
     ids = []
     for i in range(n):
-        run_id = new_id("run")
-        ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-        run = await run_admission.start_parallel(
-            conn, run_id, conv.id, "alice", new_id("msg"), f"hi {i}", "opspilot", {},
-            (kind, data), {},
-        )  # fmt: skip
+        run_id, run = await queued_run(conn, conv.id, text=f"hi {i}")
         assert run is not None
         ids.append(run_id)
     return ids

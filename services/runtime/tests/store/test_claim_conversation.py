@@ -7,10 +7,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tether_common.ids import new_id
-from tether_runtime.domain import events as ev
-from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store import conversations, runs
 from tether_runtime.store.db import create_pool
+from tether_testkit.running_runs import queued_run
 
 
 @pytest.fixture
@@ -21,11 +20,7 @@ async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
 
 
 async def _queue(conn: Any, conv_id: str) -> str:
-    run_id = new_id("run")
-    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
-    await run_admission.start_parallel(
-        conn, run_id, conv_id, "alice", new_id("msg"), "hi", "opspilot", {}, (kind, data), {},
-    )  # fmt: skip
+    run_id, _ = await queued_run(conn, conv_id)
     return run_id
 
 

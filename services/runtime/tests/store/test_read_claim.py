@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
-from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store import event_log
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.statement_count import COUNTS
 from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 from tether_runtime.streams.run_writer import ClaimRead, RunWriter
+from tether_testkit.running_runs import running_run
 from tether_testkit.shared_appends import count_shared_appends
 
 
@@ -28,14 +28,8 @@ async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
 
 
 async def _running(conn: Any) -> tuple[str, int]:
-    conv = await conversations.create(conn, "alice", "claims")
-    run_id = new_id("run")
-    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-    await run_admission.start_parallel(
-        conn, run_id, conv.id, "alice", new_id("msg"), "hi", "opspilot", {}, (kind, data), {},
-    )  # fmt: skip
-    ((run, _),) = await runs.claim_batch(conn, "A", 30, 1)
-    return run_id, run.lease_epoch
+    run = await running_run(conn, "claims")
+    return run.id, run.lease_epoch
 
 
 async def _call(conn: Any, run_id: str) -> Any:

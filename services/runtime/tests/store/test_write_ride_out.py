@@ -10,15 +10,15 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tether_common.ids import new_id
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
-from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store import event_log, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 from tether_runtime.streams.run_writer import RunWriter
+from tether_testkit.running_runs import running_run
 
 Append = Callable[[Any, Any], Awaitable[dict[str, bool]]]
 
@@ -37,14 +37,7 @@ async def writing(private_env: dict[str, str], redis_url: str) -> AsyncIterator[
 
 async def _running(pool: Any, owner: str = "A") -> RunRow:
     async with pool.acquire() as conn:
-        conv = await conversations.create(conn, "alice", "ride out")
-        run_id = new_id("run")
-        ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-        await run_admission.start_parallel(
-            conn, run_id, conv.id, "alice", new_id("msg"), "hi", "opspilot", {}, (kind, data), {},
-        )  # fmt: skip
-        ((run, _),) = await runs.claim_batch(conn, owner, 30, 1)
-        return run
+        return await running_run(conn, "ride out", owner=owner)
 
 
 def _cut() -> asyncpg.exceptions.ConnectionDoesNotExistError:

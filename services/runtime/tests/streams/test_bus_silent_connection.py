@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 from tether_common.auth import Principal
-from tether_common.ids import new_id
 from tether_runtime.api.event_stream import EventStream
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.events import RunEvent
-from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store import event_log
 from tether_runtime.store.db import create_pool
 from tether_runtime.streams.bus import EventBus
 from tether_testkit.fault_proxy import FaultProxy
+from tether_testkit.running_runs import running_run
 
 # The most a stream may wait, after the fault, for what was published during it: the bus's
 # detection of a silent connection (redis_conn.SilenceWatch, SILENT_S: 3 s), a reconnect, and a round trip
@@ -50,15 +50,8 @@ def proxy(redis_url: str) -> Iterator[FaultProxy]:
 
 async def _running_run(pool: Any) -> tuple[str, int]:
     async with pool.acquire() as conn:
-        conv = await conversations.create(conn, "alice", "silent")
-        run_id = new_id("run")
-        ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-        await run_admission.start_parallel(
-            conn, run_id, conv.id, "alice", new_id("msg"), "hi", "opspilot", {}, (kind, data), {},
-        )  # fmt: skip
-        claimed = [run for run, _ in await runs.claim_batch(conn, "A", 30, 1)]
-    assert [r.id for r in claimed] == [run_id]
-    return run_id, claimed[0].lease_epoch
+        run = await running_run(conn, "silent")
+    return run.id, run.lease_epoch
 
 
 class Writer:

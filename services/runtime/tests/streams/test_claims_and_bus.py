@@ -13,12 +13,13 @@ import redis.asyncio as aioredis
 from tether_common.ids import new_id, new_id_after
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
-from tether_runtime.store import conversations, event_log, run_admission, runs
+from tether_runtime.store import conversations, event_log, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.streams import event_sink
 from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import MAX_STATEMENT_EVENTS, EventSink
 from tether_runtime.streams.run_writer import RunWriter, SaveCheckpoint, ThenSave
+from tether_testkit.running_runs import queued_run
 
 
 @pytest.fixture
@@ -34,12 +35,7 @@ async def _queued_runs(conn: Any, n: int) -> list[str]:
     conv = await conversations.create(conn, "alice", "claims")
     ids = []
     for i in range(n):
-        run_id = new_id("run")
-        ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-        run = await run_admission.start_parallel(
-            conn, run_id, conv.id, "alice", new_id("msg"), f"hi {i}", "opspilot", {},
-            (kind, data), {},
-        )  # fmt: skip
+        run_id, run = await queued_run(conn, conv.id, text=f"hi {i}")
         assert run is not None and run.status == "queued" and run.last_sequence == 1
         ids.append(run_id)
     return ids
@@ -91,12 +87,7 @@ async def test_start_refuses_another_users_conversation_and_writes_nothing(
     store: Any,
 ) -> None:
     conv = await conversations.create(store, "alice", "mine")
-    run_id = new_id("run")
-    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv.id)])
-    started = await run_admission.start_parallel(
-        store, run_id, conv.id, "mallory", new_id("msg"), "hi", "opspilot", {},
-        (kind, data), {},
-    )  # fmt: skip
+    _, started = await queued_run(store, conv.id, user="mallory")
     assert started is None
     for table in ("run", "message", "run_event"):
         assert await store.fetchval(f"SELECT count(*) FROM {table}") == 0, table

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
-from tether_runtime.store import conversations, event_log, run_admission, runs, webhook_endpoints
+from tether_runtime.store import conversations, event_log, runs, webhook_endpoints
 from tether_runtime.store.db import create_pool
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, RunEnd
 from tether_runtime.store.statement_count import COUNTS
@@ -27,6 +27,7 @@ from tether_runtime.streams.run_writer import (
     RunWriter,
     SaveCheckpoint,
 )
+from tether_testkit.running_runs import running_run
 from tether_testkit.shared_appends import count_shared_appends
 
 SECRET = "a-test-secret-of-enough-length"
@@ -51,14 +52,8 @@ async def _running(conn: Any, conv_id: str = "") -> tuple[str, int, str]:
     """A claimed run (its log holds run_started): (run id, epoch, conversation id)."""
     if not conv_id:
         conv_id = (await conversations.create(conn, "alice", "folds")).id
-    run_id = new_id("run")
-    ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv_id)])
-    await run_admission.start_parallel(
-        conn, run_id, conv_id, "alice", new_id("msg"), "hi", "opspilot", {}, (kind, data), {},
-    )  # fmt: skip
-    claimed = await runs.claim_batch(conn, "A", 30, 32)
-    ((run, _),) = [c for c in claimed if c[0].id == run_id]
-    return run_id, run.lease_epoch, conv_id
+    run = await running_run(conn, conversation_id=conv_id, claim=32)
+    return run.id, run.lease_epoch, conv_id
 
 
 async def _claimed_call(conn: Any, run_id: str, epoch: int, call_id: str = "c1") -> None:
