@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from aiohttp.http_writer import StreamWriter
 from aiohttp.test_utils import TestClient
 from gw_fake_runtime import SECRET, FakeRuntime, delta, done
 from tether.runtime.v1 import events_pb2, resources_pb2
@@ -312,3 +314,70 @@ async def test_far_behind_catches_up_then_joins_the_feed(
     assert [f["id"] for f in parse(rest) if "id" in f] == ["2", "3", "4", "5"]
     rest = (await asyncio.wait_for(ahead.read(), 5)).decode()
     assert [f["id"] for f in parse(rest) if "id" in f] == ["4", "5"]
+
+
+def count_response_writes(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[bytes]]:
+    """What the gateway's responses hand their transports, write by write: aiohttp's
+    StreamWriter makes one transport write per `_write` or `_writelines`. A writer whose first
+    write is not a status line is the test client's (requests use the same class)."""
+    writes: dict[int, list[bytes]] = {}
+    write, writelines = StreamWriter._write, StreamWriter._writelines
+
+    def counted_write(self: StreamWriter, chunk: Any) -> None:
+        writes.setdefault(id(self), []).append(bytes(chunk))
+        write(self, chunk)
+
+    def counted_writelines(self: StreamWriter, chunks: Iterable[Any]) -> None:
+        chunks = [bytes(c) for c in chunks]
+        writes.setdefault(id(self), []).append(b"".join(chunks))
+        writelines(self, chunks)
+
+    monkeypatch.setattr(StreamWriter, "_write", counted_write)
+    monkeypatch.setattr(StreamWriter, "_writelines", counted_writelines)
+    return writes
+
+
+def responses(writes: dict[int, list[bytes]]) -> list[list[bytes]]:
+    return [w for w in writes.values() if w[0].startswith(b"HTTP/1.1 ")]
+
+
+async def test_a_stream_writes_its_start_with_the_frames_at_hand_and_its_end_with_the_last(
+    client: TestClient[Any, Any],
+    fake_runtime: tuple[FakeRuntime, str],
+    user_token: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The headers, `retry:` and the frames ready when a stream opens leave in one write, the
+    last frames with the chunked body's end in another (each write is a system call and a
+    segment for the client). A started run's first message is in the first write (here it
+    carries the run's end too, which the feed passes on at its next turn: the body's end
+    follows alone); a replay whose frames arrive after the stream opened takes two writes in
+    all. They were three more: the headers, `retry:` and the body's end, each alone."""
+    fake = fake_runtime[0]
+    writes = count_response_writes(monkeypatch)
+    resp = await client.post(
+        "/v1/conversations/conv_1/runs",
+        json={"text": "hi"},
+        headers={**auth(user_token), "Accept": "text/event-stream"},
+    )
+    assert resp.status == 201
+    body = await resp.text()
+    assert body.startswith("retry: 1500\n\n") and "event: done" in body
+    [started] = responses(writes)
+    assert len(started) == 2, started
+    assert b"retry: 1500\n\n" in started[0] and b"event: done" in started[0]
+    assert started[1] == b"0\r\n\r\n"
+
+    writes.clear()
+    fake.add_run("run_1")
+    for seq in (1, 2, 3):
+        fake.append(delta("run_1", seq, f"d{seq}"))
+    fake.append(done("run_1", 4))
+    resp = await client.get("/v1/runs/run_1/events?after=1", headers=auth(user_token))
+    assert resp.status == 200
+    frames = parse(await resp.text())
+    assert [f["id"] for f in frames if "id" in f] == ["2", "3", "4"]
+    [replay] = responses(writes)
+    assert len(replay) == 2, replay
+    assert replay[0].endswith(b"retry: 1500\n\n\r\n")  # the headers, then `retry:`, at once
+    assert b"id: 2\n" in replay[1] and replay[1].endswith(b"\r\n0\r\n\r\n")

@@ -141,10 +141,13 @@ class RunFeed:
     # -- the upstream --
 
     def start(self, opened: OpenedRun | None = None) -> None:
-        """Follow the run upstream: on `opened` (the call that started it) when given. A feed
-        started before anyone joined it lingers as one everybody left."""
+        """Follow the run upstream: on `opened` (the call that started it) when given. Its first
+        message, already read, goes into the ring now: the starter's connection, joining next,
+        sends it with its first write (sse.EventStream.run). A feed started before anyone joined
+        it lingers as one everybody left."""
         self.registry.metrics_upstream(1)
-        self._task = asyncio.create_task(self._pump(opened), name=f"run-feed-{self.run_id}")
+        ended = opened is not None and self._deliver(opened.first.events)
+        self._task = asyncio.create_task(self._pump(opened, ended), name=f"run-feed-{self.run_id}")
         self._task.add_done_callback(self._pump_done)
         self._linger_if_idle()
 
@@ -160,13 +163,15 @@ class RunFeed:
             log.error("run feed failed", exc_info=err)
         self.close(err)
 
-    async def _pump(self, opened: OpenedRun | None) -> None:
+    async def _pump(self, opened: OpenedRun | None, ended: bool = False) -> None:
+        """`ended`: `opened`'s first message (delivered by `start`) carried the run's end; the
+        feed closes when the stream hands it over (the call then ends with its status read)."""
         stream = follow_events(
             self.registry.client, self.run_id, self.token, lambda: self.last, opened
         )
         async with contextlib.aclosing(stream):
             async for events in stream:
-                if self._deliver(events):
+                if ended or self._deliver(events):
                     self.close()
                     return
                 if self.closed or self._hand_over():

@@ -300,27 +300,32 @@ class EventStream:
 
     # -- the client side --
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, *, last: bool = False) -> None:
         # A write blocks only while the socket is full; one that stays blocked past its deadline
         # (`expired`) means the client stopped reading. The deadline is the process's one timer
         # (stream_deadlines.py), not an asyncio.timeout per write: a timer armed and cancelled
-        # per write, for writes that almost never block.
+        # per write, for writes that almost never block. `last`: the stream's final frames,
+        # written with the chunked body's end (one write, not two).
         stall_s = max(1.0, 2 * self.gw.settings.sse_heartbeat_s)
         self.gw.deadlines.at(self, asyncio.get_running_loop().time() + stall_s)
         self._writing = True
         try:
-            await self.resp.write(data)
+            await (self.resp.write_eof(data) if last else self.resp.write(data))
         finally:
             self._writing = False
 
     async def run(self) -> None:
         first = True
         try:
-            retry = f"retry: {self.gw.settings.sse_retry_ms}\n".encode()
-            await self._write(retry + self.retry_end)
+            # The source starts before anything is written, so that what it has at hand (a
+            # feed's ring, a `reset` head, a started run's first events) leaves in the first
+            # write, with the response's headers (SseResponse) and the `retry:` line.
             self._watch_grant()
             if not self._reauthenticating:
                 self._start_source()
+            retry = f"retry: {self.gw.settings.sse_retry_ms}\n".encode() + self.retry_end
+            self._chunks.insert(0, retry)
+            self._queued += len(retry)
             while not self.stopping() and not self._dropped:
                 if not self._chunks and not self._source_done:
                     if not await self._sleep():
@@ -330,18 +335,21 @@ class EventStream:
                         continue
                 if self.stopping() or self._dropped:
                     break
-                if self._chunks:
-                    chunks = self._chunks
-                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    count, self._events = self._events, 0
-                    self._chunks = []
-                    self._queued = 0
-                    await self._write(data)
+                if not self._chunks:
+                    break  # the source ended with nothing left to send
+                chunks = self._chunks
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                count, self._events = self._events, 0
+                self._chunks = []
+                self._queued = 0
+                last = self._source_done  # nothing is queued after the source's end
+                await self._write(data, last=last)
+                if count:
                     self.gw.metrics.sse_events.inc(count)
                     if first:
                         first = False
                         self.gw.metrics.sse_first_event.observe(time.perf_counter() - self.started)
-                elif self._source_done:
+                if last:
                     break
         except (ConnectionError, SlowClient):
             pass  # the client went away or was dropped; it reconnects with its Last-Event-ID
@@ -350,6 +358,14 @@ class EventStream:
             self._unwatch_grant()
             self._chunks = []
             self._leave()
+
+
+class SseResponse(web.StreamResponse):
+    """A StreamResponse whose headers wait for its first write, as aiohttp's own Response's do
+    (`_send_headers_immediately`, aiohttp's switch for it): EventStream.run writes the headers,
+    the `retry:` line and the frames ready at the stream's start as one write, not three."""
+
+    _send_headers_immediately = False
 
 
 def _cap_send_buffer(request: web.Request, budget: int) -> None:
@@ -398,7 +414,7 @@ async def stream_response(
     feeds a stream that is not a run's (EventStream); `bare_lines`: heartbeats and `retry:` as
     lines of the next block (HEARTBEAT_LINE)."""
     try:
-        resp = web.StreamResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+        resp = SseResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
         _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
         await resp.prepare(request)
         _drop_keepalive_timer(request)
