@@ -316,20 +316,21 @@ async def test_far_behind_catches_up_then_joins_the_feed(
     assert [f["id"] for f in parse(rest) if "id" in f] == ["4", "5"]
 
 
-def count_response_writes(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[bytes]]:
+def count_response_writes(monkeypatch: pytest.MonkeyPatch) -> dict[StreamWriter, list[bytes]]:
     """What the gateway's responses hand their transports, write by write: aiohttp's
     StreamWriter makes one transport write per `_write` or `_writelines`. A writer whose first
-    write is not a status line is the test client's (requests use the same class)."""
-    writes: dict[int, list[bytes]] = {}
+    write is not a status line is the test client's (requests use the same class). Keyed by
+    the writer itself, kept alive: an id could be reused by a later writer."""
+    writes: dict[StreamWriter, list[bytes]] = {}
     write, writelines = StreamWriter._write, StreamWriter._writelines
 
     def counted_write(self: StreamWriter, chunk: Any) -> None:
-        writes.setdefault(id(self), []).append(bytes(chunk))
+        writes.setdefault(self, []).append(bytes(chunk))
         write(self, chunk)
 
     def counted_writelines(self: StreamWriter, chunks: Iterable[Any]) -> None:
         chunks = [bytes(c) for c in chunks]
-        writes.setdefault(id(self), []).append(b"".join(chunks))
+        writes.setdefault(self, []).append(b"".join(chunks))
         writelines(self, chunks)
 
     monkeypatch.setattr(StreamWriter, "_write", counted_write)
@@ -337,7 +338,7 @@ def count_response_writes(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[byt
     return writes
 
 
-def responses(writes: dict[int, list[bytes]]) -> list[list[bytes]]:
+def responses(writes: dict[StreamWriter, list[bytes]]) -> list[list[bytes]]:
     return [w for w in writes.values() if w[0].startswith(b"HTTP/1.1 ")]
 
 
@@ -381,3 +382,29 @@ async def test_a_stream_writes_its_start_with_the_frames_at_hand_and_its_end_wit
     assert len(replay) == 2, replay
     assert replay[0].endswith(b"retry: 1500\n\n\r\n")  # the headers, then `retry:`, at once
     assert b"id: 2\n" in replay[1] and replay[1].endswith(b"\r\n0\r\n\r\n")
+
+
+def _awaiting(coro: Any) -> list[str]:
+    """The names of the coroutines `coro` awaits, down its chain of awaits."""
+    names = []
+    while coro is not None and hasattr(coro, "cr_code"):
+        names.append(coro.cr_code.co_qualname)
+        coro = coro.cr_await
+    return names
+
+
+async def test_an_open_stream_keeps_no_frame_of_the_pass_through_middlewares(
+    client: TestClient[Any, Any], fake_runtime: tuple[FakeRuntime, str], user_token: str
+) -> None:
+    """The middlewares that only act before the handler (the forwarded-for chain, the parameter
+    check) hand its coroutine on instead of awaiting it: an idle stream, held for hours, keeps
+    the frames of those that must wrap it (tracing, metrics, errors) and of its own handler."""
+    fake_runtime[0].add_run("run_1")
+    resp = await client.get("/v1/runs/run_1/events", headers=auth(user_token))
+    assert resp.status == 200
+    await asyncio.wait_for(_read_until(resp, b"retry:"), 5)
+    chains = [_awaiting(t.get_coro()) for t in asyncio.all_tasks()]
+    [chain] = [c for c in chains if "run_events" in c]
+    assert "stream_response" in chain and "error_middleware" in chain, chain
+    assert "middleware" not in chain and "storable_params" not in chain, chain
+    resp.close()

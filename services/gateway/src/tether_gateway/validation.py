@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,17 +35,18 @@ REPEATABLE_PARAMS = frozenset({"stream_mode"})
 
 
 @web.middleware
-async def storable_params(request: web.Request, handler: Handler) -> web.StreamResponse:
+def storable_params(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
     """Path and query parameters pass the same test as body fields, for every route at once; no
     parameter of this API is a list (but REPEATABLE_PARAMS), so one given twice is ambiguous
-    and refused."""
+    and refused. A plain function handing the handler's coroutine on, as forwarding.middleware:
+    no frame kept for the request's life."""
     for name, value in (*request.match_info.items(), *request.query.items()):
         if not storable(value):
             raise InvalidArgument(f"parameter {name!r} holds a character that cannot be stored")
     names = [name for name in request.query if name not in REPEATABLE_PARAMS]
     if len(set(names)) != len(names):
         raise InvalidArgument("a query parameter is given more than once")
-    return await handler(request)
+    return handler(request)
 
 
 async def read_json(request: web.Request, max_bytes: int) -> object:
