@@ -80,6 +80,7 @@ async def _appends(conn: Any, runs: list[str], rounds: int) -> dict[str, list[fl
                 *([] for _ in range(5)),  # no read claims
                 [None] * len(runs),  # no run ends
                 *([] for _ in range(15)),  # no finishes, facts, answers, webhook deliveries
+                *([] for _ in range(2)),  # no read claims' grants
             )
             times[name].append(time.perf_counter() - t0)
             for r in runs:
@@ -150,8 +151,12 @@ async def main(admin: str, rounds: int, runs: int) -> dict[str, Any]:
                 f"CREATE TABLE {PLAIN} (LIKE run_event INCLUDING DEFAULTS, "
                 "PRIMARY KEY (run_id, sequence))"
             )
-            # The fenced append (the function run_append, migration 0020) writing the plain table.
-            body = await conn.fetchval("SELECT pg_get_functiondef('run_append'::regproc)")
+            # The fenced append the workers call (the function run_append, migrations 0020 and
+            # 0023: its overload with the most parameters) writing the plain table.
+            body = await conn.fetchval(
+                "SELECT pg_get_functiondef(oid) FROM pg_proc WHERE proname = 'run_append'"
+                " ORDER BY pronargs DESC LIMIT 1"
+            )
             await conn.execute(
                 body.replace("INSERT INTO run_event ", f"INSERT INTO {PLAIN} ").replace(
                     "public.run_append(", "public.run_append_plain("

@@ -252,9 +252,15 @@ def _sql_words(sql: str) -> str:
 
 
 async def test_the_fenced_append_enqueues_with_the_same_statement(pool: asyncpg.Pool) -> None:
-    """The workers' fenced append (the function run_append, migration 0020) holds its own copy of
-    the outbox's insert, over the runs whose fence held: it must stay the statement that
-    `deliveries_sql` builds, or a change to one would announce differently from the other."""
+    """The workers' fenced append (the function run_append, migration 0020, and its overload with
+    the read claim's grant, 0023) holds its own copy of the outbox's insert, over the runs whose
+    fence held: it must stay the statement that `deliveries_sql` builds, or a change to one would
+    announce differently from the other."""
     async with pool.acquire() as conn:
-        body = await conn.fetchval("SELECT pg_get_functiondef('run_append'::regproc)")
-    assert _sql_words(outbox.deliveries_sql(28, "fence")) in _sql_words(body)
+        bodies = await conn.fetch(
+            "SELECT pronargs, pg_get_functiondef(oid) AS body FROM pg_proc"
+            " WHERE proname = 'run_append' ORDER BY pronargs"
+        )
+    assert [b["pronargs"] for b in bodies] == [32, 34]
+    for b in bodies:
+        assert _sql_words(outbox.deliveries_sql(28, "fence")) in _sql_words(b["body"])

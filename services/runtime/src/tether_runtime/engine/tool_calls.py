@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -48,10 +49,10 @@ from tether_runtime.engine.run_outcomes import Paused
 from tether_runtime.engine.tool_results import failure, result_body
 from tether_runtime.engine.write_call import Uncertain, Write, WriteCall
 from tether_runtime.policy import approvals
-from tether_runtime.store import audit, conversations, interrupts
+from tether_runtime.store import audit, conversations, event_log, interrupts
 from tether_runtime.store.db import Conn
 from tether_runtime.store.event_log import CallFinish
-from tether_runtime.streams.run_writer import Apply, ClaimRead, FinishRead, ThenSave
+from tether_runtime.streams.run_writer import Apply, ClaimRead, FinishRead, ReadGrant, ThenSave
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("tether.runtime.tool_calls")
@@ -165,18 +166,19 @@ class ToolCalls:
             return
         key = f"{self._run_id}:{call.call_id}"
         claim = ClaimRead(self._run_id, call.call_id, tool.name, args, key, self.x.epoch)
-        denial = await self._read_denied(tool, args)
-        if denial is not None:
-            # Recorded like any finished call (a replay after a crash answers the same), and
-            # announced by its `tool_finished` alone: the tool never started, nothing was read.
-            await self._finish(call, tool, denial, before=claim)
-            return
         started = (
             []
             if row is not None
             else [ev.tool_started(call.call_id, tool.name, self._summary(tool, args))]
         )
-        await self.x.commit(started, claim)
+        try:
+            await self.x.commit(started, replace(claim, grant=self._read_grant(tool, args)))
+        except event_log.Denied:
+            # Nothing of that commit was written. Recorded like any finished call (a replay
+            # after a crash answers the same), and announced by its `tool_finished` alone: the
+            # tool never started, nothing was read.
+            await self._finish(call, tool, self._read_denial(tool, args), before=claim)
+            return
         limits = self.x.loaded.agent.limits
         attempt = 0
         while True:
@@ -200,17 +202,18 @@ class ToolCalls:
             await self._finish(call, tool, body)
             return
 
-    async def _read_denied(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any] | None:
+    def _read_grant(self, tool: Tool, args: dict[str, Any]) -> ReadGrant | None:
         """A read tool that declares an `action` needs the run's user to hold it on the call's
-        scope, checked before every call (never cached); one without stays open to all."""
+        scope, checked at every call (never cached) by the statement that claims it
+        (ClaimRead); one without stays open to all."""
         if not tool.action:
             return None
-        user, scope = self.x.run.user_id, tool.scope(args)
-        async with self.x.pool.acquire() as conn:
-            if await policy.granted(conn, user, tool.action, scope):
-                return None
+        return ReadGrant(self.x.run.user_id, tool.action, tool.scope(args))
+
+    def _read_denial(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
         metrics.TOOL_CALLS.labels(tool=tool.name, status="denied").inc()
-        return failure(f"{user} may not {tool.action} on {scope}", "denied")
+        user = self.x.run.user_id
+        return failure(f"{user} may not {tool.action} on {tool.scope(args)}", "denied")
 
     # -- write tools -----------------------------------------------------------------------
 

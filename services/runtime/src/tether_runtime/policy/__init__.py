@@ -1,5 +1,8 @@
 """The one policy point: every grant check (at resume, before raising a confirmation, and again
-at execution) asks here, so what "allowed" means is decided in one place."""
+at execution) asks here, so what "allowed" means is decided in one place. The one exception is
+the read tool's, made by the statement that claims the call (streams/run_writer.py ClaimRead,
+store/event_log.py ReadClaim): the same table read at that moment, matched by the store's one
+matcher (store/grants.py `matches`, `matches_sql`)."""
 
 from __future__ import annotations
 

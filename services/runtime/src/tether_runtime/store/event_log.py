@@ -19,6 +19,11 @@ class Fenced(Exception):
     """This writer lost the run: its lease was taken over, or the run left the expected status."""
 
 
+class Denied(Exception):
+    """A read claim's grant (ReadClaim.action on its scope) is not the run's user's: nothing of
+    the append was written, though the lease and position held."""
+
+
 async def reserve(
     conn: Conn,
     run_id: str,
@@ -81,6 +86,10 @@ class ReadClaim:
     tool: str
     args_json: str
     key: str
+    action: str | None = None
+    """The grant the tool declares (policy.granted's action), checked for the run's user on
+    `scope` by the same statement: without it, nothing of the append is written (Denied)."""
+    scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,22 +156,31 @@ class LeaseAppend:
         return [r[3] for r in self.rows]
 
 
-# The fenced append is one CTE of ten parts (fence, events, read claim, call finish, facts, answer,
-# webhook outbox), kept as the function run_append (migration 0020_run_append.sql, where each part
-# is explained): its plan is cached per server session even where asyncpg's statement cache is
-# off (behind PgBouncer in transaction mode), instead of being planned on every call.
+# The fenced append is one CTE of ten parts (fence, events, read claim and its grant, call finish,
+# facts, answer, webhook outbox), kept as the function run_append (migration 0020_run_append.sql,
+# where each part is explained, and 0023 its grant check): its plan is cached per server session
+# even where asyncpg's statement cache is off (behind PgBouncer in transaction mode), instead of
+# being planned on every call.
 _APPEND_AS_LEASE_HOLDERS = (
-    "SELECT o_id AS id, o_cancel AS cancel_requested FROM run_append("
-    + ", ".join(f"${i}" for i in range(1, 33))
+    "SELECT o_id AS id, o_cancel AS cancel_requested, o_denied AS denied FROM run_append("
+    + ", ".join(f"${i}" for i in range(1, 35))
     + ")"
 )
 
 
-async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) -> dict[str, bool]:
+class Held(dict[str, bool]):
+    """Run id -> cancel_requested, for the runs whose lease and position held and whose append was
+    written; `denied`: the runs whose read claim's grant their user does not hold (held, but
+    nothing of them written)."""
+
+    denied: frozenset[str] = frozenset()
+
+
+async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) -> Held:
     """Fence, check the position and insert for any number of runs in ONE statement (one round
     trip, atomic on its own), with each run's state changes and webhook deliveries. Returns run
-    id -> cancel_requested for the runs whose lease and position held; a run missing from the
-    result was fenced and nothing of it stored."""
+    id -> cancel_requested for the runs whose lease and position held (`Held.denied` apart); a
+    run missing from the result was fenced and nothing of it stored."""
     now = _now()
     for a in appends:
         a.stamp(now)
@@ -201,8 +219,12 @@ async def append_as_lease_holders(conn: Conn, appends: Sequence[LeaseAppend]) ->
         [e.answer_id for _, e in answers],
         [e.answer for _, e in answers],
         *hooks.arrays(),
+        [c.action for _, c in claims],
+        [c.scope for _, c in claims],
     )
-    return {r["id"]: bool(r["cancel_requested"]) for r in rows}
+    held = Held((r["id"], bool(r["cancel_requested"])) for r in rows if not r["denied"])
+    held.denied = frozenset(r["id"] for r in rows if r["denied"])
+    return held
 
 
 async def insert(conn: Conn, run_id: str, first: int, events: Sequence[RunEvent]) -> list[bytes]:

@@ -31,7 +31,8 @@ class EventSink:
 
     async def append(self, append: LeaseAppend) -> bool:
         """Commit and announce one run's events; returns cancel_requested. Raises Fenced when the
-        run's lease or position is not the caller's."""
+        run's lease or position is not the caller's, Denied when its read claim's grant is not
+        its user's (nothing written)."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queue.append((append, done))
         if self._task is None or self._task.done():
@@ -67,6 +68,8 @@ class EventSink:
                     continue
                 if a.run_id in held:
                     done.set_result(held[a.run_id])
+                elif a.run_id in held.denied:
+                    done.set_exception(event_log.Denied(a.run_id))
                 else:
                     done.set_exception(event_log.Fenced(a.run_id))
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
-from tether_runtime.store import conversations, event_log, interrupts, runs
+from tether_runtime.store import conversations, event_log, grants, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, Conn, Pool
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, ReadClaim, RunEnd
 from tether_runtime.store.outage import Outage
@@ -83,9 +83,21 @@ class ThenSave(Fold):
 
 
 @dataclass(frozen=True)
+class ReadGrant:
+    """What a read tool declares: `user_id` must hold `action` on `scope`, as policy.granted
+    decides it (the store's one matcher, store/grants.py, in Python or in run_append's SQL)."""
+
+    user_id: str
+    action: str
+    scope: str
+
+
+@dataclass(frozen=True)
 class ClaimRead(Fold):
     """The claim of a read-only tool call for this epoch, folded with its `tool_started`
-    (event_log.ReadClaim): three round trips fewer per tool call."""
+    (event_log.ReadClaim): three round trips fewer per tool call. With `grant`, the claim is
+    made only if the run's user holds it, read by the same statement (or transaction): the
+    commit raises event_log.Denied otherwise, and nothing of it is written."""
 
     run_id: str
     call_id: str
@@ -93,6 +105,7 @@ class ClaimRead(Fold):
     args: dict[str, Any]
     key: str
     epoch: int
+    grant: ReadGrant | None = None
 
     def fold(self, append: LeaseAppend) -> Apply | None:
         if append.read_claim is not None or (append.run_id, append.epoch) != (
@@ -100,11 +113,24 @@ class ClaimRead(Fold):
             self.epoch,
         ):
             return self
+        grant = self.grant
         # json.dumps as the pool's jsonb codec encodes the same args (store/db.py)
-        append.read_claim = ReadClaim(self.call_id, self.tool, json.dumps(self.args), self.key)
+        append.read_claim = ReadClaim(
+            self.call_id,
+            self.tool,
+            json.dumps(self.args),
+            self.key,
+            grant.action if grant is not None else None,
+            grant.scope if grant is not None else "",
+        )
         return None
 
     async def __call__(self, conn: Conn) -> None:
+        grant = self.grant
+        if grant is not None and not await grants.has_grant(
+            conn, grant.user_id, grant.action, grant.scope
+        ):
+            raise event_log.Denied(self.run_id)
         await interrupts.claim_call(
             conn, self.run_id, self.call_id, self.tool, self.args, self.key, self.epoch, "new"
         )
@@ -254,6 +280,9 @@ class RunWriter:
             self._queued_events = sum(len(w.events) for w in self._queue)
             try:
                 encoded, published = await self._commit_through_outage(batch)
+            except event_log.Denied as err:
+                self._refused(batch, err)
+                continue
             except BaseException as err:  # Fenced, store failure, cancellation: all writes fail
                 self._failure = err if isinstance(err, Exception) else RuntimeError("cancelled")
                 for w in batch + self._queue:
@@ -269,6 +298,16 @@ class RunWriter:
             for w in batch:
                 if w.done is not None and not w.done.done():
                     w.done.set_result(None)
+
+    def _refused(self, batch: list[_Write], err: event_log.Denied) -> None:
+        """A read claim's grant is not the run's user's: nothing of the batch was written. The
+        claim's commit fails with `err` (its caller records the denial); the writes around it go
+        back to the front of the queue, in order, for the next batch."""
+        claim = next(w for w in batch if isinstance(w.apply, ClaimRead) and w.apply.grant)
+        self._queue = [w for w in batch if w is not claim] + self._queue
+        self._queued_events = sum(len(w.events) for w in self._queue)
+        if claim.done is not None and not claim.done.done():
+            claim.done.set_exception(err)
 
     async def _commit_through_outage(self, batch: list[_Write]) -> tuple[list[bytes], bool]:
         """`_commit`, retried while the store is unreachable, for up to `ride_out_s` from the
@@ -355,6 +394,8 @@ class RunWriter:
             # The fenced append first (with what folded, and the webhook deliveries of what
             # leaves Tether), then each remaining state change in queue order.
             held = await event_log.append_as_lease_holders(conn, [append])
+            if self.run_id in held.denied:
+                raise event_log.Denied(self.run_id)  # rolls back: nothing of the batch stays
             if self.run_id not in held:
                 raise event_log.Fenced(self.run_id)
             for apply in rest:
