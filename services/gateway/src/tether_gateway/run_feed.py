@@ -22,15 +22,15 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from tether.runtime.v1 import events_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 from tether_proto import wire
 
-from tether_gateway.runtime_client import Credential, OpenedRun, follow_events
+from tether_gateway.runtime_client import Credential, OpenedRun, finish, follow_events
 
 if TYPE_CHECKING:
     from tether_gateway.runtime_client import RuntimeClient
@@ -142,14 +142,33 @@ class RunFeed:
 
     def start(self, opened: OpenedRun | None = None) -> None:
         """Follow the run upstream: on `opened` (the call that started it) when given. Its first
-        message, already read, goes into the ring now: the starter's connection, joining next,
-        sends it with its first write (sse.EventStream.run). A feed started before anyone joined
-        it lingers as one everybody left."""
+        message, already read, goes into the ring now, once: the starter's connection, joining
+        next, sends it with its first write (sse.EventStream.run), and the call is followed
+        from its second message on. A feed started before anyone joined it lingers as one
+        everybody left."""
         self.registry.metrics_upstream(1)
-        ended = opened is not None and self._deliver(opened.first.events)
-        self._task = asyncio.create_task(self._pump(opened, ended), name=f"run-feed-{self.run_id}")
+        if opened is not None and opened.first.events:
+            ended = self._deliver(opened.first.events)
+            opened.first.ClearField("events")  # delivered: follow_events must not yield it again
+            if ended:
+                self._start_task(self._close_after_status(opened))
+                return
+        self._start_task(self._pump(opened))
+
+    def _start_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._task = asyncio.create_task(coro, name=f"run-feed-{self.run_id}")
         self._task.add_done_callback(self._pump_done)
         self._linger_if_idle()
+
+    async def _close_after_status(self, opened: OpenedRun) -> None:
+        """The run ended in the call's first message: the call has only its status left to send
+        (read, as follow_events does at a run's end), and the feed closes, its frames delivered
+        to whoever joined meanwhile."""
+        try:
+            await finish(opened.call)
+        finally:
+            opened.call.cancel()  # a no-op once the call has its status
+        self.close()
 
     def _pump_done(self, task: asyncio.Task[None]) -> None:
         self.registry.metrics_upstream(-1)
@@ -163,15 +182,13 @@ class RunFeed:
             log.error("run feed failed", exc_info=err)
         self.close(err)
 
-    async def _pump(self, opened: OpenedRun | None, ended: bool = False) -> None:
-        """`ended`: `opened`'s first message (delivered by `start`) carried the run's end; the
-        feed closes when the stream hands it over (the call then ends with its status read)."""
+    async def _pump(self, opened: OpenedRun | None) -> None:
         stream = follow_events(
             self.registry.client, self.run_id, self.token, lambda: self.last, opened
         )
         async with contextlib.aclosing(stream):
             async for events in stream:
-                if ended or self._deliver(events):
+                if self._deliver(events):
                     self.close()
                     return
                 if self.closed or self._hand_over():
