@@ -25,14 +25,17 @@ from tether_gateway.runtime_client import (
     follow_events,
     open_channel,
 )
+from tether_testkit.loop_timers import count_timers
 
 RUN = "run_1"
 TOKEN: Any = "token"
+CANCELLED = object()  # a Call's read after its cancel
 
 
 class Call:
     """One scripted StreamRunEvents call: the test pushes its batches; one that ends the run is
-    followed by the call's end (EOF), as the runtime does, unless `hang_at_end`."""
+    followed by the call's end (EOF), as the runtime does, unless `hang_at_end`. Cancelled
+    before its end, its reads raise CancelledError, as a grpc.aio call's do."""
 
     def __init__(self, after: int) -> None:
         self.after = after
@@ -47,7 +50,11 @@ class Call:
             self.batches.put_nowait(grpc.aio.EOF)  # type: ignore[attr-defined]
 
     async def read(self) -> Any:
+        if self.cancelled:
+            raise asyncio.CancelledError
         batch = await self.batches.get()
+        if batch is CANCELLED:
+            raise asyncio.CancelledError
         if batch is grpc.aio.EOF:  # type: ignore[attr-defined]
             self.finished = True
         return batch
@@ -58,8 +65,9 @@ class Call:
         return grpc.StatusCode.OK
 
     def cancel(self) -> None:
-        if not self.finished:
+        if not self.finished and not self.cancelled:
             self.cancelled = True
+            self.batches.put_nowait(CANCELLED)
 
 
 class Client:
@@ -312,3 +320,24 @@ async def test_a_silent_upstream_is_reopened_at_its_position(rig: Rig) -> None:
     client.calls[2].push([*deltas(6, 9), done(RUN, 10)])
     await until(lambda: feed.closed)
     assert sub.ids() == list(range(1, 11))
+
+
+async def test_following_a_call_arms_one_timer_for_its_silence_not_one_per_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quiet interval is one timer per call (a QuietClock): before, each read of each batch
+    armed a timeout of its own and cancelled it."""
+    client = Client()
+    position = 0
+    stream = follow_events(lambda: client, RUN, TOKEN, lambda: position)
+    first = asyncio.ensure_future(anext(stream))
+    await until(lambda: len(client.calls) == 1)
+    for seq in range(1, 201):
+        client.calls[0].push(deltas(seq, seq))
+    position = (await first)[-1].sequence
+    armed = count_timers(monkeypatch)
+    while position < 200:
+        position = (await anext(stream))[-1].sequence
+    assert armed == []
+    await stream.aclose()
+    assert client.calls[0].cancelled and len(client.calls) == 1

@@ -9,7 +9,8 @@ before a subscriber reconnects (a pub/sub connection never sees the MOVED that w
 
 from __future__ import annotations
 
-import time
+import asyncio
+import logging
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -18,6 +19,9 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from tether_common import tcp_liveness
+from tether_common.quiet_clock import QuietClock
+
+log = logging.getLogger(__name__)
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -40,39 +44,79 @@ class SilentConnection(ConnectionError):
 
 
 class SilenceWatch:
-    """A pub/sub reader's liveness check: read through `read()` (or call `heard()` for each
-    message, a PING's answer included, and after each read `ping_due()`: True when a PING
-    should go out now). It raises SilentConnection once nothing was heard for SILENT_S; the
-    reader then drops the connection and dials again (the bus's subscribers, the revocation
-    follower)."""
+    """A pub/sub reader's liveness check, held around the reader's loop:
 
-    def __init__(self, ping_s: float = PING_S, silent_s: float = SILENT_S) -> None:
-        self.ping_s = ping_s  # also the longest read between checks
+        with SilenceWatch(pubsub) as watch:
+            while True:
+                message = await watch.read()  # a PING's answer included
+
+    After PING_S without a word from Redis a PING goes out (and again each PING_S while the
+    quiet lasts); once nothing was heard for SILENT_S, the read raises SilentConnection, and the
+    reader drops the connection and dials again (the bus's subscribers, the revocation follower).
+    The watch keeps one timer (quiet_clock) and arms none per read: a busy runtime's bus reads
+    many messages per run. Only the task that entered the watch may read through it."""
+
+    def __init__(self, pubsub: Any, ping_s: float = PING_S, silent_s: float = SILENT_S) -> None:
+        self.ping_s = ping_s
         self.silent_s = silent_s
-        self._heard = self._pinged = time.monotonic()
+        self._pubsub = pubsub
+        self._clock = QuietClock(ping_s, self._quiet)
+        self._reader: asyncio.Task[Any] | None = None
+        self._reading = False
+        self._given_up: float | None = None  # the quiet after which the connection was given up
+        self._pings: set[asyncio.Task[None]] = set()
 
-    async def read(self, pubsub: Any) -> dict[str, Any] | None:
-        """One read of `pubsub` under the watch: a message (a PING's answer included), or None
-        when none came within `ping_s`; a PING goes out when one is due."""
-        message: dict[str, Any] | None = await pubsub.get_message(timeout=self.ping_s)
-        if message is not None:
-            self.heard()
-        if self.ping_due():
-            await pubsub.ping()
+    def __enter__(self) -> SilenceWatch:
+        self._reader = asyncio.current_task()
+        self._clock.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._clock.close()
+        for ping in self._pings:
+            ping.cancel()
+
+    async def read(self) -> dict[str, Any] | None:
+        """The next message, waiting as long as the connection lives; None for one redis-py
+        keeps to itself (a health check's answer)."""
+        self._raise_if_given_up()
+        self._reading = True
+        try:
+            message: dict[str, Any] | None = await self._pubsub.get_message(timeout=None)
+        except asyncio.CancelledError:
+            # Our own cancel (the quiet lasted SILENT_S) unless someone else's came too.
+            assert self._reader is not None
+            if self._given_up is not None and self._reader.uncancel() == 0:
+                self._raise_if_given_up()
+            raise
+        finally:
+            self._reading = False
+        self._clock.heard()
         return message
 
-    def heard(self) -> None:
-        self._heard = time.monotonic()
+    def _raise_if_given_up(self) -> None:
+        if self._given_up is not None:
+            raise SilentConnection(f"no word from Redis in {self._given_up:.1f}s")
 
-    def ping_due(self) -> bool:
-        now = time.monotonic()
-        quiet = now - self._heard
-        if quiet >= self.silent_s:
-            raise SilentConnection(f"no word from Redis in {quiet:.1f}s")
-        if quiet >= self.ping_s and now - self._pinged >= self.ping_s:
-            self._pinged = now
-            return True
-        return False
+    def _quiet(self, quiet_s: float) -> float | None:
+        if quiet_s >= self.silent_s:
+            self._given_up = quiet_s
+            if self._reading and self._reader is not None:
+                self._reader.cancel()
+            return None
+        ping = asyncio.ensure_future(self._ping())
+        self._pings.add(ping)
+        ping.add_done_callback(self._pings.discard)
+        return min(quiet_s + self.ping_s, self.silent_s)
+
+    async def _ping(self) -> None:
+        """Sent beside the read (redis-py writes a subscribed connection's commands without
+        reading their answer): the PONG comes back through `read`. A PING that fails proves
+        nothing the read will not find out itself."""
+        try:
+            await self._pubsub.ping()
+        except ERRORS as err:
+            log.debug("pub/sub PING failed: %r", err)
 
 
 def silent_peer_options(url: str) -> dict[str, Any]:

@@ -131,19 +131,19 @@ class Revocations:
         subscribes again and reloads the list: before, a pod could sit on a dead subscription and
         accept revoked tokens until it restarted."""
         pruned = time.monotonic()
-        watch = redis_conn.SilenceWatch()
-        while True:
-            message = await watch.read(pubsub)
-            if message is not None and message.get("type") == "message":
-                data = message.get("data")
-                text = data.decode() if isinstance(data, bytes) else str(data)
-                jti, _, until = text.rpartition(" ")
-                value = _float(until)
-                if jti and value is not None:
-                    self._learn(jti, value)
-            if time.monotonic() - pruned > _PRUNE_EVERY_S:
-                self.prune()
-                pruned = time.monotonic()
+        with redis_conn.SilenceWatch(pubsub) as watch:
+            while True:
+                message = await watch.read()  # one at least each PING_S: the PING's answer
+                if message is not None and message.get("type") == "message":
+                    data = message.get("data")
+                    text = data.decode() if isinstance(data, bytes) else str(data)
+                    jti, _, until = text.rpartition(" ")
+                    value = _float(until)
+                    if jti and value is not None:
+                        self._learn(jti, value)
+                if time.monotonic() - pruned > _PRUNE_EVERY_S:
+                    self.prune()
+                    pruned = time.monotonic()
 
 
 async def _record(redis: Any, jti: str, expires_at: float, ttl: int) -> None:

@@ -20,6 +20,7 @@ from tether_client.rpc import EOF_MARK, EventCall, RuntimeApi, StartStreamCall
 from tether_common.backoff import NO_JITTER, Backoff, Retries
 from tether_common.config import Settings
 from tether_common.errors import Unavailable
+from tether_common.quiet_clock import QuietClock
 from tether_common.tracing import inject_carrier
 from tether_proto import wire
 
@@ -265,18 +266,20 @@ async def follow_events(
             request = rs.StreamRunEventsRequest(run_id=run_id, after_sequence=position())
             call, head = await client().stream_events(request, token), None
         ended = False  # the last batch yielded carries the run's terminal event
+        # One timer for the call, none per read: a silence cancels the call, and its read ends.
+        silence = _Silence(call, quiet.delay(silences + 1))
         try:
             if head:
                 ended = ends_run(head)
                 yield head
             while True:
-                # grpc.aio cancels the call whose read is cancelled: a silence ends it here.
-                async with asyncio.timeout(quiet.delay(silences + 1)):
-                    batch = await call.read()
+                batch = await silence.read()
                 if batch is EOF_MARK:
                     break
                 retries.reset()
-                silences = 0
+                if silences:
+                    silences = 0
+                    silence.clock.first_s = quiet.delay(1)
                 events = batch.events  # type: ignore[attr-defined]
                 ended = ends_run(events)
                 yield events
@@ -302,9 +305,39 @@ async def follow_events(
             await finish(call)
             raise
         finally:
+            silence.clock.close()
             call.cancel()  # a no-op once the call has its status
         if not await retries.pause():
             return
+
+
+class _Silence:
+    """A followed call's quiet interval: once nothing came for the interval (counted from the
+    last batch, on one QuietClock for the call), the call is cancelled and `read` raises
+    TimeoutError. Before, each read armed and cancelled a timer of its own."""
+
+    def __init__(self, call: EventCall | StartStreamCall, interval_s: float) -> None:
+        self.call = call
+        self.silent = False
+        self.clock = QuietClock(interval_s, self._quiet)
+        self.clock.start()
+
+    async def read(self) -> object:
+        try:
+            batch = await self.call.read()
+        except asyncio.CancelledError:
+            # grpc.aio raises it from the read of a call cancelled here; a cancel of the task
+            # itself (the caller's) is not ours to turn into a silence.
+            task = asyncio.current_task()
+            if not self.silent or (task is not None and task.cancelling()):
+                raise
+            raise TimeoutError from None
+        self.clock.heard()
+        return batch
+
+    def _quiet(self, _quiet_s: float) -> None:
+        self.silent = True
+        self.call.cancel()
 
 
 def ends_run(events: Sequence[events_pb2.RunEvent]) -> bool:

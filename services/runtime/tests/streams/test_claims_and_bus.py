@@ -15,10 +15,12 @@ from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
 from tether_runtime.store import conversations, event_log, runs
 from tether_runtime.store.db import create_pool
+from tether_runtime.streams import bus as bus_module
 from tether_runtime.streams import event_sink
 from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import MAX_STATEMENT_EVENTS, EventSink
 from tether_runtime.streams.run_writer import RunWriter, SaveCheckpoint, ThenSave
+from tether_testkit.loop_timers import count_timers
 from tether_testkit.running_runs import queued_run
 
 
@@ -111,6 +113,39 @@ async def test_a_confirmed_subscription_misses_nothing_published_after(redis_url
         await bus.close()
 
 
+async def test_a_subscription_change_writes_without_a_task_of_its_own(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The subscriber connection has no socket timeout (redis-py's default would wrap each
+    SUBSCRIBE and UNSUBSCRIBE written in wait_for: a task and a timer); a change is bounded as
+    a whole by COMMAND_TIMEOUT_S instead."""
+    bus = EventBus(redis_url)
+    await bus.start()
+    try:
+        for _ in range(100):
+            if bus.connected:
+                break
+            await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        tasks: list[str] = []
+        create_task = loop.create_task
+
+        def counting(coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            tasks.append(coro.__qualname__)
+            return create_task(coro, **kwargs)
+
+        monkeypatch.setattr(loop, "create_task", counting)
+        armed = count_timers(monkeypatch)
+        with bus.subscribe("run_change") as sub:
+            assert await bus.confirmed(sub)
+        assert bus._flusher is not None
+        await bus._flusher  # the UNSUBSCRIBE
+        assert tasks == ["EventBus._flush_changes", "EventBus._flush_changes"]
+        assert len(armed) == 3  # each change's bound, and the confirmation's wait
+    finally:
+        await bus.close()
+
+
 async def test_a_burst_of_subscriptions_goes_out_together_and_ends_in_the_right_state(
     redis_url: str,
 ) -> None:
@@ -165,6 +200,63 @@ async def test_confirmation_does_not_wait_while_redis_is_unreachable() -> None:
             assert time.monotonic() - t0 < 0.5
     finally:
         await bus.close()
+
+
+async def test_a_publish_arms_one_timer_and_no_task(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each publish (one batch, or several runs' in a pipeline) is bounded as a whole: one
+    timer. Before, redis-py's socket timeout armed one per command written, with a task
+    (wait_for), and one per answer read: a pipeline of k batches cost k + 1 timers."""
+    bus = EventBus(redis_url)
+    try:
+        await bus.publish("run_warm", [b"\x08\x01"])  # the connection is made outside the count
+        loop = asyncio.get_running_loop()
+        tasks: list[object] = []
+        create_task = loop.create_task
+
+        def counting(coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            tasks.append(coro)
+            return create_task(coro, **kwargs)
+
+        monkeypatch.setattr(loop, "create_task", counting)
+        armed = count_timers(monkeypatch)
+        await bus.publish("run_one", [b"\x08\x01"])
+        await bus.publish_many([(f"run_{i}", [b"\x08\x01"]) for i in range(10)])
+        assert len(armed) == 2
+        # No wait_for task per command written; the pipeline's own release (redis-py shields
+        # it) remains.
+        assert [t.__qualname__ for t in tasks] == ["ConnectionPool.release"]  # type: ignore[attr-defined]
+        assert bus.publish_failures == 0
+    finally:
+        await bus.close()
+
+
+async def test_a_publish_to_a_redis_that_never_answers_is_given_up_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client has no socket timeout of its own: the publish's bound is what ends it."""
+    monkeypatch.setattr(bus_module, "PUBLISH_TIMEOUT_S", 0.3)
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stay_silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)
+
+    server = await asyncio.start_server(accept_and_stay_silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    bus = EventBus(f"redis://127.0.0.1:{port}/0")
+    try:
+        t0 = time.monotonic()
+        await bus.publish("run_silent", [b"\x08\x01"])
+        await bus.publish_many([("run_a", [b"\x08\x01"]), ("run_b", [b"\x08\x01"])])
+        assert bus.publish_failures == 2
+        assert time.monotonic() - t0 < 1.5
+        assert not await bus.ping()
+    finally:
+        await bus.close()
+        for w in held:
+            w.close()
+        server.close()
 
 
 async def test_a_started_run_carries_its_answer_id_and_every_claim_the_same_starting_turns(

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 QUEUE_LIMIT = 256  # batches per stream; past it the stream skips and refills from Postgres
 # A lost Redis connection is made again after 0.1 s, doubling to 2 s while Redis stays away.
 RECONNECT = Backoff(0.1, 2.0, jitter=NO_JITTER)
+# The most one publish may hold up the run that made it: Postgres has the events, and streams
+# find what a lost publish did not bring. With a Redis Cluster the client retries a command
+# through a refreshed slot map, which is what carries a publish over a failover; against a frozen
+# master (no reset, no answer) each try would wait out its own socket timeout.
+PUBLISH_TIMEOUT_S = 2.0
+# The most a subscriber connection's handshake or (un)subscribe may take before the connection is
+# given up and dialled again.
+COMMAND_TIMEOUT_S = 2.0
 SUBSCRIBE_WAIT_S = 1.0  # longest a new stream waits for Redis to confirm its subscription
 
 
@@ -65,10 +73,20 @@ class Subscription:
 
 
 class EventBus:
-    def __init__(self, url: str, *, drop_every: int = 0, **client_options: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        drop_every: int = 0,
+        socket_timeout: float | None = None,
+        **client_options: Any,
+    ) -> None:
         self._url = url
+        # Each publish is bounded as a whole (PUBLISH_TIMEOUT_S, _bounded): a socket timeout of
+        # the client's own (redis-py's default is 5 s) would arm a timer per command written
+        # (and a task, wait_for's) and another per answer read, several per run.
         self._pub = redis_conn.connect(
-            url, socket_timeout=2, socket_connect_timeout=2, **client_options
+            url, socket_timeout=socket_timeout, socket_connect_timeout=2, **client_options
         )
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._confirmed: dict[str, asyncio.Event] = {}
@@ -104,8 +122,9 @@ class EventBus:
 
     async def ping(self) -> bool:
         try:
-            return bool(await self._pub.ping())
-        except redis_conn.ERRORS:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                return bool(await self._pub.ping())
+        except (TimeoutError, *redis_conn.ERRORS):
             return False
 
     async def publish(self, run_id: str, encoded: list[bytes]) -> None:
@@ -113,11 +132,18 @@ class EventBus:
         Postgres and every stream's positioning check will find them."""
         if not encoded or self._fault_drops(run_id):
             return
+        await self._bounded(self._send(self._pub, channel(run_id), batch_from_encoded(encoded)))
+
+    async def _bounded(self, publishing: Awaitable[Any]) -> None:
+        """A publish that fails or takes longer than PUBLISH_TIMEOUT_S is counted and logged,
+        never raised into the run loop (a cancelled command's connection is dropped by
+        redis-py, never reused half read)."""
         try:
-            await self._send(self._pub, channel(run_id), batch_from_encoded(encoded))
-        except redis_conn.ERRORS as err:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
+                await publishing
+        except (TimeoutError, *redis_conn.ERRORS) as err:
             self.publish_failures += 1
-            log.warning("publish failed; streams will refill from Postgres: %s", err)
+            log.warning("publish failed; streams will refill from Postgres: %r", err)
 
     def _send(self, target: Any, name: str, data: bytes) -> Any:
         """PUBLISH on a client or a pipeline (a Redis Cluster's bus says SPUBLISH instead)."""
@@ -147,14 +173,13 @@ class EventBus:
         if len(batches) == 1:
             await self.publish(*batches[0])
             return
-        try:
-            async with self._pub.pipeline(transaction=False) as pipe:
-                for run_id, encoded in batches:
-                    self._send(pipe, channel(run_id), batch_from_encoded(encoded))
-                await pipe.execute()
-        except redis_conn.ERRORS as err:
-            self.publish_failures += 1
-            log.warning("publish failed; streams will refill from Postgres: %s", err)
+        await self._bounded(self._pipelined(batches))
+
+    async def _pipelined(self, batches: list[tuple[str, list[bytes]]]) -> None:
+        async with self._pub.pipeline(transaction=False) as pipe:
+            for run_id, encoded in batches:
+                self._send(pipe, channel(run_id), batch_from_encoded(encoded))
+            await pipe.execute()
 
     @contextlib.contextmanager
     def subscribe(self, run_id: str) -> Iterator[Subscription]:
@@ -213,11 +238,12 @@ class EventBus:
                 wanted = sorted(n for n in names if n in self._subs)
                 unwanted = sorted(n for n in names if n not in self._subs)
                 try:
-                    if wanted:
-                        await ps.subscribe(*wanted)
-                    if unwanted:
-                        await ps.unsubscribe(*unwanted)
-                except redis_conn.ERRORS as err:
+                    async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                        if wanted:
+                            await ps.subscribe(*wanted)
+                        if unwanted:
+                            await ps.unsubscribe(*unwanted)
+                except redis_conn.ERRORS as err:  # TimeoutError is an OSError
                     log.warning("pubsub change failed: %s", err)
 
     async def _read_forever(self) -> None:
@@ -245,18 +271,21 @@ class EventBus:
 
     async def _connect(self) -> PubSub:
         async with self._lock:
+            # No socket timeout: the handshake and each command written are bounded by
+            # COMMAND_TIMEOUT_S as a whole (one timer, where redis-py's own would arm one per
+            # command and a task for each write), the reads by the SilenceWatch.
             client = aioredis.Redis.from_url(
                 self._url,
                 socket_connect_timeout=2,
-                # Bounds the handshake and each command written (a read is given its own).
-                socket_timeout=2,
+                socket_timeout=None,  # (redis-py's default is 5 s)
                 retry=Retry(NoBackoff(), 0),
                 **redis_conn.silent_peer_options(self._url),
             )
             self._pubsub = ps = client.pubsub()
             self._rejoin = set(self._subs)
             # A placeholder channel keeps the connection in subscribe mode while idle.
-            await ps.subscribe("tether:hello", *sorted(self._rejoin))
+            async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                await ps.subscribe("tether:hello", *sorted(self._rejoin))
             self._redialled = False
             connection: Any = ps.connection  # made by the subscribe (redis-py types it None)
             connection.register_connect_callback(self._on_redial)
@@ -270,13 +299,13 @@ class EventBus:
         """Hand each message on until the connection is lost: one that stays silent, even to a
         PING (redis_conn.SilenceWatch), is given up and dialled again; before, the reader kept
         such a connection for good, its streams served only by the positioning check."""
-        watch = redis_conn.SilenceWatch()
-        while True:
-            msg = await watch.read(ps)
-            if self._redialled:
-                raise _Lost("redis-py dialled the connection again")
-            if msg is not None:
-                self._on_message(msg)
+        with redis_conn.SilenceWatch(ps) as watch:
+            while True:
+                msg = await watch.read()
+                if self._redialled:
+                    raise _Lost("redis-py dialled the connection again")
+                if msg is not None:
+                    self._on_message(msg)
 
     def _on_message(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]

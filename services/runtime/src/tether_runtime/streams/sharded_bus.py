@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -35,12 +34,6 @@ from tether_common.event_wait import wait_set
 from tether_runtime.streams.bus import RECONNECT, SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
 
 log = logging.getLogger(__name__)
-
-# The most one publish may hold up the run that made it, as the plain bus's 2 s socket timeout
-# does. The cluster client retries a command through a refreshed slot map, which is what carries
-# a publish over a failover; against a frozen master (no reset, no answer) each try would wait
-# out its own timeout.
-PUBLISH_TIMEOUT_S = 2.0
 
 
 class _SlotsMoved(Exception):
@@ -84,7 +77,10 @@ class ShardedEventBus(EventBus):
         # connection to that master has even noticed (a blackholed node may never say so).
         slots_changed = EventDispatcher()
         slots_changed.register_listeners({AsyncAfterSlotsCacheRefreshEvent: [_Rehome(self)]})
-        super().__init__(url, drop_every=drop_every, event_dispatcher=slots_changed)
+        # A socket timeout still bounds the slot map's reads (each publish is bounded as a whole).
+        super().__init__(
+            url, drop_every=drop_every, socket_timeout=2, event_dispatcher=slots_changed
+        )
         self._shards: dict[str, _Shard] = {}
         self._owner: dict[str, str] = {}  # channel -> the shard that holds it
         self._homeless: set[str] = set()  # wanted channels no known master owns yet
@@ -115,20 +111,6 @@ class ShardedEventBus(EventBus):
 
     def _send(self, target: Any, name: str, data: bytes) -> Any:
         return target.spublish(name, data)
-
-    async def publish(self, run_id: str, encoded: list[bytes]) -> None:
-        await self._bounded(super().publish(run_id, encoded))
-
-    async def publish_many(self, batches: list[tuple[str, list[bytes]]]) -> None:
-        await self._bounded(super().publish_many(batches))
-
-    async def _bounded(self, publishing: Awaitable[None]) -> None:
-        try:
-            async with asyncio.timeout(PUBLISH_TIMEOUT_S):
-                await publishing
-        except TimeoutError:
-            self.publish_failures += 1
-            log.warning("publish timed out; streams will refill from Postgres")
 
     @property
     def connected(self) -> bool:
@@ -235,14 +217,14 @@ class ShardedEventBus(EventBus):
                         await ps.ssubscribe(*group)
                 # A connection silent even to a PING is lost (a partition, a frozen master):
                 # re-homed like one that raised (redis_conn.SilenceWatch).
-                watch = redis_conn.SilenceWatch()
-                while True:
-                    msg = await watch.read(ps)
-                    if msg is not None:
-                        if attempt:
-                            attempt, shard.down = 0, False
-                        if msg["type"] != "pong":
-                            self._take(shard, msg)
+                with redis_conn.SilenceWatch(ps) as watch:
+                    while True:
+                        msg = await watch.read()
+                        if msg is not None:
+                            if attempt:
+                                attempt, shard.down = 0, False
+                            if msg["type"] != "pong":
+                                self._take(shard, msg)
             except asyncio.CancelledError:
                 raise
             except (*redis_conn.ERRORS, _SlotsMoved) as err:
