@@ -30,6 +30,7 @@ import secrets
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ from tether_bench.profile import render, summarize
 from tether_bench.stats import median_of
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
+# --loop-counts: its sitecustomize.py counts the timers and tasks of the processes under test
+LOOP_COUNTS_DIR = Path(__file__).resolve().parent / "loop_counts"
 
 # The LangGraph agent of the benchmark, loaded besides the native agents (the default agent stays
 # the native one: the core configuration names none).
@@ -274,6 +277,9 @@ class Bench:
         self.procs: list[stack.Proc] = []
         self.provider: asyncio.subprocess.Process | None = None
         self.provider_url = ""
+        # --loop-counts: where the processes under test write their loop's counts
+        # (loop_counts/sitecustomize.py), None without the flag
+        self.loop_counts: Path | None = None
 
     async def start_provider(self) -> dict[str, str]:
         """The fake streaming provider (once per bench), and the runtime settings pointing at
@@ -312,8 +318,12 @@ class Bench:
         env = process_env(self.dsn, self.redis_url, self.secret, float(self.spec["heartbeat_s"]))
         env.update(self.system_env)
         env.update(extra_env or {})
+        if self.loop_counts is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(LOOP_COUNTS_DIR), env["PYTHONPATH"]])
+            env["TETHER_UVLOOP"] = "off"  # (the module's docstring says why)
+            env["TETHER_BENCH_LOOP_COUNTS_DIR"] = str(self.loop_counts)
         # quick: forked from a warm parent (its figures are checked for shape, not judged)
-        fork = self.mode == "quick"
+        fork = self.mode == "quick" and self.loop_counts is None  # the probe loads at start-up
         runtime = await stack.start_runtime(
             {**env, "TETHER_RUNTIME_ROLE": "api"} if split else env,
             processes=1 if split else self.runtime_processes,
@@ -385,7 +395,7 @@ class Bench:
                     )
                 t0 = time.monotonic()
                 cfg = self.config(params.get("scenario", name), runtime, gateway, params)
-                cpu = await ScenarioCpu.start(self.dsn, self.procs)
+                cpu = await ScenarioCpu.start(self.dsn, self.procs, self.loop_counts)
                 results[name] = await loadgen(cfg, float(self.spec["deadline_s"]) + 30)
                 # beside the scenario's own figures, which stay as they were
                 results.setdefault("_cpu_per_run", {})[name] = await cpu.stop()
@@ -745,23 +755,29 @@ class ScenarioCpu:
 
     STORES = {"postgres": "postgres", "redis-server": "redis"}
 
-    def __init__(self, dsn: str, procs: list[stack.Proc]) -> None:
+    def __init__(self, dsn: str, procs: list[stack.Proc], loop_counts: Path | None) -> None:
         self.dsn = dsn
         self.procs = {p.name: p.pid for p in procs}
+        self.loop_counts = loop_counts
         self.before: dict[str, float] = {}
+        self.counts_before: dict[str, int] = {}
         self.runs = 0
         self.t0 = time.monotonic()
 
     @classmethod
-    async def start(cls, dsn: str, procs: list[stack.Proc]) -> ScenarioCpu:
-        self = cls(dsn, procs)
+    async def start(
+        cls, dsn: str, procs: list[stack.Proc], loop_counts: Path | None = None
+    ) -> ScenarioCpu:
+        self = cls(dsn, procs, loop_counts)
         self.runs = await self._count_runs()
+        self.counts_before = await self._loop_counts()
         self.before = self._cpu()
         self.t0 = time.monotonic()
         return self
 
     async def stop(self) -> dict[str, Any]:
         after = self._cpu()
+        counts_after = await self._loop_counts()
         runs = await self._count_runs() - self.runs
         spent: dict[str, float] = {}
         for k, v in after.items():
@@ -774,7 +790,34 @@ class ScenarioCpu:
                 f"{k}_ms": round(v * 1000 / runs, 3) if runs else None
                 for k, v in sorted(spent.items())
             },
+            **{
+                f"{k}_per_run": round((v - self.counts_before.get(k, 0)) / runs, 2)
+                for k, v in sorted(counts_after.items())
+                if runs
+            },
         }
+
+    async def _loop_counts(self) -> dict[str, int]:
+        """With --loop-counts: timers armed and tasks created so far by each of our processes
+        (a pod: all its processes), as `<name>_timers` / `<name>_tasks`; read after the files'
+        next write (every 50 ms), so that the scenario's last turns are in."""
+        if self.loop_counts is None:
+            return {}
+        await asyncio.sleep(0.2)
+        out: dict[str, int] = {}
+        for name, pid in self.procs.items():
+            try:
+                proc = psutil.Process(pid)
+                pids = [pid, *(c.pid for c in proc.children(recursive=True))]
+            except psutil.Error:
+                continue
+            for one in pids:
+                with contextlib.suppress(OSError, ValueError):
+                    counts = json.loads((self.loop_counts / f"{one}.json").read_text())
+                    for kind in ("timers", "tasks"):
+                        key = f"{name}_{kind}"
+                        out[key] = out.get(key, 0) + int(counts[kind])
+        return out
 
     def _cpu(self) -> dict[str, float]:
         """CPU seconds so far: each of our processes by name, each store process by pid (a
@@ -834,6 +877,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
     ap.add_argument(
+        "--loop-counts",
+        action="store_true",
+        help="count each process's timers and tasks per run (cpu_ms_per_run_by_scenario: "
+        "<process>_timers_per_run / _tasks_per_run), on asyncio's loop instead of uvloop's: "
+        "its CPU figures are then not uvloop's (loop_counts/sitecustomize.py)",
+    )
+    ap.add_argument(
         "--redis",
         choices=("plain", "cluster"),
         default="plain",
@@ -866,6 +916,8 @@ async def amain(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     admin = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     only = set(args.only.split(",")) if args.only else None
     bench = Bench(args.mode, admin, redis_url, args.reps, args.pgbouncer, args.runtime_processes)
+    if args.loop_counts:
+        bench.loop_counts = Path(tempfile.mkdtemp(prefix="tether-loop-counts-"))
     return await bench.run(only, args.profile, args.native, args.out)
 
 

@@ -122,3 +122,37 @@ def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_pat
         for proc in ("runtime", "gateway", "postgres", "redis"):
             assert _is_number(cpu[f"{proc}_ms"]) and cpu[f"{proc}_ms"] >= 0, (name, proc, cpu)
     assert _is_number(by_scenario["fanout_split_runtime"]["runtime-worker_ms"])
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.timeout(180)
+def test_bench_loop_counts_gives_each_process_its_timers_and_tasks_per_run(
+    admin_dsn: str, redis_url: str, tmp_path: Path
+) -> None:
+    """`--loop-counts`: every timer armed and task created by the runtime's and the gateway's
+    loops, per run of the scenario, beside its CPU (tether_bench/loop_counts)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
+        "TETHER_BENCH_DATABASE_URL": admin_dsn,
+        "TETHER_BENCH_REDIS_URL": redis_url,
+        "TETHER_BENCH_LOG_DIR": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tether_bench.main", "--quick", "--only", "short_runs"]
+        + ["--loop-counts"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=160,
+    )
+    assert proc.returncode == 0, f"bench --loop-counts failed:\n{proc.stderr[-6000:]}"
+    cpu = json.loads(proc.stdout)["cpu_ms_per_run_by_scenario"]["short_runs"]
+    assert cpu["runs"] > 0
+    # A short run is at least a start call, a stream and a few statements on each side: neither
+    # process runs one without a timer or a task, nor with hundreds.
+    for name in ("runtime", "gateway"):
+        for kind in ("timers", "tasks"):
+            value = cpu[f"{name}_{kind}_per_run"]
+            assert _is_number(value) and 1 <= value < 100, (name, kind, cpu)
