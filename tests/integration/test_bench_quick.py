@@ -79,16 +79,20 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-@pytest.mark.slow(seconds=59)
-@pytest.mark.timeout(180)
-def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_path: Path) -> None:
-    env = {
+def _bench_env(admin_dsn: str, redis_url: str, log_dir: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
         "TETHER_BENCH_DATABASE_URL": admin_dsn,
         "TETHER_BENCH_REDIS_URL": redis_url,
-        "TETHER_BENCH_LOG_DIR": str(tmp_path),
+        "TETHER_BENCH_LOG_DIR": str(log_dir),
     }
+
+
+@pytest.mark.slow(seconds=59)
+@pytest.mark.timeout(180)
+def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_path: Path) -> None:
+    env = _bench_env(admin_dsn, redis_url, tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "tether_bench.main", "--quick"],
         cwd=ROOT,
@@ -131,13 +135,7 @@ def test_bench_loop_counts_gives_each_process_its_timers_and_tasks_per_run(
 ) -> None:
     """`--loop-counts`: every timer armed and task created by the runtime's and the gateway's
     loops, per run of the scenario, beside its CPU (tether_bench/loop_counts)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
-        "TETHER_BENCH_DATABASE_URL": admin_dsn,
-        "TETHER_BENCH_REDIS_URL": redis_url,
-        "TETHER_BENCH_LOG_DIR": str(tmp_path),
-    }
+    env = _bench_env(admin_dsn, redis_url, tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "tether_bench.main", "--quick", "--only", "short_runs"]
         + ["--loop-counts"],

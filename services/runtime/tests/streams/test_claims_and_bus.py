@@ -95,14 +95,19 @@ async def test_start_refuses_another_users_conversation_and_writes_nothing(
         assert await store.fetchval(f"SELECT count(*) FROM {table}") == 0, table
 
 
+async def _connected(bus: EventBus) -> None:
+    """The bus's reader connects in the background: wait (a while) until it has."""
+    for _ in range(100):
+        if bus.connected:
+            return
+        await asyncio.sleep(0.05)
+
+
 async def test_a_confirmed_subscription_misses_nothing_published_after(redis_url: str) -> None:
     bus = EventBus(redis_url)
     await bus.start()
     try:
-        for _ in range(100):  # the reader connects in the background
-            if bus.connected:
-                break
-            await asyncio.sleep(0.05)
+        await _connected(bus)
         with bus.subscribe("run_confirm") as sub:
             assert await bus.confirmed(sub)
             # Published right after confirmation, with no sleep: it must arrive.
@@ -122,10 +127,7 @@ async def test_a_subscription_change_writes_without_a_task_of_its_own(
     bus = EventBus(redis_url)
     await bus.start()
     try:
-        for _ in range(100):
-            if bus.connected:
-                break
-            await asyncio.sleep(0.05)
+        await _connected(bus)
         loop = asyncio.get_running_loop()
         tasks: list[str] = []
         create_task = loop.create_task
@@ -155,10 +157,7 @@ async def test_a_burst_of_subscriptions_goes_out_together_and_ends_in_the_right_
     bus = EventBus(redis_url)
     await bus.start()
     try:
-        for _ in range(100):
-            if bus.connected:
-                break
-            await asyncio.sleep(0.05)
+        await _connected(bus)
         names = [f"run_burst_{i}" for i in range(60)]
         with contextlib.ExitStack() as stack:
             subs = [stack.enter_context(bus.subscribe(n)) for n in names]
