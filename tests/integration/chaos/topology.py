@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 import asyncpg
+from tether_proto import wire
 from tether_testkit.fault_proxy import FaultProxy
 from tether_testkit.history import History, Report
 from tether_testkit.inventory import abnormal_service, executions
@@ -212,7 +213,41 @@ async def verdict(db: asyncpg.Pool, w: Workload) -> Verdict:
     v.report = await check_histories(db, [*w.histories, effects], w.run_ids)
     if not v.report.ok:
         v.problems.append(f"history checker: {v.report.explain()}")
+    if v.problems:
+        v.problems += await what_holds_unfinished(db, w.run_ids)
     return v
+
+
+async def what_holds_unfinished(db: asyncpg.Pool, run_ids: list[str]) -> list[str]:
+    """For a failed verdict: each run not ended, its lease as Postgres sees it, and the other
+    sessions of the database that hold a lock on the `run` table (a row lock shows there as the
+    table's lock of the transaction that took it): their client, state, what they wait for and
+    their last statement, so that a run left stuck says what kept it."""
+    rows = await db.fetch(
+        "SELECT id, status, lease_owner, lease_epoch, attempts, lease_expires_at - now() AS left "
+        "FROM run WHERE id = ANY($1::text[]) AND NOT status = ANY($2::text[])",
+        run_ids,
+        sorted(wire.TERMINAL_RUN_STATUSES),
+    )
+    if not rows:
+        return []
+    out = [
+        f"{r['id']}: {r['status']}, lease {r['lease_owner']} epoch {r['lease_epoch']}, "
+        f"attempts {r['attempts']}, lease left {r['left']}"
+        for r in rows
+    ]
+    holders = await db.fetch(
+        """SELECT DISTINCT a.pid, host(a.client_addr) AS client, a.state, a.wait_event_type,
+                  a.wait_event, now() - a.xact_start AS xact_age, left(a.query, 120) AS query
+           FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+           JOIN pg_class c ON c.oid = l.relation
+           WHERE c.relname = 'run' AND l.granted AND a.pid <> pg_backend_pid()
+             AND a.datname = current_database()"""
+    )
+    out += [f"a session holding a lock on run: {dict(h)}" for h in holders] or [
+        "no other session holds a lock on run"
+    ]
+    return out
 
 
 async def poll_gateway(
