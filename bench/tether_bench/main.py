@@ -806,14 +806,9 @@ class ScenarioCpu:
         await asyncio.sleep(0.2)
         out: dict[str, int] = {}
         for name, pid in self.procs.items():
-            try:
-                proc = psutil.Process(pid)
-                pids = [pid, *(c.pid for c in proc.children(recursive=True))]
-            except psutil.Error:
-                continue
-            for one in pids:
+            for one in p_tree(pid):
                 with contextlib.suppress(OSError, ValueError):
-                    counts = json.loads((self.loop_counts / f"{one}.json").read_text())
+                    counts = json.loads((self.loop_counts / f"{one.pid}.json").read_text())
                     for kind in ("timers", "tasks"):
                         key = f"{name}_{kind}"
                         out[key] = out.get(key, 0) + int(counts[kind])
@@ -838,12 +833,19 @@ class ScenarioCpu:
             await conn.close()
 
 
-def p_cpu_tree(pid: int) -> float:
-    """CPU seconds of a process and its live children (a pod's supervisor: its processes)."""
+def p_tree(pid: int) -> list[psutil.Process]:
+    """A process and its live children (a pod's supervisor: its processes); none if it is gone."""
     try:
         proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
+        return [proc, *proc.children(recursive=True)]
     except psutil.Error:
+        return []
+
+
+def p_cpu_tree(pid: int) -> float:
+    """CPU seconds of a process and its live children (a pod's supervisor: its processes)."""
+    procs = p_tree(pid)
+    if not procs:
         return math.nan
     total = 0.0
     for p in procs:

@@ -47,10 +47,6 @@ class QuietClock:
             self._timer.cancel()
             self._timer = None
 
-    @property
-    def quiet_s(self) -> float:
-        return time.monotonic() - self._heard
-
     def _arm(self, since: float, level: float) -> None:
         assert self._loop is not None
         if self._closed:

@@ -124,7 +124,7 @@ class EventBus:
         try:
             async with asyncio.timeout(PUBLISH_TIMEOUT_S):
                 return bool(await self._pub.ping())
-        except (TimeoutError, *redis_conn.ERRORS):
+        except redis_conn.ERRORS:  # TimeoutError is an OSError
             return False
 
     async def publish(self, run_id: str, encoded: list[bytes]) -> None:
@@ -141,7 +141,7 @@ class EventBus:
         try:
             async with asyncio.timeout(PUBLISH_TIMEOUT_S):
                 await publishing
-        except (TimeoutError, *redis_conn.ERRORS) as err:
+        except redis_conn.ERRORS as err:  # TimeoutError is an OSError
             self.publish_failures += 1
             log.warning("publish failed; streams will refill from Postgres: %r", err)
 
