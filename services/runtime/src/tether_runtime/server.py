@@ -28,7 +28,7 @@ from tether_runtime.engine.loaded_agent import AgentLoadError
 from tether_runtime.engine.process import Engine
 from tether_runtime.engine.worker import Worker
 from tether_runtime.policy.gate import ToolGate
-from tether_runtime.store import idempotency
+from tether_runtime.store import idempotency, stalled_sessions
 from tether_runtime.store.db import create_pool
 from tether_runtime.store_watch import StoreWatch
 from tether_runtime.streams.sharded_bus import event_bus
@@ -105,7 +105,12 @@ async def run_server(settings: Settings, *, stop: asyncio.Event | None = None) -
     drop_every = 0 if settings.env == "production" else settings.fault_drop_publish_every
     bus = event_bus(settings.redis_url, drop_every=drop_every)
     await bus.start()
-    await agents.start(settings.database_url, transaction_pooler=settings.db_pooler != "none")
+    # The agents' own pools carry the runtime's session name: the store watch ends theirs too
+    # when they stall mid-command (store/stalled_sessions.py).
+    await agents.start(
+        stalled_sessions.named(settings.database_url),
+        transaction_pooler=settings.db_pooler != "none",
+    )
     gate = ToolGate(settings.tool_gate_mode, settings.tool_deny, settings.tool_allow_grant)
     idempotency.configure(settings.idempotency_ttl_s)
     engine = Engine(pool, bus, settings, gate, agents)

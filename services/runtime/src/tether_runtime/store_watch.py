@@ -1,7 +1,8 @@
 """Whether this pod reaches Postgres, announced through its gRPC health: a pod cut off from the
 store stops announcing itself (NOT_SERVING), so gateways, whose channels balance only over
 serving pods, send its calls to a pod that can answer them, and announces itself again once a
-probe gets through.
+probe gets through. Its connection also ends the sessions of the runtime's own pool that stall
+mid-command inside a transaction (store/stalled_sessions.py), which Postgres never ends itself.
 
 Without it, a pod partitioned from Postgres but not from its clients kept taking calls that hung
 until the gateway's deadline (5 s) for as long as the partition lasted (tests/integration/
@@ -18,6 +19,7 @@ import time
 import asyncpg
 from grpc_health.v1 import health, health_pb2
 
+from tether_runtime.store import stalled_sessions
 from tether_runtime.store.db import STORE_ERRORS, connect
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,10 @@ def grace_s(lease_ttl_s: float) -> float:
 
 class StoreWatch:
     """Probes Postgres (`SELECT 1` on a connection of its own, so a busy pool is not taken for
-    an unreachable store) and sets the health of `services` to follow it."""
+    an unreachable store) and sets the health of `services` to follow it. Every third of a
+    lease, a successful probe is followed by a sweep that ends the pool's sessions (the DSN's
+    `session_name`) stalled mid-command for a lease: the same limit Postgres applies to one idle
+    in a transaction (store/db.py)."""
 
     def __init__(
         self,
@@ -47,6 +52,9 @@ class StoreWatch:
         self.servicer = servicer
         self.services = services
         self.grace_s = grace_s(lease_ttl_s)
+        self.stalled_after_s = lease_ttl_s
+        self.sweep_every_s = max(PROBE_EVERY_S, lease_ttl_s / 3)
+        self.session_name = stalled_sessions.session_name(dsn)
         self.serving = True
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -62,11 +70,14 @@ class StoreWatch:
         self._drop()
 
     async def _watch(self) -> None:
-        last_ok = time.monotonic()
+        last_ok = last_sweep = time.monotonic()
         while True:
             if await self._probe():
                 last_ok = time.monotonic()
                 await self._announce(True)
+                if last_ok - last_sweep >= self.sweep_every_s:
+                    last_sweep = last_ok
+                    await self._sweep()
             elif time.monotonic() - last_ok > self.grace_s:
                 await self._announce(False)
             await asyncio.sleep(PROBE_EVERY_S)
@@ -81,6 +92,17 @@ class StoreWatch:
         except STORE_ERRORS:  # TimeoutError, the probe that hung, is an OSError
             self._drop()  # a connection that hung is not trusted again: the next probe dials
             return False
+
+    async def _sweep(self) -> None:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                assert self._conn is not None  # the probe before it connected
+                await stalled_sessions.end_stalled(
+                    self._conn, self.session_name, self.stalled_after_s
+                )
+        except STORE_ERRORS as e:  # the next sweep tries again; the probe judges the store
+            log.warning("could not look for stalled Postgres sessions: %s", type(e).__name__)
+            self._drop()
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -1,16 +1,19 @@
 """The runtime's store watch (tether_runtime.store_watch) against the real Postgres behind the
 test kit's fault proxy: while the link is silent (no bytes, no FIN, no RST, as in a partition)
-the pod's health goes NOT_SERVING after the grace, and SERVING again once Postgres answers."""
+the pod's health goes NOT_SERVING after the grace, and SERVING again once Postgres answers. And
+it ends the pool's sessions stalled mid-command for a lease, which Postgres never ends."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import urllib.parse
+import uuid
 
 from grpc_health.v1 import health, health_pb2
 from tether_runtime.store_watch import StoreWatch, grace_s
 from tether_testkit.fault_proxy import FaultProxy
+from tether_testkit.stalled_pg_session import StalledSession
 
 
 async def _status(servicer: health.aio.HealthServicer) -> int:  # type: ignore[name-defined]
@@ -52,3 +55,24 @@ async def test_health_follows_whether_postgres_answers(database_url: str) -> Non
     finally:
         await watch.stop()
         await asyncio.to_thread(proxy.stop)
+
+
+async def test_a_session_of_the_pool_stalled_for_a_lease_is_ended(database_url: str) -> None:
+    name = f"tether-test-{uuid.uuid4().hex[:8]}"  # the DSN names the pool's sessions
+    dsn = database_url + ("&" if "?" in database_url else "?") + f"application_name={name}"
+    servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    watch = StoreWatch(dsn, servicer, ("",), lease_ttl_s=1.5)
+    assert (watch.stalled_after_s, watch.sweep_every_s) == (1.5, 0.5)
+    stalled = StalledSession(database_url, name, lock=4343)
+    bystander = StalledSession(database_url, f"{name}-other")
+    t = time.monotonic()
+    watch.start()
+    try:
+        assert await asyncio.to_thread(stalled.ended, 10.0)
+        took = time.monotonic() - t
+        assert 1.5 <= took < 4.0, took  # after a lease, within a sweep or two
+        assert not await asyncio.to_thread(bystander.ended)
+    finally:
+        await watch.stop()
+        stalled.close()
+        bystander.close()

@@ -42,7 +42,7 @@ from tether_sdk._context import Ask
 from tether_runtime import metrics, policy
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import ToolCallRow
-from tether_runtime.engine import cards, held_questions, questions
+from tether_runtime.engine import bounded_call, cards, held_questions, questions
 from tether_runtime.engine.checkpoint import PendingCall
 from tether_runtime.engine.run_context import ToolRun
 from tether_runtime.engine.run_outcomes import Paused
@@ -505,7 +505,7 @@ class ToolCalls:
             ):
                 async with asyncio.timeout(timeout) as scope:
                     clock.append(scope)
-                    return await tool.invoke(ctx, args)
+                    return await bounded_call.call_within(tool.invoke(ctx, args), tool.name)
         except (ToolError, Uncertain):
             raise  # the tool said what happened (an MCP tool: a connection lost mid-call)
         except TimeoutError as err:
