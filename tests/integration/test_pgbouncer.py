@@ -15,12 +15,14 @@ import asyncpg
 import pytest
 from tether_common.auth import issue_token
 from tether_runtime.store.db import create_pool
+from tether_runtime.store.stalled_sessions import end_stalled
 from tether_testkit import stores
 from tether_testkit.inventory import abnormal_service, executions
 from tether_testkit.pgbouncer import PgBouncer, database_of, pgbouncer
 from tether_testkit.processes import Proc, start_gateway, start_runtime, tether_cli
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import Frame, SseReader
+from tether_testkit.stalled_pg_session import StalledSession
 
 POOL_SIZE = 3  # server connections per database: far fewer than the clients' connections
 IDLE_POLL = "600"  # a worker that waits this long between claims wakes only by NOTIFY
@@ -286,3 +288,29 @@ async def test_the_pooler_frees_a_row_lock_held_by_a_client_idle_in_its_transact
         finally:
             frozen.terminate()
             await taker.close()
+
+
+async def test_a_session_stalled_mid_command_behind_pgbouncer_is_found_and_ended(
+    private_env: dict[str, str], bouncer: PgBouncer, direct: Any
+) -> None:
+    """PgBouncer passes a client's application_name on to the server connection it lends it,
+    so the runtime's sweep (store/stalled_sessions.py) finds a session left mid-command through
+    the pooler by the same name, and ending it ends the client's link too."""
+    name = f"tether-test-{uuid.uuid4().hex[:8]}"
+    stalled = StalledSession(bouncer.url(database_of(private_env["DATABASE_URL"])), name, lock=4545)
+    try:
+        await asyncio.sleep(1.0)
+        assert (
+            await direct.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+                "AND state = 'active' AND wait_event = 'ClientRead'",
+                name,
+            )
+            == 1
+        )
+        assert await end_stalled(direct, name, older_than_s=0.5) == 1
+        assert await asyncio.to_thread(stalled.ended, 5.0)
+        assert await direct.fetchval("SELECT pg_try_advisory_lock(4545)")
+        await direct.execute("SELECT pg_advisory_unlock(4545)")
+    finally:
+        stalled.close()

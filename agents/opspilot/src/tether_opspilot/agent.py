@@ -38,8 +38,18 @@ async def inventory_pool(host: Host) -> AsyncIterator[asyncpg.Pool]:
     cache: dict[str, int] = (
         {} if own or not host.transaction_pooler else {"statement_cache_size": 0}
     )
+    # Every statement bounded (asyncpg waits forever by default): on a connection gone dark (a
+    # NAT forgot it, a link was cut: no FIN, no RST) a statement fails after 5 s, and asyncpg's
+    # cancel of it, bounded the same, ends the connection; unbounded, the tool hung until its
+    # timeout and past it (tests/integration/chaos/test_chaos_links.py, half-open Postgres).
     pool = await asyncpg.create_pool(
-        dsn, min_size=1, max_size=10, init=_json_codecs, reset=_no_reset, **cache
+        dsn,
+        min_size=1,
+        max_size=10,
+        init=_json_codecs,
+        reset=_no_reset,
+        command_timeout=5,
+        **cache,
     )
     try:
         yield pool

@@ -5,10 +5,34 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+import asyncpg
 from asyncpg import Connection as Conn
 from asyncpg import Pool
+
+T = TypeVar("T")
+
+# A pooled connection found dead: its statement's `command_timeout` (TimeoutError, an OSError),
+# a reset, or asyncpg's own "the connection was closed".
+LOST: tuple[type[BaseException], ...] = (OSError, asyncpg.InterfaceError)
+
+
+async def on_live(pool: Pool, fn: Callable[[Conn], Awaitable[T]], attempts: int = 3) -> T:
+    """`fn(conn)` on a pooled connection, again on a fresh one if that one turns out dead: the
+    connections opened before it are expired too (a NAT or a cut link that lost one lost them
+    all, and each would cost a timeout to find out). Only for reads and for `_once`, which the
+    idempotency key makes safe to repeat."""
+    for attempt in range(1, attempts + 1):
+        try:
+            async with pool.acquire() as conn:
+                return await fn(conn)
+        except LOST:
+            if attempt >= attempts:
+                raise
+            await pool.expire_connections()
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def _tool_delay() -> float:
@@ -76,25 +100,30 @@ async def _once(
     pool: Pool, key: str, kind: str, target: str, sql: str, *params: Any, missing: str
 ) -> dict[str, Any]:
     """One mutation under an idempotency key: the same key never acts twice (it answers what it
-    did the first time), which is what lets Tether call again after a crash."""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
-        done = await operation(conn, key)
-        if done is not None:
-            return done
-        row = await conn.fetchrow(sql, *params)
-        result: dict[str, Any] = (
-            {"ok": True, **dict(row)} if row else {"ok": False, "error": missing}
-        )
-        await conn.execute(
-            "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
-            "VALUES ($1, $2, $3, $4)",
-            key,
-            kind,
-            target,
-            result,
-        )
-    return result
+    did the first time), which is what lets Tether call again after a crash, and this function
+    try again on a fresh connection when its connection is found dead (`on_live`)."""
+
+    async def once(conn: Conn) -> dict[str, Any]:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
+            done = await operation(conn, key)
+            if done is not None:
+                return done
+            row = await conn.fetchrow(sql, *params)
+            result: dict[str, Any] = (
+                {"ok": True, **dict(row)} if row else {"ok": False, "error": missing}
+            )
+            await conn.execute(
+                "INSERT INTO inv_operation (idempotency_key, operation, target, result) "
+                "VALUES ($1, $2, $3, $4)",
+                key,
+                kind,
+                target,
+                result,
+            )
+        return result
+
+    return await on_live(pool, once)
 
 
 async def restart_instance(

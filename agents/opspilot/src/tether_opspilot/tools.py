@@ -81,8 +81,7 @@ def _restarted(instance_id: str, res: dict[str, Any]) -> ToolResult:
 
 
 async def _service_of(ctx: ToolContext, instance_id: str) -> dict[str, Any] | None:
-    async with ctx.state.acquire() as conn:
-        return await inventory.get_instance(conn, instance_id)
+    return await inventory.on_live(ctx.state, lambda c: inventory.get_instance(c, instance_id))
 
 
 @tool(
@@ -143,8 +142,7 @@ async def _restart_still_needed(
 async def _restart_done(
     ctx: ToolContext, service: str, instance_id: str, env: str = "prod", reason: str = ""
 ) -> Reconciled:
-    async with ctx.state.acquire() as conn:
-        res = await inventory.operation(conn, ctx.idempotency_key)
+    res = await inventory.on_live(ctx.state, lambda c: inventory.operation(c, ctx.idempotency_key))
     return Reconciled.not_done() if res is None else Reconciled.done(_restarted(instance_id, res))
 
 
