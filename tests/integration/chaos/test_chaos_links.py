@@ -203,12 +203,12 @@ async def test_half_open_connections(
         port = c.pg.port if store == "pg" else c.redis.port
         assert c.hosts["a"].silence_open(c.net.hub, port) > 0
 
-    # At fast size (make test) no run waits at a card: a transaction caught on a silenced
-    # connection keeps its row locks on Postgres's side (see DESIGN, open), which would make
-    # the fast suite flaky; make chaos runs them and shows it.
+    # Runs wait at cards at both sizes: a transaction caught on a silenced connection keeps its
+    # run's row locks on Postgres's side, mid-command, until the other runtime's store watch
+    # ends that session (a lease, store/stalled_sessions.py); before, its run stayed at its
+    # card with its approvals refused.
     r = await _fault(
         private_env, procs, cut=cut, heal=lambda c: None, hold_s=size(11.0, 15.0),
-        n_write=size(0, N_WRITE),
     )  # fmt: skip
     name = "Postgres" if store == "pg" else "Redis"
     _row(chaos_table, f"half-open connections runtime a - {name}", r)

@@ -209,7 +209,13 @@ async def verdict(db: asyncpg.Pool, w: Workload) -> Verdict:
         effects.effect(run_id, inst, n)
         v.double_exec += n > 1
         if n != 1:
-            v.problems.append(f"{inst}: restarted {n} times")
+            calls = await db.fetch(
+                "SELECT tool, status, left(result_summary, 160) AS summary FROM tool_call "
+                "WHERE run_id = $1 ORDER BY created_at",
+                run_id,
+            )
+            trail = "; ".join(f"{c['tool']} {c['status']}: {c['summary']}" for c in calls)
+            v.problems.append(f"{inst}: restarted {n} times (run {run_id}: {trail or 'no call'})")
     v.report = await check_histories(db, [*w.histories, effects], w.run_ids)
     if not v.report.ok:
         v.problems.append(f"history checker: {v.report.explain()}")
@@ -219,10 +225,11 @@ async def verdict(db: asyncpg.Pool, w: Workload) -> Verdict:
 
 
 async def what_holds_unfinished(db: asyncpg.Pool, run_ids: list[str]) -> list[str]:
-    """For a failed verdict: each run not ended, its lease as Postgres sees it, and the other
+    """For a failed verdict: each run not ended, its lease as Postgres sees it, the other
     sessions of the database that hold a lock on the `run` table (a row lock shows there as the
-    table's lock of the transaction that took it): their client, state, what they wait for and
-    their last statement, so that a run left stuck says what kept it."""
+    table's lock of the transaction that took it), and every other session inside a transaction
+    or waiting on a lock: their client, state, what they wait for and their last statement, so
+    that a run left stuck says what kept it."""
     rows = await db.fetch(
         "SELECT id, status, lease_owner, lease_epoch, attempts, lease_expires_at - now() AS left "
         "FROM run WHERE id = ANY($1::text[]) AND NOT status = ANY($2::text[])",
@@ -247,6 +254,15 @@ async def what_holds_unfinished(db: asyncpg.Pool, run_ids: list[str]) -> list[st
     out += [f"a session holding a lock on run: {dict(h)}" for h in holders] or [
         "no other session holds a lock on run"
     ]
+    others = await db.fetch(
+        """SELECT pid, application_name AS app, host(client_addr) AS client, state,
+                  wait_event_type, wait_event, now() - xact_start AS xact_age,
+                  now() - state_change AS in_state, left(query, 120) AS query
+           FROM pg_stat_activity
+           WHERE datname = current_database() AND pid <> pg_backend_pid()
+             AND (xact_start IS NOT NULL OR wait_event_type = 'Lock')"""
+    )
+    out += [f"a session in a transaction or waiting on a lock: {dict(o)}" for o in others]
     return out
 
 
