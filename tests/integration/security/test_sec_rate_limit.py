@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 from tether_common.errors import RateLimited
 from tether_gateway.ratelimit import RateLimiter
+from tether_testkit.loop_timers import count_timers
 from tether_testkit.processes import Proc, free_port, start_gateway
 from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
@@ -156,6 +157,55 @@ async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url)
     finally:
         await client.aclose()
     assert limiter._warned_at == 0.0, "no check failed open"
+
+
+async def test_a_round_trip_arms_one_timer_whatever_the_number_of_checks(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is the round trip's, not each check's: 30 checks that share a pipeline arm one
+    timer for it, not one each. (A client with a socket timeout, as the gateway's, arms its own
+    per answer read besides: this one has none, so only the limiter's are counted.)"""
+    limiter = RateLimiter({"start": 100}, timeout_s=10.0)
+    client = redis_asyncio.Redis.from_url(redis_url, socket_timeout=None)
+    try:
+        await limiter.check(client, "start", f"unit-{uuid.uuid4().hex}")  # the script loaded
+        armed = count_timers(monkeypatch)
+        await asyncio.gather(
+            *(limiter.check(client, "start", f"unit-{uuid.uuid4().hex}") for _ in range(30))
+        )
+        assert len(armed) == 1, armed
+    finally:
+        await client.aclose()
+    assert limiter._warned_at == 0.0, "no check failed open"
+
+
+async def test_checks_fail_open_within_the_bound_when_redis_never_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Redis that accepts and never answers: the round trip in flight and every check queued
+    behind it are let through within the bound, not one bound after another."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stay_silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)
+
+    server = await asyncio.start_server(accept_and_stay_silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    silent = redis_asyncio.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    limiter = RateLimiter({"start": 1}, timeout_s=0.3)
+    try:
+        first = asyncio.create_task(limiter.check(silent, "start", "u"))
+        await asyncio.sleep(0.1)  # its round trip in flight; these queue behind it
+        t0 = asyncio.get_running_loop().time()
+        with caplog.at_level(logging.WARNING, logger="tether_gateway.ratelimit"):
+            await asyncio.gather(first, *(limiter.check(silent, "start", "u") for _ in range(5)))
+        assert asyncio.get_running_loop().time() - t0 < 0.5  # the first's bound, not a second
+        assert "Redis unavailable (TimeoutError)" in caplog.text
+    finally:
+        await silent.aclose()
+        for w in held:
+            w.close()
+        server.close()
 
 
 # Finding 5: every route that costs the runtime work has a per-user budget, shared by the pods.

@@ -93,9 +93,9 @@ class RateLimiter:
         key = f"tether:ratelimit:{action}:{{{user_id}}}"
         batch = self._batches.get(id(redis))
         if batch is None or batch.redis is not redis:
-            batch = self._batches[id(redis)] = _Batch(redis)
+            batch = self._batches[id(redis)] = _Batch(redis, self.timeout_s)
         try:
-            wait_ms = await asyncio.wait_for(batch.check(key, limit), self.timeout_s)
+            wait_ms = await batch.check(key, limit)  # bounded by the batch's round trip
         except Exception as err:  # noqa: BLE001 - any Redis failure: fail open (module docstring)
             self._warn(err)
             return
@@ -119,10 +119,15 @@ class _Batch:
     """The checks waiting for one Redis client: whatever queued while a round trip was in flight
     goes in the next one, as one pipeline of EVALSHA (through a cluster, concurrent calls: each to
     the master of its key's slot). A server that does not know the script yet (first use, a
-    restart, a failover) gets it by EVAL, which caches it there."""
+    restart, a failover) gets it by EVAL, which caches it there.
 
-    def __init__(self, redis: Any) -> None:
+    Each round trip is bounded by `timeout_s` (one timer a round trip, not one a check): one that
+    runs out fails its checks open, and those queued behind it too (Redis is slow: none waits
+    longer than the bound)."""
+
+    def __init__(self, redis: Any, timeout_s: float) -> None:
         self.redis = redis
+        self.timeout_s = timeout_s
         self._queue: list[tuple[str, Limit, asyncio.Future[int]]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -138,20 +143,24 @@ class _Batch:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                results = await self._evalsha(batch)
-                for (key, limit, done), result in zip(batch, results, strict=True):
-                    if isinstance(result, NoScriptError):
-                        result = await self.redis.eval(
-                            _GCRA, 1, key, limit.interval_ms, limit.burst_ms
-                        )
-                    if isinstance(result, BaseException):
-                        raise result
-                    if not done.done():
-                        done.set_result(int(result))
+                async with asyncio.timeout(self.timeout_s):
+                    await self._answer(batch)
             except Exception as err:  # noqa: BLE001 - every waiting check fails open
+                if isinstance(err, TimeoutError):
+                    batch, self._queue = batch + self._queue, []
                 for _, _, done in batch:
                     if not done.done():
                         done.set_exception(err)
+
+    async def _answer(self, batch: list[tuple[str, Limit, asyncio.Future[int]]]) -> None:
+        results = await self._evalsha(batch)
+        for (key, limit, done), result in zip(batch, results, strict=True):
+            if isinstance(result, NoScriptError):
+                result = await self.redis.eval(_GCRA, 1, key, limit.interval_ms, limit.burst_ms)
+            if isinstance(result, BaseException):
+                raise result
+            if not done.done():
+                done.set_result(int(result))
 
     async def _evalsha(self, batch: list[tuple[str, Limit, asyncio.Future[int]]]) -> list[Any]:
         """Each check's answer, or the error it met (NoScriptError included)."""
