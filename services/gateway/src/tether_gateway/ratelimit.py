@@ -122,8 +122,9 @@ class _Batch:
     restart, a failover) gets it by EVAL, which caches it there.
 
     Each round trip is bounded by `timeout_s` (one timer a round trip, not one a check): one that
-    runs out fails its checks open, and those queued behind it too (Redis is slow: none waits
-    longer than the bound)."""
+    runs out fails its checks open, and those queued behind it at once (Redis is slow: they are
+    not made to wait a bound of their own). A check thus waits at most the round trip in flight
+    when it came and its own: two bounds, where a `wait_for` per check gave one."""
 
     def __init__(self, redis: Any, timeout_s: float) -> None:
         self.redis = redis
