@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 
 import asyncpg
 from opentelemetry import trace
@@ -44,12 +45,24 @@ SWEEP_EVERY_S = 5.0  # expiry, queue depth, promotion, idempotency keys, compact
 PARTITIONS_EVERY_S = 60.0  # the partition job's turns: its work changes once a day
 
 
+@dataclass(slots=True)
+class _Held:
+    """A run this worker executes, as its heartbeat sees it."""
+
+    run: RunRow
+    task: asyncio.Task[None]
+    executor: RunExecutor
+
+
 class Worker:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[2:12]}"
         self.wake = asyncio.Event()
         self.tasks: dict[str, tuple[asyncio.Task[None], int]] = {}
+        # The runs being executed, by id: the heartbeat renews all their leases in one statement.
+        self._held: dict[str, _Held] = {}
+        self._beat_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._listener: asyncpg.Connection | None = None
         self._polling_logged = False
@@ -59,6 +72,7 @@ class Worker:
     async def start(self) -> None:
         await self._listen()
         self._loop_task = asyncio.create_task(self._claim_loop(), name="worker-claim-loop")
+        self._beat_task = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
 
     def _listen_url(self) -> str:
         """Where LISTEN goes: a session-mode DSN. Through a transaction pooler LISTEN would be
@@ -189,7 +203,7 @@ class Worker:
         executor = RunExecutor(self.e, run, conversation, turns)
         task = asyncio.current_task()
         assert task is not None
-        beat = asyncio.create_task(self._heartbeat(run, task, executor))
+        held = self._held[run.id] = _Held(run, task, executor)
         # The run's steps continue the trace of the request that queued them (StartRun, or the
         # approval for a continuation), and link to it explicitly.
         origin = span_context_from(run.trace_context)
@@ -218,7 +232,8 @@ class Worker:
             with contextlib.suppress(Exception):
                 await executor.fail("INTERNAL", "The run failed unexpectedly.")
         finally:
-            beat.cancel()
+            if self._held.get(run.id) is held:
+                del self._held[run.id]
             self._release_slot(run.id)
 
     def _release_slot(self, run_id: str) -> None:
@@ -246,7 +261,13 @@ class Worker:
                 if not await outage.pause():
                     return
 
-    async def _heartbeat(self, run: RunRow, task: asyncio.Task[None], ex: RunExecutor) -> None:
+    async def _heartbeat(self) -> None:
+        """Every third of a lease, one statement renews the lease of every run this worker
+        executes (a run held by its tool's question too). A run whose lease was lost meanwhile
+        (taken over after this worker stalled) is stopped, not one that ended its lease itself
+        while the statement ran (it finished, or paused at a card); a cancel requested for a
+        run reaches its executor. One task and one statement a beat for the whole worker: a task,
+        a timer and a statement per run before."""
         ttl = self.e.settings.lease_ttl_s
         outage: Outage | None = None
         while True:
@@ -255,23 +276,34 @@ class Worker:
             elif not await outage.pause():
                 outage = None  # a long outage: back to the usual beat
                 continue
+            held = list(self._held.values())
+            if not held:
+                continue
             try:
                 async with self.e.pool.acquire() as conn:
-                    cancel = await runs.renew(conn, run.id, run.lease_epoch, ttl)
+                    kept, lost = await runs.renew_many(
+                        conn, [(h.run.id, h.run.lease_epoch) for h in held], ttl
+                    )
             except STORE_ERRORS as err:
                 # Renew again soon after the store returns, not a third of a TTL later: an outage
                 # longer than the lease leaves it expired meanwhile, open to another pod's claim.
                 if outage is None:
-                    log.warning("heartbeat failed: %s", err)
+                    log.warning("heartbeat failed: %s", err, extra={"runs": len(held)})
                     outage = Outage(self.e.settings.store_ride_out_s)
                 continue
             outage = None
-            if cancel is None:
-                metrics.LEASES_LOST.inc()
-                log.warning("lease lost at heartbeat; stopping", extra={"run_id": run.id})
-                task.cancel()
-                return
-            ex.cancel_requested = ex.cancel_requested or cancel
+            for h in held:
+                cancel = kept.get(h.run.id)
+                if cancel is not None:
+                    h.executor.cancel_requested = h.executor.cancel_requested or cancel
+                elif h.run.id in lost and self._held.get(h.run.id) is h:  # still executing it
+                    del self._held[h.run.id]
+                    metrics.LEASES_LOST.inc()
+                    log.warning(
+                        "lease lost at heartbeat; stopping",
+                        extra={"run_id": h.run.id, "conversation_id": h.run.conversation_id},
+                    )
+                    h.task.cancel()
 
     async def _expire_overdue(self) -> None:
         """Overdue interrupts, and the questions of calls whose waiting worker died (its lease
@@ -325,6 +357,10 @@ class Worker:
             task.cancel()
         if held:
             await asyncio.wait([t for t, _ in held.values()], timeout=grace_s)
+        if self._beat_task:  # the leases renewed while the runs reach their safe point
+            self._beat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat_task
         for run_id, (_, epoch) in held.items():
             try:
                 async with self.e.pool.acquire() as conn:

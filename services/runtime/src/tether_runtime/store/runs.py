@@ -397,16 +397,38 @@ async def position(conn: Conn, run_id: str) -> Position | None:
 
 async def renew(conn: Conn, run_id: str, epoch: int, ttl_s: float) -> bool | None:
     """Extend the lease (of a run held by a question its tool asks too: `hold`); None if it was
-    lost, else whether a cancel was requested."""
-    row = await conn.fetchrow(
-        "UPDATE run SET lease_expires_at = now() + make_interval(secs => $3) "
-        "WHERE id = $1 AND lease_epoch = $2 AND (status = 'running' "
-        "OR (status = 'interrupted' AND lease_owner IS NOT NULL)) RETURNING cancel_requested",
-        run_id,
-        epoch,
+    not extended (lost, or the run ended), else whether a cancel was requested."""
+    kept, _ = await renew_many(conn, [(run_id, epoch)], ttl_s)
+    return kept.get(run_id)
+
+
+async def renew_many(
+    conn: Conn, leases: Sequence[tuple[str, int]], ttl_s: float
+) -> tuple[dict[str, bool], set[str]]:
+    """`renew` for every (run id, epoch) a worker holds, in one statement. Returns the runs whose
+    lease was extended, each with whether a cancel was requested, and the runs whose lease was
+    lost (another claim moved the epoch on). A run in neither ended its lease itself between the
+    worker's look and the statement (it finished, or paused at a card): not a loss."""
+    rows = await conn.fetch(
+        """
+        WITH held AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS h(id, epoch)),
+        renewed AS (
+            UPDATE run SET lease_expires_at = now() + make_interval(secs => $3)
+            FROM held
+            WHERE run.id = held.id AND run.lease_epoch = held.epoch AND (run.status = 'running'
+                  OR (run.status = 'interrupted' AND run.lease_owner IS NOT NULL))
+            RETURNING run.id, run.cancel_requested
+        )
+        SELECT held.id, renewed.cancel_requested, renewed.id IS NOT NULL AS kept,
+               run.lease_epoch IS DISTINCT FROM held.epoch AS lost
+        FROM held LEFT JOIN renewed ON renewed.id = held.id LEFT JOIN run ON run.id = held.id
+        """,
+        [run_id for run_id, _ in leases],
+        [epoch for _, epoch in leases],
         ttl_s,
     )
-    return None if row is None else bool(row["cancel_requested"])
+    kept = {r["id"]: bool(r["cancel_requested"]) for r in rows if r["kept"]}
+    return kept, {r["id"] for r in rows if not r["kept"] and r["lost"]}
 
 
 async def release(conn: Conn, run_id: str, epoch: int) -> bool:
