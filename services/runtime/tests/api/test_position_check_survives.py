@@ -7,7 +7,6 @@ another stream opens: every open stream then waits, silently, for its run's last
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -16,16 +15,8 @@ from tether_common.auth import Principal
 from tether_runtime.api.event_stream import EventStream
 from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, runs
-from tether_runtime.store.db import create_pool
 from tether_runtime.streams.bus import EventBus
 from tether_testkit.running_runs import running_run
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
-    yield pool
-    await pool.close()
 
 
 async def _running_run(pool: Any) -> tuple[str, int]:

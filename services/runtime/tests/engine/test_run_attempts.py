@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,16 +14,8 @@ from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.engine import poison
 from tether_runtime.store import conversations, event_log, runs
-from tether_runtime.store.db import create_pool
 from tether_runtime.streams.bus import EventBus
 from tether_testkit.running_runs import queued_run
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    p = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
-    yield p
-    await p.close()
 
 
 async def _queue(conn: Any, n: int) -> list[str]:

@@ -6,24 +6,15 @@ stopped, and the statements do not grow with the runs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from tether_runtime.engine.worker import Worker, _Held
 from tether_runtime.store import runs
-from tether_runtime.store.db import create_pool
 from tether_testkit.running_runs import running_run
 
 TTL_S = 0.6  # a beat every 0.2 s
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    p = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
-    yield p
-    await p.close()
 
 
 async def _lease_left(pool: Any, run_id: str) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +24,7 @@ from tether_runtime.engine.run_outcomes import Paused
 from tether_runtime.engine.tool_calls import ToolCalls
 from tether_runtime.engine.write_call import WriteCall
 from tether_runtime.store import conversations, event_log, interrupts, runs
-from tether_runtime.store.db import create_pool, db_now
+from tether_runtime.store.db import db_now
 from tether_runtime.streams.run_writer import Apply, SaveCheckpoint
 from tether_sdk import Limits, ToolContext, tool
 
@@ -107,13 +106,6 @@ def graph(host: Host, ledger: Ledger, call_id: str) -> WriteCall:
 
 
 KINDS = {"native": native, "graph": graph}
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    p = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
-    yield p
-    await p.close()
 
 
 async def _claimed_run(pool: Any) -> Any:

@@ -3,20 +3,10 @@ row a read of it gives, as of the claim, so the executor's first step reads noth
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from tether_runtime.store import conversations, runs
-from tether_runtime.store.db import create_pool
 from tether_testkit.running_runs import queued_run
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
-    yield pool
-    await pool.close()
 
 
 async def _queue(conn: Any, conv_id: str) -> str:

@@ -4,10 +4,8 @@ final state (GetRun's output_json, issue 30) and the run's input, and drops a na
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.views import RunView
@@ -19,14 +17,6 @@ from tether_runtime.store import (
     run_admission,
     runs,
 )
-from tether_runtime.store.db import create_pool
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
-    yield pool
-    await pool.close()
 
 
 async def _finished(conn: Any, output: str, graph_input: dict[str, Any] | None) -> str:

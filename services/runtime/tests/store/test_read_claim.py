@@ -5,27 +5,18 @@ of the EventSink rather than a transaction of its own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, grants
-from tether_runtime.store.db import create_pool
 from tether_runtime.store.statement_count import COUNTS
 from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 from tether_runtime.streams.run_writer import ClaimRead, ReadGrant, RunWriter
 from tether_testkit.running_runs import running_run
 from tether_testkit.shared_appends import count_shared_appends
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
-    yield pool
-    await pool.close()
 
 
 async def _running(conn: Any) -> tuple[str, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +22,6 @@ from tether_runtime.api.event_stream import EventStream
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.events import RunEvent
 from tether_runtime.store import event_log
-from tether_runtime.store.db import create_pool
 from tether_runtime.streams.bus import EventBus
 from tether_testkit.fault_proxy import FaultProxy
 from tether_testkit.running_runs import running_run
@@ -31,13 +30,6 @@ from tether_testkit.running_runs import running_run
 # detection of a silent connection (redis_conn.SilenceWatch, SILENT_S: 3 s), a reconnect, and a round trip
 # to Postgres, with slack for a loaded machine.
 RECOVERY_S = 8.0
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import pytest
 from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, runs, webhook_endpoints
-from tether_runtime.store.db import create_pool
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, RunEnd
 from tether_runtime.store.statement_count import COUNTS
 from tether_runtime.streams.bus import EventBus
@@ -31,13 +30,6 @@ from tether_testkit.running_runs import running_run
 from tether_testkit.shared_appends import count_shared_appends
 
 SECRET = "a-test-secret-of-enough-length"
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[Any]:
-    pool = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=2)
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -20,20 +19,12 @@ from tether_common.errors import UnsafeSettings
 from tether_common.ids import new_id
 from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, outbox, webhook_endpoints
-from tether_runtime.store.db import create_pool
 from tether_runtime.webhooks import signature
 from tether_runtime.webhooks.delivery import DeliveryLoop, backoff_s, encode
 from tether_runtime.webhooks.settings import WebhookSettings
 from tether_testkit.processes import free_port
 
 SECRET = "a-test-secret-of-enough-length"
-
-
-@pytest.fixture
-async def pool(private_env: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_pool(private_env["DATABASE_URL"], min_size=1, max_size=4)
-    yield p
-    await p.close()
 
 
 async def a_run(conn: Any, status: str = "queued") -> str:
