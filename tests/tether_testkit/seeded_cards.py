@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tether_common.ids import new_id
+from tether_common.ids import new_id, new_id_after
 from tether_runtime.store import conversations, interrupts
 from tether_runtime.store.db import Conn, create_pool
 from tether_sdk import Approval
@@ -45,7 +45,9 @@ async def _seed(
         run_id, _ = await run_minted_at(
             conn, None, conv.id, user=user, deltas=0, status="interrupted"
         )
-        interrupt_id = new_id("int")
+        # Oldest first is id order (the inbox's): two cards made in one millisecond would sort by
+        # their ids' random part, so each id is made to sort after the one before.
+        interrupt_id = new_id_after("int", ids[-1]) if ids else new_id("int")
         await interrupts.create_interrupt(
             conn,
             interrupt_id,

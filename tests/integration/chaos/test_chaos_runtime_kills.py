@@ -55,9 +55,19 @@ class Fleet:
 
     async def spawn(self) -> Proc:
         self.n += 1
-        p = self.procs.add(
-            await asyncio.to_thread(start_runtime, self.env, name=f"chaos-kill{self.n}")
+        starting = asyncio.ensure_future(
+            asyncio.to_thread(start_runtime, self.env, name=f"chaos-kill{self.n}")
         )
+        try:
+            p = self.procs.add(await asyncio.shield(starting))
+        except asyncio.CancelledError:
+            # The test ended while a replacement started (the killer is cancelled): its thread
+            # goes on and the runtime comes up after the test's cleanup, an orphan polling a
+            # dropped database. Kill it when it does.
+            starting.add_done_callback(
+                lambda f: f.cancelled() or f.exception() is not None or f.result().kill()
+            )
+            raise
         self.live.append(p)
         self.clients[p.addr] = Client(p.addr, bearer())
         return p
