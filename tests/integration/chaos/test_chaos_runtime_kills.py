@@ -43,6 +43,11 @@ MAX_KILLS = size(4, 40)
 DEADLINE_S = size(110, 480)
 
 
+def _kill_when_up(started: asyncio.Future[Proc]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().kill()
+
+
 class Fleet:
     """Three runtimes; one is SIGKILLed and replaced every few seconds."""
 
@@ -64,9 +69,7 @@ class Fleet:
             # The test ended while a replacement started (the killer is cancelled): its thread
             # goes on and the runtime comes up after the test's cleanup, an orphan polling a
             # dropped database. Kill it when it does.
-            starting.add_done_callback(
-                lambda f: f.cancelled() or f.exception() is not None or f.result().kill()
-            )
+            starting.add_done_callback(_kill_when_up)
             raise
         self.live.append(p)
         self.clients[p.addr] = Client(p.addr, bearer())

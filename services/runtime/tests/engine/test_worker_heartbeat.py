@@ -92,3 +92,39 @@ async def test_renew_many_tells_a_lease_kept_from_one_lost_and_one_ended(pool: A
         assert await runs.renew(conn, a.id, a.lease_epoch, 5) is False
         assert await runs.renew(conn, ended.id, ended.lease_epoch, 5) is None
         assert await runs.renew_many(conn, [], 5) == ({}, set())
+
+
+async def test_a_beat_that_fails_unexpectedly_does_not_end_the_heartbeat(
+    pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One beat holds every lease of the worker: an error it did not foresee is retried as a
+    store outage is, not the end of every run's renewal."""
+    async with pool.acquire() as conn:
+        run = await running_run(conn, "unforeseen", owner="W")
+    renew_many = runs.renew_many
+    calls: list[int] = []
+
+    async def fails_once(conn: Any, leases: Any, ttl_s: float) -> tuple[dict[str, bool], set[str]]:
+        calls.append(len(leases))
+        if len(calls) == 1:
+            raise RuntimeError("a bug in one beat")
+        return await renew_many(conn, leases, ttl_s)
+
+    monkeypatch.setattr(runs, "renew_many", fails_once)
+    engine = SimpleNamespace(
+        pool=pool, settings=SimpleNamespace(lease_ttl_s=TTL_S, store_ride_out_s=5.0)
+    )
+    worker = Worker(engine)  # type: ignore[arg-type]
+    sleeping = asyncio.create_task(asyncio.sleep(60))
+    worker._held[run.id] = _Held(run, sleeping, SimpleNamespace(cancel_requested=False))  # type: ignore[arg-type]
+    beat = asyncio.create_task(worker._heartbeat())
+    try:
+        await asyncio.sleep(TTL_S)
+        assert not beat.done()
+        assert len(calls) >= 2  # retried after the failure
+        assert await _lease_left(pool, run.id) > TTL_S / 3
+        assert not sleeping.done()
+    finally:
+        beat.cancel()
+        sleeping.cancel()
+        await asyncio.gather(beat, sleeping, return_exceptions=True)

@@ -284,9 +284,11 @@ class Worker:
                     kept, lost = await runs.renew_many(
                         conn, [(h.run.id, h.run.lease_epoch) for h in held], ttl
                     )
-            except STORE_ERRORS as err:
+            except Exception as err:  # noqa: BLE001 - one beat keeps every lease: it goes on
                 # Renew again soon after the store returns, not a third of a TTL later: an outage
                 # longer than the lease leaves it expired meanwhile, open to another pod's claim.
+                # Any other failure is retried the same way: a per-run beat that died took one
+                # run's lease with it, this one would take the whole worker's.
                 if outage is None:
                     log.warning("heartbeat failed: %s", err, extra={"runs": len(held)})
                     outage = Outage(self.e.settings.store_ride_out_s)

@@ -13,7 +13,7 @@ import asyncpg
 from tether_common import json_codec, tcp_liveness
 from tether_common.backoff import Backoff
 
-from tether_runtime.store.stalled_sessions import session_name
+from tether_runtime.store.stalled_sessions import named
 from tether_runtime.store.statement_count import CountingConnection
 
 T = TypeVar("T")
@@ -141,19 +141,20 @@ async def create_pool(
     row's lock, and `claim` skips locked rows: without the limit no worker could take the run
     over until the zombie woke up (or TCP keepalive gave up, hours later).
 
-    `pooler="transaction"`: no statement cache, and no startup `server_settings` but the
-    application's name, which PgBouncer tracks (it refuses a startup parameter it does not know,
-    and a session setting would not follow the client to its next server connection anyway):
-    the idle-in-transaction limit is then the pooler's `idle_transaction_timeout` or the role's
-    setting (README, "Running behind PgBouncer").
+    `pooler="transaction"`: no statement cache, and no startup `server_settings` (PgBouncer
+    refuses a startup parameter it does not know, and a session setting would not follow the
+    client to its next server connection anyway): the idle-in-transaction limit is then the
+    pooler's `idle_transaction_timeout` or the role's setting (README, "Running behind
+    PgBouncer").
 
-    Every session is named (`stalled_sessions.session_name`: the DSN's `application_name`, else
-    `tether-runtime`): the store watch ends those of that name that stall mid-command."""
-    settings = {"application_name": session_name(dsn)}
+    Every session is named by its DSN (`stalled_sessions.named`: the DSN's `application_name`,
+    else `tether-runtime`, which PgBouncer passes on): the store watch ends those of that name
+    that stall mid-command."""
+    settings: dict[str, str] = {}
     if idle_tx_timeout_s and pooler != "transaction":
         settings["idle_in_transaction_session_timeout"] = str(int(idle_tx_timeout_s * 1000))
     pool = await asyncpg.create_pool(
-        dsn,
+        named(dsn),
         min_size=min_size,
         max_size=max_size,
         init=_init,

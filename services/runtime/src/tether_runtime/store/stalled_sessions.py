@@ -32,21 +32,26 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME = "tether-runtime"
 
 
+def _given(dsn: str) -> str | None:
+    names = parse_qs(urlsplit(dsn).query).get("application_name")
+    return names[-1] if names else None
+
+
 def session_name(dsn: str) -> str:
-    """The `application_name` of the runtime's pooled sessions: the DSN's own if it gives one
-    (pods that share a DSN share the name, and end each other's stalled sessions)."""
-    given = parse_qs(urlsplit(dsn).query).get("application_name")
-    return given[-1] if given else APPLICATION_NAME
+    """The `application_name` of the sessions opened with `named(dsn)`: the DSN's own if it gives
+    one (pods that share a DSN share the name, and end each other's stalled sessions)."""
+    return _given(dsn) or APPLICATION_NAME
 
 
 def named(dsn: str) -> str:
-    """`dsn` naming its sessions `session_name(dsn)`: the DSN the runtime gives its agents
-    (`Host.database_url`), so that a tool's own pool stalled mid-command on a dead link is
-    ended too. Its transaction holds what the tool locked (OpsPilot's `_once` holds the
-    operation key's advisory lock): left alone, every later call under that key would wait."""
-    parts = urlsplit(dsn)
-    if "application_name" in parse_qs(parts.query):
+    """`dsn` naming its sessions `session_name(dsn)`: what the runtime's pool connects with, and
+    the DSN it gives its agents (`Host.database_url`), so that a tool's own pool stalled
+    mid-command on a dead link is ended too. Its transaction holds what the tool locked
+    (OpsPilot's `_once` holds the operation key's advisory lock): left alone, every later call
+    under that key would wait."""
+    if _given(dsn) is not None:
         return dsn
+    parts = urlsplit(dsn)
     extra = urlencode({"application_name": APPLICATION_NAME})
     return parts._replace(query=f"{parts.query}&{extra}" if parts.query else extra).geturl()
 
@@ -55,14 +60,15 @@ _END = """
 SELECT pid, pg_terminate_backend(pid) AS ended,
        extract(epoch FROM now() - state_change)::float8 AS stalled_s, left(query, 80) AS query
 FROM pg_stat_activity
-WHERE application_name = $1 AND datname = current_database() AND state = 'active' AND wait_event = 'ClientRead'
-  AND state_change < now() - make_interval(secs => $2) AND pid <> pg_backend_pid()
+WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
+  AND state = 'active' AND wait_event = 'ClientRead'
+  AND state_change < now() - make_interval(secs => $2)
 """
 
 
 async def end_stalled(conn: asyncpg.Connection, name: str, older_than_s: float) -> int:
-    """End every session of this database named `name` (`session_name`) that has waited for its client in the middle
-    of a command for more than `older_than_s`; returns how many were ended. A role may end only
+    """End every session of this database named `name` (`session_name`) that has waited for its
+    client in the middle of a command for more than `older_than_s`; returns how many were ended. A role may end only
     its own sessions (or needs pg_signal_backend): the runtime's sessions share one role."""
     rows = await conn.fetch(_END, name, older_than_s)
     for r in rows:
