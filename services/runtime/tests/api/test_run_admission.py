@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tether_common.ids import new_id
+from tether_common.ids import new_id, new_id_after
 from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, run_admission
 from tether_runtime.store.db import create_pool
@@ -23,8 +23,14 @@ async def store(private_env: dict[str, str]) -> AsyncIterator[Any]:
     await pool.close()
 
 
+_last: list[str] = []
+
+
 async def _start(conn: Any, conv: str, policy: str) -> run_admission.Admission:
-    run_id = new_id("run")
+    # Oldest first is id order (the promotion's): two runs made in one millisecond would sort by
+    # their ids' random part, so each id is made to sort after the one before.
+    run_id = new_id_after("run", _last[-1]) if _last else new_id("run")
+    _last.append(run_id)
     ((_, _, kind, data),) = event_log.stamp(run_id, 1, [ev.run_started(conv)])
     async with conn.transaction():
         admission = await run_admission.start(
