@@ -6,6 +6,8 @@ incoming one only as a span link, and incoming baggage is dropped. TETHER_TRUST_
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from opentelemetry import context as otel_context
@@ -22,12 +24,19 @@ def tracing_middleware(*, trust_traceparent: bool) -> Middleware:
     exporting = tracing_enabled()
 
     @web.middleware
-    async def span(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def span(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
         continuing = trust_traceparent and "traceparent" in request.headers
         if not exporting and not continuing:
-            # Nothing to record and no trace to continue: a no-op span would still cost ~2 KiB
-            # for as long as the request lives, and an SSE request lives for hours.
-            return await handler(request)
+            # Nothing to record and no trace to continue: the handler's coroutine is handed on,
+            # not awaited (as the pass-through middlewares do). A no-op span would still cost
+            # ~2 KiB, and this frame ~0.3 KiB, for as long as the request lives, and an SSE
+            # request lives for hours.
+            return handler(request)
+        return spanned(request, handler, continuing=continuing)
+
+    async def spanned(
+        request: web.Request, handler: Handler, *, continuing: bool
+    ) -> web.StreamResponse:
         info = request.match_info.route.resource
         route = info.canonical if info is not None else "unmatched"
         if continuing:

@@ -143,7 +143,7 @@ class RunFeed:
     def start(self, opened: OpenedRun | None = None) -> None:
         """Follow the run upstream: on `opened` (the call that started it) when given. Its first
         message, already read, goes into the ring now, once: the starter's connection, joining
-        next, sends it with its first write (sse.EventStream.run), and the call is followed
+        next, sends it with its first write (sse.EventStream.serve), and the call is followed
         from its second message on. A feed started before anyone joined it lingers as one
         everybody left."""
         self.registry.metrics_upstream(1)

@@ -121,13 +121,14 @@ class EventStream:
         "_writing",
         "deadline",
         "deadline_slot",
+        "slot",
+        "_written",
     )
 
     def __init__(
         self,
         gw: GatewayState,
         request: web.Request,
-        resp: web.StreamResponse,
         *,
         run_id: str,
         token: Credential,
@@ -135,6 +136,9 @@ class EventStream:
         started: float,
         head: bytes = b"",
         ended: bool = False,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        slot: str | None = None,
         expires_at: float | None = None,
         jtis: tuple[str, ...] = (),
         source: Source | None = None,
@@ -142,7 +146,8 @@ class EventStream:
     ) -> None:
         self.gw = gw
         self.request = request
-        self.resp = resp
+        self.resp = SseResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
+        self.slot = slot
         self.run_id = run_id
         self.token = token
         self.after = after
@@ -158,13 +163,14 @@ class EventStream:
         self._chunks: list[bytes] = []
         self._queued = 0
         self._events = 0
-        self._waiter: asyncio.Future[bool] | None = None  # set while run() sleeps
+        self._waiter: asyncio.Future[bool] | None = None  # set while serve() sleeps
         self._stopping = False
         self._dropped = False
         self._source_done = False
         self._feed: Feed | None = None
         self._reauthenticating = False
         self._writing = False
+        self._written = False  # an event was written (the first one is timed)
         self.deadline = 0.0  # stream_deadlines.Deadlines' bookkeeping
         self.deadline_slot: int | None = None
 
@@ -201,15 +207,14 @@ class EventStream:
         else:
             self._wake(False)
 
-    async def _sleep(self) -> bool:
-        """Wait for frames, the source's end or stop(); False when a heartbeat is due first."""
+    def _sleep(self) -> asyncio.Future[bool]:
+        """What serve() awaits for frames, the source's end or stop(): the future resolves to False
+        when a heartbeat is due first. A plain method, not a coroutine: an idle stream keeps no
+        frame of its own for it (thousands idle)."""
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
         self.gw.deadlines.at(self, loop.time() + self.gw.settings.sse_heartbeat_s)
-        try:
-            return bool(await waiter)
-        finally:
-            self._waiter = None
+        return waiter
 
     # -- the source side: a feed calls joined, then offer until source_ended --
 
@@ -314,8 +319,22 @@ class EventStream:
         finally:
             self._writing = False
 
-    async def run(self) -> None:
-        first = True
+    async def serve(self) -> web.StreamResponse:
+        """The stream from its headers to its end, its slot released then (sse.stream_response
+        hands this coroutine on). An idle stream sleeps here, in this one frame: the writes are
+        helpers awaited only while they write."""
+        gw, request = self.gw, self.request
+        try:
+            _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
+            await self.resp.prepare(request)
+            _drop_keepalive_timer(request)
+        except BaseException:
+            await gw.slots.release(gw.redis, self.slot)
+            raise
+        gw.streams.add(self)
+        gw.metrics.sse_open.inc()
+        if self.after:
+            gw.metrics.sse_replays.inc()
         try:
             # The source starts before anything is written, so that what it has at hand (a
             # feed's ring, a `reset` head, a started run's first events) leaves in the first
@@ -323,46 +342,58 @@ class EventStream:
             self._watch_grant()
             if not self._reauthenticating:
                 self._start_source()
-            retry = f"retry: {self.gw.settings.sse_retry_ms}\n".encode() + self.retry_end
+            retry = f"retry: {gw.settings.sse_retry_ms}\n".encode() + self.retry_end
             self._chunks.insert(0, retry)
             self._queued += len(retry)
             while not self.stopping() and not self._dropped:
                 if not self._chunks and not self._source_done:
-                    if not await self._sleep():
-                        self._drop_if_slow()
-                        await self._write(self.heartbeat)
-                        self.gw.metrics.sse_heartbeats.inc()
+                    woken = await self._sleep()
+                    self._waiter = None
+                    if not woken:
+                        await self._heartbeat()
                         continue
-                if self.stopping() or self._dropped:
-                    break
-                if not self._chunks:
-                    break  # the source ended with nothing left to send
-                chunks = self._chunks
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                count, self._events = self._events, 0
-                self._chunks = []
-                self._queued = 0
-                last = self._source_done  # nothing is queued after the source's end
-                await self._write(data, last=last)
-                if count:
-                    self.gw.metrics.sse_events.inc(count)
-                    if first:
-                        first = False
-                        self.gw.metrics.sse_first_event.observe(time.perf_counter() - self.started)
-                if last:
+                if self.stopping() or self._dropped or not self._chunks:
+                    break  # stopped, dropped, or the source ended with nothing left to send
+                if await self._write_queued():
                     break
         except (ConnectionError, SlowClient):
             pass  # the client went away or was dropped; it reconnects with its Last-Event-ID
         finally:
-            self.gw.deadlines.forget(self)
+            gw.deadlines.forget(self)
             self._unwatch_grant()
             self._chunks = []
             self._leave()
+            gw.streams.discard(self)
+            gw.metrics.sse_open.dec()
+            await gw.slots.release(gw.redis, self.slot)
+        return self.resp
+
+    async def _heartbeat(self) -> None:
+        self._drop_if_slow()
+        await self._write(self.heartbeat)
+        self.gw.metrics.sse_heartbeats.inc()
+
+    async def _write_queued(self) -> bool:
+        """Write what is queued in one write; True when it was the stream's last."""
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        count, self._events = self._events, 0
+        self._chunks = []
+        self._queued = 0
+        last = self._source_done  # nothing is queued after the source's end
+        await self._write(data, last=last)
+        if count:
+            metrics = self.gw.metrics
+            metrics.sse_events.inc(count)
+            if not self._written:
+                self._written = True
+                metrics.sse_first_event.observe(time.perf_counter() - self.started)
+        return last
 
 
 class SseResponse(web.StreamResponse):
     """A StreamResponse whose headers wait for its first write, as aiohttp's own Response's do
-    (`_send_headers_immediately`, aiohttp's switch for it): EventStream.run writes the headers,
+    (`_send_headers_immediately`, aiohttp's switch for it): EventStream.serve writes the headers,
     the `retry:` line and the frames ready at the stream's start as one write, not three."""
 
     _send_headers_immediately = False
@@ -391,7 +422,7 @@ def _drop_keepalive_timer(request: web.Request) -> None:
         protocol.keep_alive(True)
 
 
-async def stream_response(
+def stream_response(
     request: web.Request,
     gw: GatewayState,
     *,
@@ -408,42 +439,28 @@ async def stream_response(
     jtis: tuple[str, ...] = (),
     source: Source | None = None,
     bare_lines: bool = False,
-) -> web.StreamResponse:
-    """Serve the stream; `slot` (the caller's from gw.slots.acquire) is released when it ends;
-    `expires_at` / `jtis`: the opening token's, which end it (stream_grants.py); `source`: what
-    feeds a stream that is not a run's (EventStream); `bare_lines`: heartbeats and `retry:` as
-    lines of the next block (HEARTBEAT_LINE)."""
-    try:
-        resp = SseResponse(status=status, headers={**SSE_HEADERS, **(headers or {})})
-        _cap_send_buffer(request, gw.settings.sse_buffer_bytes)
-        await resp.prepare(request)
-        _drop_keepalive_timer(request)
-    except BaseException:
-        await gw.slots.release(gw.redis, slot)
-        raise
+) -> Coroutine[Any, Any, web.StreamResponse]:
+    """Serve the stream (await the result); `slot` (the caller's from gw.slots.acquire) is
+    released when it ends; `expires_at` / `jtis`: the opening token's, which end it
+    (stream_grants.py); `source`: what feeds a stream that is not a run's (EventStream);
+    `bare_lines`: heartbeats and `retry:` as lines of the next block (HEARTBEAT_LINE). A plain
+    function handing on the stream's own coroutine (EventStream.serve), as the pass-through
+    middlewares hand on the handler's: an idle stream keeps no frame of it."""
     stream = EventStream(
         gw,
         request,
-        resp,
         run_id=run_id,
         token=token,
         after=after,
         started=started,
         head=head,
         ended=ended,
+        status=status,
+        headers=headers,
+        slot=slot,
         expires_at=expires_at,
         jtis=jtis,
         source=source,
         bare_lines=bare_lines,
     )
-    gw.streams.add(stream)
-    gw.metrics.sse_open.inc()
-    if after:
-        gw.metrics.sse_replays.inc()
-    try:
-        await stream.run()
-    finally:
-        gw.streams.discard(stream)
-        gw.metrics.sse_open.dec()
-        await gw.slots.release(gw.redis, slot)
-    return resp
+    return stream.serve()
