@@ -14,6 +14,7 @@ from tether_gateway.auth import Authenticator
 from tether_gateway.metrics import Metrics
 from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.run_feed import FeedRegistry
+from tether_gateway.script_batch import ScriptBatches
 from tether_gateway.stream_deadlines import Deadlines
 from tether_gateway.stream_grants import StreamGrants
 from tether_gateway.stream_slots import StreamSlots
@@ -55,10 +56,14 @@ class GatewayState:
         self.grants = StreamGrants(self.settings.jwt_leeway_s)
         # A revocation any pod records ends this pod's open streams holding that token.
         self.auth.revocations.on_revoked(self.grants.revoked)
-        self.limiter = RateLimiter.from_settings(self.settings)
+        # The rate limit's and the stream slots' calls share their round trips to Redis.
+        scripts = ScriptBatches()
+        self.limiter = RateLimiter.from_settings(self.settings, scripts)
         # A lease of three heartbeats, refreshed every heartbeat: one missed tick is no loss.
         self.slots = StreamSlots(
-            self.settings.max_streams_per_user, lease_s=3 * self.settings.sse_heartbeat_s
+            self.settings.max_streams_per_user,
+            lease_s=3 * self.settings.sse_heartbeat_s,
+            batches=scripts,
         )
         # Every stream's heartbeat and write stall limit, on one timer.
         self.deadlines = Deadlines(self.settings.sse_heartbeat_s)

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from redis.exceptions import NoScriptError
 from tether_common.errors import RateLimited
+
+from tether_gateway.script_batch import Script, ScriptBatches
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ _WARN_EVERY_S = 10.0
 
 # KEYS[1] = the user's set; ARGV = member, cap, lease ms. Expired leases (a crashed pod's) go
 # first; then the member joins if the user holds fewer than `cap`. Returns 1 (joined) or 0.
-_ACQUIRE = """
+_ACQUIRE = Script("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[3])
@@ -38,8 +38,10 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease)
 return 1
-"""
-_ACQUIRE_SHA = hashlib.sha1(_ACQUIRE.encode()).hexdigest()
+""")
+# KEYS[1] = the user's set; ARGV[1] = the member. A script (not a bare ZREM) to share the
+# acquires' and the rate limit's round trips (script_batch.py).
+_RELEASE = Script("return redis.call('ZREM', KEYS[1], ARGV[1])")
 # KEYS[1] = the user's set; ARGV = lease ms, members. Moves the members' leases forward (XX:
 # only those still present) and the set's own expiry with them.
 _REFRESH = """
@@ -56,21 +58,20 @@ def _key(user_id: str) -> str:
     return f"tether:streams:{{{user_id}}}"
 
 
-async def _acquire(redis: Any, key: str, slot: str, cap: int, lease_ms: int) -> Any:
-    """The acquire script by its digest (the server hashes and parses nothing); by EVAL, which
-    caches it there, on a server that does not know it yet (first use, a restart, a failover)."""
-    try:
-        return await redis.evalsha(_ACQUIRE_SHA, 1, key, slot, cap, lease_ms)
-    except NoScriptError:
-        return await redis.eval(_ACQUIRE, 1, key, slot, cap, lease_ms)
-
-
 class StreamSlots:
     """Acquire a slot before a stream opens (RateLimited past the cap), release it when it ends."""
 
-    def __init__(self, cap: int, lease_s: float, *, timeout_s: float = REDIS_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        cap: int,
+        lease_s: float,
+        *,
+        timeout_s: float = REDIS_TIMEOUT_S,
+        batches: ScriptBatches | None = None,
+    ) -> None:
         self.cap = cap
-        self.timeout_s = timeout_s  # longer than this, the pod counts its own streams only
+        self.timeout_s = timeout_s  # a round trip longer than this: the pod counts its own only
+        self._batches = batches or ScriptBatches()
         self.lease_ms = max(1000, int(lease_s * 1000))
         self._held: dict[str, str] = {}  # slot id -> user id, this pod's open streams
         self._warned_at = 0.0
@@ -85,10 +86,9 @@ class StreamSlots:
         slot = uuid.uuid4().hex
         joined: int | None = None
         if redis is not None:
-            try:
-                # asyncio.timeout, not wait_for: no task per call (issue #34).
-                async with asyncio.timeout(self.timeout_s):
-                    joined = await _acquire(redis, _key(user_id), slot, self.cap, self.lease_ms)
+            batch = self._batches.of(redis, self.timeout_s)
+            try:  # bounded by the batch's round trip
+                joined = await batch.call(_ACQUIRE, _key(user_id), slot, self.cap, self.lease_ms)
             except Exception as err:  # noqa: BLE001 - any Redis failure: count on this pod
                 self._warn(err)
         if joined is None:
@@ -124,8 +124,7 @@ class StreamSlots:
         if user_id is None or redis is None:
             return
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await redis.zrem(_key(user_id), slot)
+            await self._batches.of(redis, self.timeout_s).call(_RELEASE, _key(user_id), slot)
         except Exception as err:  # noqa: BLE001 - the lease ends it anyway
             self._warn(err)
 
