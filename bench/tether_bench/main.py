@@ -206,7 +206,9 @@ def process_env(dsn: str, redis_url: str, secret: str, heartbeat_s: float) -> di
         "TETHER_DRAIN_S": "3",  # stopping between repetitions need not wait out a long grace
         # The per-user start-rate limit guards a shared system; one bench user starts thousands.
         "TETHER_RATE_LIMIT_PER_MIN": "100000000",
-        "TETHER_MAX_STREAMS_PER_USER": "0",  # likewise the cap on one user's open streams
+        # Likewise the cap on one user's open streams: counted (in Redis, as in production,
+        # where it is on), never reached. Off ("0"), a stream's slot cost nothing here.
+        "TETHER_MAX_STREAMS_PER_USER": "100000000",
         # the runtime imports the benchmark's own agent (lggraph.py) when a scenario names it
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH", "")) if p

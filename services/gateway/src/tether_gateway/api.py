@@ -448,7 +448,7 @@ async def close_session(request: web.Request) -> web.Response:
     CSRF checks of any state-changing request: another site cannot sign the user out)."""
     gw = state(request)
     caller = await _caller(request, gw)
-    await gw.auth.revocations.revoke(gw.redis, caller.jti, caller.expires_at)
+    await gw.auth.revocations.revoke(gw.revocations_redis, caller.jti, caller.expires_at)
     resp = web.Response(status=204)
     resp.del_cookie(SESSION_COOKIE, path="/v1")
     return resp

@@ -77,21 +77,26 @@ def create_app(settings: Settings) -> web.Application:
 
     async def redis_client(app: web.Application) -> AsyncIterator[None]:
         if settings.redis_url:
+            # socket_timeout=None: redis-py's default is 5 s (state.GatewayState.redis)
             gw.redis = redis_conn.connect(
+                settings.redis_url, socket_connect_timeout=1.0, socket_timeout=None
+            )
+            gw.revocations_redis = redis_conn.connect(
                 settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
             )
         refresher = asyncio.create_task(
             gw.slots.run_refresher(lambda: gw.redis, settings.sse_heartbeat_s)
         )
-        revocations = asyncio.create_task(gw.auth.revocations.follow(lambda: gw.redis))
+        revocations = asyncio.create_task(gw.auth.revocations.follow(lambda: gw.revocations_redis))
         yield
         for task in (refresher, revocations):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if gw.redis is not None:
-            await gw.redis.aclose()
-            gw.redis = None
+        for client in (gw.redis, gw.revocations_redis):
+            if client is not None:
+                await client.aclose()
+        gw.redis = gw.revocations_redis = None
 
     async def end_streams(app: web.Application) -> None:
         gw.drain()

@@ -35,7 +35,13 @@ class GatewayState:
     settings: Settings
     metrics: Metrics
     runtime: RuntimeClient | None = None
-    redis: Any = None  # redis.asyncio.Redis; untyped to keep redis' generics out of every signature
+    # redis.asyncio clients, untyped to keep redis' generics out of every signature. `redis` has
+    # no socket timeout of redis-py's (a timer per command written, with a task, and one per
+    # answer read): each of its uses bounds a round trip as a whole (script_batch.py, the slots'
+    # refresh, the readiness ping). The revocations' channel and writes rely on redis-py's bound,
+    # so they have a client of their own that keeps it.
+    redis: Any = None
+    revocations_redis: Any = None
     streams: set[OpenStream] = field(default_factory=set)
     draining: bool = False
     limiter: RateLimiter = field(init=False)
