@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tether_cli import webhooks_cmd
 from tether_runtime.api import admin
+from tether_testkit.source_ast import parse_file
 
 CLI = Path(__file__).resolve().parents[1]
 SRC = CLI / "src"
@@ -50,7 +51,7 @@ def runtime_imports(root: Path) -> Iterator[tuple[str, str]]:
     for path in sorted(root.rglob("*.py")):
         if ".venv" in path.parts:
             continue
-        for line, module in imported(ast.parse(path.read_text(), str(path))):
+        for line, module in imported(parse_file(path)):
             if module == "tether_runtime" or module.startswith("tether_runtime."):
                 yield f"{path.relative_to(CLI)}:{line}", module
 

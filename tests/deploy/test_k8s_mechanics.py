@@ -9,6 +9,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tether_testkit.source_ast import parse_file
+
 WEB = {"app": "web"}
 
 
@@ -151,7 +153,7 @@ def test_layers_import_downward() -> None:
     assert len(modules) > 20
     for path in modules:
         imported = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.ImportFrom) and node.module:
                 imported |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
             elif isinstance(node, ast.Import):

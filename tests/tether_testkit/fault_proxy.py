@@ -170,6 +170,13 @@ class FaultProxy:
             for w in (c_writer, s_writer):
                 with contextlib.suppress(Exception):
                     w.close()
+            for w in (c_writer, s_writer):
+                # Retrieves the connection's end (a reset is an error): left unread, it is
+                # logged as "Future exception was never retrieved" when collected, wherever
+                # that happens to be (source_ast.parse_file).
+                with contextlib.suppress(Exception):  # a peer that never reads: given up
+                    async with asyncio.timeout(1.0):
+                        await w.wait_closed()
 
     async def _pipe(
         self,
