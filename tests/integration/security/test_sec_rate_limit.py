@@ -16,6 +16,7 @@ from tether_common.errors import RateLimited
 from tether_gateway.ratelimit import RateLimiter
 from tether_testkit.loop_timers import count_timers
 from tether_testkit.processes import Proc, free_port, start_gateway
+from tether_testkit.redis_pipelines import count_pipelines
 from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
 LIMIT_ENV = {"TETHER_RATE_LIMIT_START_PER_MIN": "5", "TETHER_RATE_LIMIT_RESUME_PER_MIN": "3"}
@@ -124,21 +125,7 @@ async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url)
     # first pipeline (NOSCRIPT, then EVAL) has taken longer than that and let all 30 through.
     limiter = RateLimiter({"start": 5}, timeout_s=10.0)
     client = redis_asyncio.Redis.from_url(redis_url)
-    pipelines: list[int] = []
-    real = client.pipeline
-
-    def counted(*args: Any, **kw: Any) -> Any:
-        pipe = real(*args, **kw)
-        execute = pipe.execute
-
-        async def execute_counted(*a: Any, **k: Any) -> Any:
-            pipelines.append(len(pipe.command_stack))
-            return await execute(*a, **k)
-
-        pipe.execute = execute_counted
-        return pipe
-
-    client.pipeline = counted  # type: ignore[method-assign]
+    pipelines = count_pipelines(client)
     try:
         await client.script_flush()  # the first pipeline meets NOSCRIPT and falls back to EVAL
 

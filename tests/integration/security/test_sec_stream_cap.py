@@ -20,6 +20,7 @@ from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.script_batch import ScriptBatches
 from tether_gateway.stream_slots import StreamSlots
 from tether_testkit.processes import Proc, free_port, start_gateway
+from tether_testkit.redis_pipelines import count_pipelines
 from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
 CAP = 3
@@ -210,26 +211,6 @@ async def test_a_stream_set_up_in_held_gives_its_slot_back_if_the_setup_fails(re
         assert none is None and await redis_client.zcard(key) == 0
 
 
-def _count_pipelines(client: Any) -> list[int]:
-    """The number of calls in each pipeline `client` sends, in order."""
-    pipelines: list[int] = []
-    real = client.pipeline
-
-    def counted(*args: Any, **kw: Any) -> Any:
-        pipe = real(*args, **kw)
-        execute = pipe.execute
-
-        async def execute_counted(*a: Any, **k: Any) -> Any:
-            pipelines.append(len(pipe.command_stack))
-            return await execute(*a, **k)
-
-        pipe.execute = execute_counted
-        return pipe
-
-    client.pipeline = counted
-    return pipelines
-
-
 async def test_slots_and_rate_limit_checks_share_their_round_trips(redis_url: str) -> None:
     """A stream's slot (acquire, release) and the rate limit's checks go to Redis together, as
     the gateway sets them up (one ScriptBatches): a start's check, its slot and another stream's
@@ -242,7 +223,7 @@ async def test_slots_and_rate_limit_checks_share_their_round_trips(redis_url: st
     user = f"unit-{uuid.uuid4().hex}"
     try:
         old = await slots.acquire(client, user)  # the scripts are loaded now
-        pipelines = _count_pipelines(client)
+        pipelines = count_pipelines(client)
         _, new, _ = await asyncio.gather(
             limiter.check(client, "start", user),
             slots.acquire(client, user),
@@ -271,7 +252,7 @@ async def test_a_call_that_fails_in_a_shared_round_trip_fails_alone(redis_url: s
     try:
         await client.set(f"tether:streams:{{{broken}}}", "not a sorted set", ex=60)
         await limiter.check(client, "start", user)  # its budget of 1 is spent
-        pipelines = _count_pipelines(client)
+        pipelines = count_pipelines(client)
         results = await asyncio.gather(
             slots.acquire(client, broken),
             limiter.check(client, "start", user),
