@@ -6,6 +6,7 @@ sign-out ends a bearer's open stream at once."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,14 +30,16 @@ async def test_a_stream_token_reads_on_behalf_and_its_stream_ends_at_expiry(
     fake = fake_runtime[0]
     fake.add_run("run_1")
     fake.append(delta("run_1", 1, "a"))
-    client = await make_client(stream_token_ttl_s=1.0, jwt_leeway_s=0.0)
+    # exp is whole seconds (int(now + ttl)): a TTL of 1 s left the token 0-1 s of life, at times
+    # too little for the first event to arrive before the end; 2 s leaves it at least 1 s.
+    client = await make_client(stream_token_ttl_s=2.0, jwt_leeway_s=0.0)
     resp = await client.post("/v1/runs/run_1/stream-token", headers=auth(user_token))
     token = (await resp.json())["token"]
     fake.tokens.clear()
     fake.on_behalf.clear()
     resp = await client.get(f"/v1/runs/run_1/events?token={token}")
     assert resp.status == 200
-    body = (await asyncio.wait_for(resp.read(), 5)).decode()
+    body = (await asyncio.wait_for(resp.read(), 6)).decode()
     assert "id: 1\n" in body, "the events before the end"
     assert body.endswith(FRAME % "expired"), body
     assert body.count("event: reauthenticate") == 1
@@ -45,6 +48,10 @@ async def test_a_stream_token_reads_on_behalf_and_its_stream_ends_at_expiry(
         assert token not in header, "a stream token never reaches the runtime"
         claims = jwt.decode(header.removeprefix("Bearer "), SECRET, algorithms=["HS256"])
         assert claims["scope"] == "service" and claims["on_behalf"] is True
+    # The stream may end up to a heartbeat's slot before `exp` (stream_deadlines.py), when the
+    # token still opens one: ask again once it has expired.
+    exp = jwt.decode(token, options={"verify_signature": False})["exp"]
+    await asyncio.sleep(max(0.0, exp - time.time() + 0.05))
     resp = await client.get(f"/v1/runs/run_1/events?token={token}")
     assert resp.status == 401
 
