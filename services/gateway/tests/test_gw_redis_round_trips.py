@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from tether_common.config import Settings
 from tether_gateway.app import create_app
 from tether_gateway.state import STATE
+from tether_testkit.loop_timers import count_timers
 
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -24,7 +25,8 @@ async def test_a_requests_redis_calls_arm_one_timer_a_round_trip(
     aiohttp_client: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client: TestClient[Any, Any] = await aiohttp_client(
-        create_app(settings.model_copy(update={"redis_url": REDIS_URL}))
+        # A long heartbeat: the slots' refresher (its calls go through a batch too) stays asleep.
+        create_app(settings.model_copy(update={"redis_url": REDIS_URL, "sse_heartbeat_s": 60.0}))
     )
     gw = client.app[STATE]
     user = f"unit-{uuid.uuid4().hex}"
@@ -32,16 +34,10 @@ async def test_a_requests_redis_calls_arm_one_timer_a_round_trip(
     await gw.limiter.check(gw.redis, "start", user)
     # Counted in this task and the calls' own (the batch's drain), not in the app's background
     # tasks (the revocations' follower arms its own, on its own client, at any moment).
-    loop, armed, call_at = asyncio.get_running_loop(), [], asyncio.get_running_loop().call_at
-    ours = {asyncio.current_task()}
-
-    def counting(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        task = asyncio.current_task()
-        if task in ours or (task is not None and task.get_name() == "redis-script-calls"):
-            armed.append(when - loop.time())
-        return call_at(when, *args, **kwargs)
-
-    monkeypatch.setattr(loop, "call_at", counting)
+    test = asyncio.current_task()
+    armed = count_timers(
+        monkeypatch, lambda t: t is test or (t is not None and t.get_name() == "redis-script-calls")
+    )
     await asyncio.gather(
         gw.limiter.check(gw.redis, "start", user),
         gw.slots.acquire(gw.redis, user),

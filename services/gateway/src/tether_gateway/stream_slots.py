@@ -44,14 +44,15 @@ return 1
 _RELEASE = Script("return redis.call('ZREM', KEYS[1], ARGV[1])")
 # KEYS[1] = the user's set; ARGV = lease ms, members. Moves the members' leases forward (XX:
 # only those still present) and the set's own expiry with them.
-_REFRESH = """
+_REFRESH = Script("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], lease)
 return 0
-"""
+""")
+REFRESH_TIMEOUT_S = 2.0  # a whole pod's leases in one round trip: a bound of its own
 
 
 def _key(user_id: str) -> str:
@@ -129,19 +130,21 @@ class StreamSlots:
             self._warn(err)
 
     async def refresh(self, redis: Any) -> None:
-        """Extend the leases of every stream this pod holds open (one round trip)."""
+        """Extend the leases of every stream this pod holds open (one round trip: the users' calls
+        queue together in the batch of the refresh's bound)."""
         if redis is None or not self._held:
             return
         by_user: dict[str, list[str]] = {}
         for slot, user_id in self._held.items():
             by_user.setdefault(user_id, []).append(slot)
-        try:
-            async with redis.pipeline(transaction=False) as pipe:
-                for user_id, slots in by_user.items():
-                    pipe.eval(_REFRESH, 1, _key(user_id), self.lease_ms, *slots)
-                await asyncio.wait_for(pipe.execute(), max(self.timeout_s, 2.0))
-        except Exception as err:  # noqa: BLE001 - retried on the next tick
-            self._warn(err)
+        batch = self._batches.of(redis, max(self.timeout_s, REFRESH_TIMEOUT_S))
+        calls = (
+            batch.call(_REFRESH, _key(u), self.lease_ms, *slots) for u, slots in by_user.items()
+        )
+        for result in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(result, Exception):  # retried on the next tick
+                self._warn(result)
+                return
 
     async def run_refresher(self, redis_of: Any, every_s: float) -> None:
         """Refresh until cancelled; `redis_of()` is read each tick (the client can be replaced)."""
