@@ -763,6 +763,7 @@ class ScenarioCpu:
         self.loop_counts = loop_counts
         self.before: dict[str, float] = {}
         self.counts_before: dict[str, int] = {}
+        self.switches_before: dict[str, int] = {}
         self.runs = 0
         self.t0 = time.monotonic()
 
@@ -773,12 +774,14 @@ class ScenarioCpu:
         self = cls(dsn, procs, loop_counts)
         self.runs = await self._count_runs()
         self.counts_before = await self._loop_counts()
+        self.switches_before = self._switches()
         self.before = self._cpu()
         self.t0 = time.monotonic()
         return self
 
     async def stop(self) -> dict[str, Any]:
         after = self._cpu()
+        switches_after = self._switches()
         counts_after = await self._loop_counts()
         runs = await self._count_runs() - self.runs
         spent: dict[str, float] = {}
@@ -797,7 +800,19 @@ class ScenarioCpu:
                 for k, v in sorted(counts_after.items())
                 if runs
             },
+            **{
+                f"{k}_switches_per_run": round((v - self.switches_before.get(k, 0)) / runs, 2)
+                for k, v in sorted(switches_after.items())
+                if runs and k in self.switches_before
+            },
         }
+
+    def _switches(self) -> dict[str, int]:
+        """Context switches so far (voluntary and not, every thread) of each of our processes
+        (a pod: all its processes): each time a thread blocks or is woken, e.g. the handoffs
+        between grpc's completion-queue thread and the event loop, which a CPU figure only
+        shows as a sum."""
+        return {name: p_switches_tree(pid) for name, pid in self.procs.items()}
 
     async def _loop_counts(self) -> dict[str, int]:
         """With --loop-counts: timers armed and tasks created so far by each of our processes
@@ -854,6 +869,20 @@ def p_cpu_tree(pid: int) -> float:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
             total += t.user + t.system
+    return total
+
+
+def p_switches_tree(pid: int) -> int:
+    """Context switches of every thread of a process and its live children (Linux: each
+    thread's /proc/<pid>/task/<tid>/status; psutil's figure is the main thread's alone)."""
+    total = 0
+    for p in p_tree(pid):
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{p.pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    for line in (task / "status").read_text().splitlines():
+                        if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
+                            total += int(line.split(":", 1)[1])
     return total
 
 

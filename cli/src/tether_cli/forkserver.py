@@ -61,6 +61,7 @@ WARM = (
     "detect_secrets.plugins.aws",
     "detect_secrets.plugins.keyword",
     "detect_secrets.plugins.jwt",
+    "tether_common.grpc_io_path",  # before grpc: it chooses grpc core's I/O threads
     "grpc",
     "grpc.aio",
     "grpc_health.v1.health",

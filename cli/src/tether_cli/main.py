@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import tether_common.grpc_io_path  # noqa: F401 - before anything imports grpc
 from tether_common.config import Settings, parse_processes
 from tether_common.errors import UnsafeSettings
 

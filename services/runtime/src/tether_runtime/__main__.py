@@ -2,6 +2,7 @@
 
 import sys
 
+import tether_common.grpc_io_path  # noqa: F401 - before anything imports grpc
 from tether_common.errors import UnsafeSettings
 
 from tether_runtime.server import main
