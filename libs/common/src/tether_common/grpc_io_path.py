@@ -10,9 +10,9 @@ hands the completion over, grpc.aio's poller thread takes it and writes a byte t
 loop (tether_common.grpc_poller), the loop handles it. On iomgr the poller thread reads the
 socket itself: one thread hop and two wake-ups fewer per completion, of which a short run makes
 about eight on each side of the gateway-runtime stream. Measured (`make bench ARGS="--only
-short_runs"`, `<process>_switches_per_run`): the gateway's context switches per short run
-29.5 -> 13.3 and the runtime's 20.7 -> 18, and the CPU with them (bench/README.md, "gRPC's I/O
-on its poller thread").
+short_runs"`, `<process>_switches_per_run`, medians of five runs each way): the gateway's
+context switches per short run 29.3 -> 13.7 and its CPU per run -9 to -13 %, the runtime's
+switches 22.5 -> 18.3 (bench/README.md, "gRPC's I/O on its poller thread").
 
 gRPC core reads GRPC_EXPERIMENTS once, when `grpc` is imported: set later, it changes nothing
 (tests/integration/test_grpc_io_path.py checks the serving processes). An operator's own
