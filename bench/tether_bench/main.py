@@ -833,8 +833,11 @@ class ScenarioCpu:
 
     def _cpu(self) -> dict[str, float]:
         """CPU seconds so far: each of our processes by name, each store process by pid (a
-        store process started meanwhile counts from zero; one that ended is left out)."""
+        store process started meanwhile counts from zero; one that ended is left out); and, as
+        `<name>_threads`, what our processes spent outside their main threads (grpc's poller and
+        EventEngine threads, which py-spy's profiles do not show)."""
         out = {name: p_cpu_tree(pid) for name, pid in self.procs.items()}
+        out.update({f"{name}_threads": p_thread_cpu_tree(pid) for name, pid in self.procs.items()})
         for p in psutil.process_iter(["name", "cpu_times"]):
             t = p.info["cpu_times"]
             key = self.STORES.get(p.info["name"] or "")
@@ -869,6 +872,15 @@ def p_cpu_tree(pid: int) -> float:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
             total += t.user + t.system
+    return total
+
+
+def p_thread_cpu_tree(pid: int) -> float:
+    """CPU seconds of the threads other than the main one, of a process and its live children."""
+    total = 0.0
+    for p in p_tree(pid):
+        with contextlib.suppress(psutil.Error):
+            total += sum(t.user_time + t.system_time for t in p.threads() if t.id != p.pid)
     return total
 
 
