@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-import tether_common.grpc_io_path  # noqa: F401 - before anything imports grpc: as in production
 from tether_testkit import stores
 from tether_testkit.processes import Proc, start_runtime
 from tether_testkit.secrets import TEST_SECRET

@@ -1,7 +1,7 @@
 """Which threads carry gRPC's socket I/O in Tether's processes: grpc.aio's completion-queue poller
 itself (gRPC core's iomgr), not the EventEngine's thread pool. Importing this module chooses it;
 each entry point imports it before anything imports grpc (`tether_cli.main`, `python -m
-tether_runtime`, the tests' fork server and conftest).
+tether_runtime`, the tests' fork server, so that the services the tests start run as deployed).
 
 grpcio 1.85 reads and writes a connection's socket on the EventEngine's threads (its
 `event_engine_client` and `event_engine_listener` experiments, on by default). In a grpc.aio
