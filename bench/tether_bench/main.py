@@ -529,7 +529,7 @@ class Bench:
         """Start PgBouncer (transaction mode, `pgbouncer_pool` server connections) in front of
         the bench database; the settings that send the runtime through it."""
         # The launcher the tests use (tests/tether_testkit/pgbouncer.py), not a second copy.
-        sys.path.append(str(BENCH_DIR.parent / "tests"))
+        stack.testkit_on_path()
         from tether_testkit.pgbouncer import database_of, pgbouncer
 
         db = database_of(self.dsn)
@@ -885,17 +885,11 @@ def p_thread_cpu_tree(pid: int) -> float:
 
 
 def p_switches_tree(pid: int) -> int:
-    """Context switches of every thread of a process and its live children (Linux: each
-    thread's /proc/<pid>/task/<tid>/status; psutil's figure is the main thread's alone)."""
-    total = 0
-    for p in p_tree(pid):
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{p.pid}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    for line in (task / "status").read_text().splitlines():
-                        if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
-                            total += int(line.split(":", 1)[1])
-    return total
+    """Context switches of every thread of a process and its live children."""
+    stack.testkit_on_path()
+    from tether_testkit.thread_switches import context_switches
+
+    return sum(context_switches(p.pid) for p in p_tree(pid))
 
 
 def p_cpu(pid: int) -> float:

@@ -225,14 +225,20 @@ async def start_gateway(
     return proc
 
 
+def testkit_on_path() -> None:
+    """Make the test kit (tests/tether_testkit) importable: the bench uses its recipes rather
+    than second copies of them."""
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+
+
 @contextlib.contextmanager
 def redis_cluster() -> Iterator[str]:
     """`--redis cluster`: a Redis Cluster of three masters with one replica each on free ports,
     started by the test kit's recipe (one recipe for the tests and the bench), stopped at the
     end. Yields the REDIS_URL that names it."""
-    tests = str(Path(__file__).resolve().parents[2] / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
+    testkit_on_path()
     from tether_testkit.redis_cluster import redis_cluster as started
 
     with started() as nodes:

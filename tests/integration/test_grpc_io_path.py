@@ -18,7 +18,6 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -26,6 +25,7 @@ from tether_common.auth import issue_token
 from tether_testkit.processes import Proc, start_gateway, start_runtime
 from tether_testkit.secrets import TEST_SECRET
 from tether_testkit.sse import SseReader
+from tether_testkit.thread_switches import context_switches
 
 pytestmark = pytest.mark.process
 RUNS = 30
@@ -33,17 +33,7 @@ RUNS = 30
 
 def engine_switches(proc: Proc) -> int:
     """Context switches so far of the process's gRPC EventEngine threads (named by grpc)."""
-    total = 0
-    for task in Path(f"/proc/{proc.pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text().strip() != "event_engine":
-                continue
-            for line in (task / "status").read_text().splitlines():
-                if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
-                    total += int(line.split(":", 1)[1])
-        except FileNotFoundError:
-            continue  # a thread that ended meanwhile
-    return total
+    return context_switches(proc.pid, "event_engine")
 
 
 @contextmanager
