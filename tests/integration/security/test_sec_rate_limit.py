@@ -16,7 +16,7 @@ from tether_common.errors import RateLimited
 from tether_gateway.ratelimit import RateLimiter
 from tether_testkit.loop_timers import count_timers
 from tether_testkit.processes import Proc, free_port, start_gateway
-from tether_testkit.redis_pipelines import count_pipelines
+from tether_testkit.redis_round_trips import count_round_trips
 from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
 LIMIT_ENV = {"TETHER_RATE_LIMIT_START_PER_MIN": "5", "TETHER_RATE_LIMIT_RESUME_PER_MIN": "3"}
@@ -117,17 +117,17 @@ async def test_limiter_counts_in_redis_and_fails_open(redis_url, caplog):
         await dead.aclose()
 
 
-async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url):
-    """Checks that arrive together go to Redis in one pipeline, and the budget still holds to
+async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url, monkeypatch):
+    """Checks that arrive together go to Redis in one round trip, and the budget still holds to
     the request: of 30 concurrent starts with a limit of 5, exactly 5 pass."""
     user = f"unit-{uuid.uuid4().hex}"
     # Counting is what this test checks, not the 0.25 s fail-open deadline: on a loaded machine the
-    # first pipeline (NOSCRIPT, then EVAL) has taken longer than that and let all 30 through.
+    # first round trip (NOSCRIPT, then EVAL) has taken longer than that and let all 30 through.
     limiter = RateLimiter({"start": 5}, timeout_s=10.0)
     client = redis_asyncio.Redis.from_url(redis_url)
-    pipelines = count_pipelines(client)
+    trips = count_round_trips(client, monkeypatch)
     try:
-        await client.script_flush()  # the first pipeline meets NOSCRIPT and falls back to EVAL
+        await client.script_flush()  # the first round trip meets NOSCRIPT and falls back to EVAL
 
         async def one() -> bool:
             try:
@@ -138,9 +138,9 @@ async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url)
 
         passed = await asyncio.gather(*(one() for _ in range(30)))
         assert sum(passed) == 5
-        assert pipelines == [30], pipelines  # one round trip for all 30
+        assert trips == [30], trips  # one round trip for all 30
         more = await asyncio.gather(*(one() for _ in range(3)))
-        assert sum(more) == 0 and pipelines == [30, 3]  # the script is known now: EVALSHA
+        assert sum(more) == 0 and trips == [30, 3]  # the script is known now: EVALSHA
     finally:
         await client.aclose()
     assert limiter._warned_at == 0.0, "no check failed open"
@@ -149,7 +149,7 @@ async def test_concurrent_checks_share_a_round_trip_and_count_exactly(redis_url)
 async def test_a_round_trip_arms_one_timer_whatever_the_number_of_checks(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The bound is the round trip's, not each check's: 30 checks that share a pipeline arm one
+    """The bound is the round trip's, not each check's: 30 checks that share a round trip arm one
     timer for it, not one each. (A client with a socket timeout, as the gateway's, arms its own
     per answer read besides: this one has none, so only the limiter's are counted.)"""
     limiter = RateLimiter({"start": 100}, timeout_s=10.0)

@@ -20,7 +20,7 @@ from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.script_batch import ScriptBatches
 from tether_gateway.stream_slots import StreamSlots
 from tether_testkit.processes import Proc, free_port, start_gateway
-from tether_testkit.redis_pipelines import count_pipelines
+from tether_testkit.redis_round_trips import count_round_trips
 from tether_testkit.security import bearer, new_user, owned_interrupted_run
 
 CAP = 3
@@ -211,7 +211,9 @@ async def test_a_stream_set_up_in_held_gives_its_slot_back_if_the_setup_fails(re
         assert none is None and await redis_client.zcard(key) == 0
 
 
-async def test_slots_and_rate_limit_checks_share_their_round_trips(redis_url: str) -> None:
+async def test_slots_and_rate_limit_checks_share_their_round_trips(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stream's slot (acquire, release) and the rate limit's checks go to Redis together, as
     the gateway sets them up (one ScriptBatches): a start's check, its slot and another stream's
     release that arrive at once are one round trip, not three; each still gets its own answer
@@ -223,27 +225,29 @@ async def test_slots_and_rate_limit_checks_share_their_round_trips(redis_url: st
     user = f"unit-{uuid.uuid4().hex}"
     try:
         old = await slots.acquire(client, user)  # the scripts are loaded now
-        pipelines = count_pipelines(client)
+        trips = count_round_trips(client, monkeypatch)
         _, new, _ = await asyncio.gather(
             limiter.check(client, "start", user),
             slots.acquire(client, user),
             slots.release(client, old),
         )
-        assert pipelines == [3], pipelines
+        assert trips == [3], trips
         assert await client.zrange(f"tether:streams:{{{user}}}", 0, -1) == [new.encode()]
         await asyncio.gather(slots.acquire(client, user), limiter.check(client, "start", user))
         with pytest.raises(RateLimited):  # the cap of 2, counted in Redis
             await asyncio.gather(slots.acquire(client, user), limiter.check(client, "start", user))
-        assert pipelines == [3, 2, 2], pipelines
+        assert trips == [3, 2, 2], trips
     finally:
         await client.aclose()
     assert limiter._warned_at == 0.0 and slots._warned_at == 0.0, "nothing failed over"
 
 
-async def test_a_call_that_fails_in_a_shared_round_trip_fails_alone(redis_url: str) -> None:
+async def test_a_call_that_fails_in_a_shared_round_trip_fails_alone(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One call's error (here a user's slot set that is not a sorted set: the acquire script
     fails on it) is that call's: its acquire counts on the pod, as for a Redis outage, and the
-    rate limit's check in the same pipeline is answered by Redis."""
+    rate limit's check in the same round trip is answered by Redis."""
     batches = ScriptBatches()
     limiter = RateLimiter({"start": 1}, timeout_s=10.0, batches=batches)
     slots = StreamSlots(2, lease_s=30, timeout_s=10.0, batches=batches)
@@ -252,13 +256,13 @@ async def test_a_call_that_fails_in_a_shared_round_trip_fails_alone(redis_url: s
     try:
         await client.set(f"tether:streams:{{{broken}}}", "not a sorted set", ex=60)
         await limiter.check(client, "start", user)  # its budget of 1 is spent
-        pipelines = count_pipelines(client)
+        trips = count_round_trips(client, monkeypatch)
         results = await asyncio.gather(
             slots.acquire(client, broken),
             limiter.check(client, "start", user),
             return_exceptions=True,
         )
-        assert pipelines == [2], pipelines
+        assert trips == [2], trips
         assert isinstance(results[0], str) and slots.local_count(broken) == 1  # on the pod
         assert isinstance(results[1], RateLimited)  # Redis answered the check: no fail-open
         assert slots._warned_at > 0.0 and limiter._warned_at == 0.0

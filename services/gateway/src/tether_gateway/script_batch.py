@@ -25,6 +25,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
+from tether_common.redis_round_trip import RoundTrip
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class ScriptBatch:
     def __init__(self, redis: Any, timeout_s: float) -> None:
         self.redis = redis
         self.timeout_s = timeout_s
+        # One round trip at a time (one _drain task): on a connection of its own, not through
+        # redis-py's pipeline (redis_round_trip.py). A cluster's calls go to several masters.
+        self._trip = None if isinstance(redis, RedisCluster) else RoundTrip(redis)
         self._queue: list[_Call] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -88,15 +92,14 @@ class ScriptBatch:
 
     async def _evalsha(self, batch: list[_Call]) -> list[Any]:
         """Each call's answer, or the error it met (NoScriptError included)."""
-        if isinstance(self.redis, RedisCluster):
+        if self._trip is None:
             # redis-py refuses EVALSHA in a cluster pipeline: one call each, concurrently (the
             # client sends each to its key's master).
             calls = (self.redis.evalsha(s.sha, 1, key, *args) for s, key, args, _ in batch)
             return list(await asyncio.gather(*calls, return_exceptions=True))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for script, key, args, _ in batch:
-                pipe.evalsha(script.sha, 1, key, *args)
-            return list(await pipe.execute(raise_on_error=False))
+        return await self._trip.send(
+            [("EVALSHA", script.sha, 1, key, *args) for script, key, args, _ in batch]
+        )
 
 
 class ScriptBatches:

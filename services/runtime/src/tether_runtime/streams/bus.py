@@ -15,9 +15,11 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
 from tether_common import redis_conn
 from tether_common.backoff import NO_JITTER, Backoff, Retries
 from tether_common.event_wait import wait_set
+from tether_common.redis_round_trip import RoundTrip
 
 from tether_runtime.domain.events import batch_from_encoded
 
@@ -88,6 +90,10 @@ class EventBus:
         self._pub = redis_conn.connect(
             url, socket_timeout=socket_timeout, socket_connect_timeout=2, **client_options
         )
+        # Publishes go out on a connection of their own, not through redis-py's pipeline
+        # (redis_round_trip.py); one overlapping one in flight takes the client's path. A
+        # cluster's publishes go to the masters of their channels' slots.
+        self._trip = None if redis_conn.is_cluster(url) else RoundTrip(self._pub)
         self._subs: dict[str, set[Subscription]] = defaultdict(set)
         self._confirmed: dict[str, asyncio.Event] = {}
         self._pubsub: aioredis.client.PubSub | None = None
@@ -132,7 +138,7 @@ class EventBus:
         Postgres and every stream's positioning check will find them."""
         if not encoded or self._fault_drops(run_id):
             return
-        await self._bounded(self._send(self._pub, channel(run_id), batch_from_encoded(encoded)))
+        await self._bounded(self._announce([(run_id, encoded)]))
 
     async def _bounded(self, publishing: Awaitable[Any]) -> None:
         """A publish that fails or takes longer than PUBLISH_TIMEOUT_S is counted and logged,
@@ -168,14 +174,22 @@ class EventBus:
             for run_id, encoded in batches
             if encoded and not self._fault_drops(run_id)
         ]
-        if not batches:
+        if batches:
+            await self._bounded(self._announce(batches))
+
+    async def _announce(self, batches: list[tuple[str, list[bytes]]]) -> None:
+        """One round trip for the batches, raising what any of them met."""
+        trip = self._trip
+        if trip is not None and not trip.busy:
+            commands = [("PUBLISH", channel(r), batch_from_encoded(e)) for r, e in batches]
+            for answer in await trip.send(commands):
+                if isinstance(answer, ResponseError):
+                    raise answer
             return
         if len(batches) == 1:
-            await self.publish(*batches[0])
+            ((run_id, encoded),) = batches
+            await self._send(self._pub, channel(run_id), batch_from_encoded(encoded))
             return
-        await self._bounded(self._pipelined(batches))
-
-    async def _pipelined(self, batches: list[tuple[str, list[bytes]]]) -> None:
         async with self._pub.pipeline(transaction=False) as pipe:
             for run_id, encoded in batches:
                 self._send(pipe, channel(run_id), batch_from_encoded(encoded))
