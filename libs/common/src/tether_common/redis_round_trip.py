@@ -4,10 +4,10 @@ makes one round trip at a time.
 
 redis-py's pipeline does a pool checkout under a lock per round trip, its observability hooks,
 a `Pipeline` object with its reset and a retry wrapper; a lone command goes through most of the
-same. On this machine that was ~45 µs of CPU per pipelined round trip (125 against 78 µs for two
-EVALSHA, `redis_round_trip` bench note in `bench/README.md`) and ~25 µs per lone command, on top
-of the socket's own work: a gateway made 1.2 script round trips per short run, a runtime several
-publishes. Here the commands are packed and written in one write and the answers read in order.
+same. On this machine a round trip of two EVALSHA cost the client 81-128 µs of CPU that way and
+44-65 µs here, a lone command 53-55 against 36 µs (`python -m tether_bench.redis_round_trip_cpu`,
+`bench/README.md`): a gateway makes 1.2 script round trips per short run, a runtime a publish or
+two. Here the commands are packed into one write and the answers read in order.
 
 The connection is one of the client's pool, checked out once and never given back: the client's
 `aclose()` closes it with the pool. A round trip that fails, or is cancelled (its caller's bound
