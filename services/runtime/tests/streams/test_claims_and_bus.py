@@ -17,7 +17,7 @@ from tether_runtime.store import conversations, event_log, runs
 from tether_runtime.store.db import create_pool
 from tether_runtime.streams import bus as bus_module
 from tether_runtime.streams import event_sink
-from tether_runtime.streams.bus import EventBus
+from tether_runtime.streams.bus import EventBus, Subscription
 from tether_runtime.streams.event_sink import MAX_STATEMENT_EVENTS, EventSink
 from tether_runtime.streams.run_writer import RunWriter, SaveCheckpoint, ThenSave
 from tether_testkit.loop_timers import count_timers
@@ -103,51 +103,51 @@ async def _connected(bus: EventBus) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_confirmed_subscription_misses_nothing_published_after(redis_url: str) -> None:
+@contextlib.asynccontextmanager
+async def _subscribed(redis_url: str, run_id: str) -> AsyncIterator[tuple[EventBus, Subscription]]:
+    """A started bus, connected, with a subscription to the run's channel Redis confirmed."""
     bus = EventBus(redis_url)
     await bus.start()
     try:
         await _connected(bus)
-        with bus.subscribe("run_confirm") as sub:
+        with bus.subscribe(run_id) as sub:
             assert await bus.confirmed(sub)
-            # Published right after confirmation, with no sleep: it must arrive.
-            await bus.publish("run_confirm", [b"\x08\x01"])
-            data = await asyncio.wait_for(sub.queue.get(), 5)
-            assert data and not sub.overflowed
+            yield bus, sub
     finally:
         await bus.close()
+
+
+async def test_a_confirmed_subscription_misses_nothing_published_after(redis_url: str) -> None:
+    async with _subscribed(redis_url, "run_confirm") as (bus, sub):
+        # Published right after confirmation, with no sleep: it must arrive.
+        await bus.publish("run_confirm", [b"\x08\x01"])
+        data = await asyncio.wait_for(sub.queue.get(), 5)
+        assert data and not sub.overflowed
 
 
 async def test_publishes_that_overlap_all_arrive(redis_url: str) -> None:
     """Publishes go out on the bus's held connection one round trip at a time; one made while
     another is in flight (a resume's beside the event sink's) takes the client's pool instead
     of waiting: all arrive, and the held connection carried some of them."""
-    bus = EventBus(redis_url)
-    await bus.start()
-    try:
-        await _connected(bus)
-        with bus.subscribe("run_overlap") as sub:
-            assert await bus.confirmed(sub)
-            trip = bus._trip
-            assert trip is not None
-            sent = trip.send
-            on_trip: list[int] = []
+    async with _subscribed(redis_url, "run_overlap") as (bus, sub):
+        trip = bus._trip
+        assert trip is not None
+        sent = trip.send
+        on_trip: list[int] = []
 
-            async def counted(commands: Any) -> list[Any]:
-                on_trip.append(len(commands))
-                return await sent(commands)
+        async def counted(commands: Any) -> list[Any]:
+            on_trip.append(len(commands))
+            return await sent(commands)
 
-            trip.send = counted  # type: ignore[method-assign]
-            await asyncio.gather(
-                *(bus.publish("run_overlap", [bytes([8, i])]) for i in range(1, 6)),
-                bus.publish_many([("run_overlap", [b"\x08\x06"]), ("run_other", [b"\x08\x01"])]),
-            )
-            got = [await asyncio.wait_for(sub.queue.get(), 5) for _ in range(6)]
-            assert len(got) == 6 and sub.queue.empty() and not sub.overflowed
-            assert on_trip and sum(on_trip) < 7, on_trip  # some overlapped: the pool took those
-            assert bus.publish_failures == 0
-    finally:
-        await bus.close()
+        trip.send = counted  # type: ignore[method-assign]
+        await asyncio.gather(
+            *(bus.publish("run_overlap", [bytes([8, i])]) for i in range(1, 6)),
+            bus.publish_many([("run_overlap", [b"\x08\x06"]), ("run_other", [b"\x08\x01"])]),
+        )
+        got = [await asyncio.wait_for(sub.queue.get(), 5) for _ in range(6)]
+        assert len(got) == 6 and sub.queue.empty() and not sub.overflowed
+        assert on_trip and sum(on_trip) < 7, on_trip  # some overlapped: the pool took those
+        assert bus.publish_failures == 0
 
 
 async def test_a_subscription_change_writes_without_a_task_of_its_own(
