@@ -441,7 +441,11 @@ async def _scenario(  # type: ignore[no-untyped-def]
             double += n > 1
             problems.append(f"{run_id}: {instance} restarted {n} times (approved once)")
     # Every pod of either version ran clean: no error logged, each SIGTERM a clean exit.
-    logged = {p.name: n for p in procs.started if (n := _error_lines(p.log()))}
+    logged = {
+        p.name: n
+        for p in procs.started
+        if (n := _error_lines(p.log(), previous_release=p.name.endswith("-old")))
+    }
     old_to_new, new_to_old = sampler.passed("old", "new"), sampler.passed("new", "old")
     reconnects = sum(r.reconnects for r in got)
     print(
@@ -501,8 +505,23 @@ async def _executing(db: asyncpg.Pool, run_ids: list[str]) -> int:
     )
 
 
-def _error_lines(log: str) -> int:
-    return sum(1 for line in log.splitlines() if '"level": "error"' in line or "Traceback" in line)
+# What the previous release logged as an error and this one no longer does: a transaction whose
+# cached statement the expand step's new column invalidated ("cached plan must not change result
+# type") was answered INTERNAL; the client retried it, and what was lost or applied twice is
+# counted above either way. This release runs such a transaction again (store/db.py RETRYABLE;
+# services/runtime/tests/store/test_migrations_live_fleet.py), so its pods may not log it.
+_FIXED_SINCE_THE_PREVIOUS_RELEASE = ("InvalidCachedStatementError",)
+
+
+def _error_lines(log: str, *, previous_release: bool) -> int:
+    return sum(
+        1
+        for line in log.splitlines()
+        if ('"level": "error"' in line or "Traceback" in line)
+        and not (
+            previous_release and any(known in line for known in _FIXED_SINCE_THE_PREVIOUS_RELEASE)
+        )
+    )
 
 
 def _older_renderings(

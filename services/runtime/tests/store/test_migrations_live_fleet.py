@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from tether_runtime.store import migrations
-from tether_runtime.store.db import connect
+from tether_runtime.store.db import connect, retrying
 
 pytestmark = pytest.mark.asyncio
 
@@ -125,3 +125,33 @@ async def test_a_migration_waits_for_its_lock_only_briefly_then_tries_again(
             await asyncio.gather(applying, return_exceptions=True)
         for c in (pod, migrator, other):
             await c.close()
+
+
+async def test_a_pods_transaction_whose_statement_a_migration_changed_is_run_again(
+    database_url: str, tables: tuple[str, str, str]
+) -> None:
+    """An expand migration adds a column while a pod serves: the pod's cached `SELECT *` no longer
+    fits ("cached plan must not change result type"). Outside a transaction asyncpg prepares it
+    again by itself; inside one the transaction is lost, so `retrying` runs it again (the rolling
+    upgrade's full size caught the release before this one answering such a ResumeRun INTERNAL)."""
+    a, _, _ = tables
+    # The pod's connection caches its statements, as the runtime's pool does (db.connect's, for
+    # short jobs, caches none).
+    pod, migrator = await asyncpg.connect(database_url), await connect(database_url)
+    try:
+        await pod.execute(f"INSERT INTO {a} VALUES (1)")
+        assert len(await pod.fetch(f"SELECT * FROM {a}")) == 1  # prepared and cached
+        await migrator.execute(f"ALTER TABLE {a} ADD COLUMN y int DEFAULT 7")
+        attempts = 0
+
+        async def read(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            nonlocal attempts
+            attempts += 1
+            return list(await conn.fetch(f"SELECT * FROM {a}"))
+
+        rows = await retrying(pod, read)
+        assert attempts == 2, "the first attempt met the stale plan and the transaction ran again"
+        assert [dict(r) for r in rows] == [{"id": 1, "y": 7}]
+    finally:
+        await pod.close()
+        await migrator.close()

@@ -43,10 +43,15 @@ Pool = asyncpg.Pool
 Conn = asyncpg.Connection
 
 # A transaction Postgres aborted only because of what ran beside it: running it again from the
-# start is correct and, after a short wait, almost always succeeds.
+# start is correct and, after a short wait, almost always succeeds. That includes a migration of
+# a rolling upgrade's expand step: a new column changes what `SELECT *` returns, and a statement
+# this pod prepared before it fails once ("cached plan must not change result type"); asyncpg
+# re-prepares it by itself outside a transaction, and drops it from its cache inside one, where
+# only running the transaction again helps (the previous release logged it as an INTERNAL error).
 RETRYABLE: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DeadlockDetectedError,
     asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.InvalidCachedStatementError,
 )
 
 
