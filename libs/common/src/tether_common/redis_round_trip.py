@@ -12,9 +12,10 @@ two. Here the commands are packed into one write and the answers read in order.
 The connection is one of the client's pool, checked out once and never given back: the client's
 `aclose()` closes it with the pool. Before each round trip it is checked as the pool checks a
 connection it hands out (closed by Redis, or holding unread bytes: dialled again). A round trip
-that fails, or is cancelled (its caller's bound ran out), leaves it disconnected (redis-py drops a connection whose write or read was broken off,
-never reusing one half read) and the next round trip dials again. One round trip at a time: a
-caller that may overlap asks `busy` and takes the client's own path meanwhile."""
+that fails, or is cancelled (its caller's bound ran out), leaves it disconnected (redis-py drops
+a connection whose write or read was broken off, never reusing one half read) and the next round
+trip dials again. One round trip at a time: a caller that may overlap asks `busy` and takes the
+client's own path meanwhile."""
 
 from __future__ import annotations
 
