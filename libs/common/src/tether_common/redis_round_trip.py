@@ -10,8 +10,8 @@ same. On this machine a round trip of two EVALSHA cost the client 81-128 µs of 
 two. Here the commands are packed into one write and the answers read in order.
 
 The connection is one of the client's pool, checked out once and never given back: the client's
-`aclose()` closes it with the pool. Before each round trip it is checked as the pool checks a
-connection it hands out (closed by Redis, or holding unread bytes: dialled again). A round trip
+`aclose()` closes it with the pool. Before each round trip a connection Redis closed since, or
+one holding unread bytes, is dialled again. A round trip
 that fails, or is cancelled (its caller's bound ran out), leaves it disconnected (redis-py drops
 a connection whose write or read was broken off, never reusing one half read) and the next round
 trip dials again. One round trip at a time: a caller that may overlap asks `busy` and takes the
@@ -45,9 +45,11 @@ class RoundTrip:
             if conn is None:
                 conn = self._conn = await self._client.connection_pool.get_connection()
             elif conn.is_connected and await conn.can_read():
-                # What the pool's checkout checks: a connection Redis closed since (a restart, an
-                # idle timeout, CLIENT KILL) or holding bytes nobody asked for is dialled again
-                # before writing, not failed on (no system call: the loop has read the FIN).
+                # A connection Redis closed since (a restart, an idle timeout, CLIENT KILL) or
+                # holding bytes nobody asked for is dialled again before writing, not failed on
+                # (no system call: the loop has read the FIN). redis-py 8.1's pool has this check
+                # (`ensure_connection`) but skips it while maintenance notifications are "auto",
+                # its default: its own calls fail once after such a close.
                 await conn.disconnect(nowait=True)
             try:
                 await conn.send_packed_command(conn.pack_commands(commands))
