@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.retry import Retry
 from tether_cli.embedded._process import spawn
 
 from tether_testkit.processes import LOG_DIR, free_port
@@ -27,6 +28,8 @@ from tether_testkit.processes import LOG_DIR, free_port
 SLOTS = 16384
 # Small, so a killed master's replica takes over in a second or two, not the default 15 s.
 NODE_TIMEOUT_MS = 1000
+# How many times a node that exits before it answers (its port taken first) is started again.
+SPAWN_ATTEMPTS = 3
 
 
 def redis_server_binary() -> str:
@@ -58,6 +61,7 @@ def _major_version(path: str) -> int:
 @dataclass
 class Node:
     port: int
+    bus_port: int
     popen: subprocess.Popen[bytes]
     log_path: Path
     node_id: str = ""
@@ -85,15 +89,14 @@ class RedisClusterNodes:
     def start(self, timeout: float = 30.0) -> str:
         binary = redis_server_binary()
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        for i in range(self.masters * (1 + self.replicas)):
-            self.nodes.append(self._spawn(binary, i))
+        self.nodes = [self._spawn(binary) for _ in range(self.masters * (1 + self.replicas))]
         deadline = time.monotonic() + timeout
-        for node in self.nodes:
-            _wait(lambda n=node: _pong(n.port), deadline, f"node {node.port} to answer")
+        for index, node in enumerate(self.nodes):
+            node = self.nodes[index] = self._answering(node, binary, deadline)
             node.node_id = node.client().execute_command("CLUSTER MYID").decode()
         first = self.nodes[0].client()
         for node in self.nodes[1:]:
-            first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+            first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
         masters = self.nodes[: self.masters]
         per = SLOTS // self.masters
         for i, node in enumerate(masters):
@@ -118,13 +121,35 @@ class RedisClusterNodes:
         self.wait_ok(deadline - time.monotonic())
         return self.url
 
-    def _spawn(self, binary: str, i: int) -> Node:
-        port = _free_port_with_bus()
-        folder = self.folder / str(port)
-        folder.mkdir(parents=True)
+    def _answering(self, node: Node, binary: str, deadline: float) -> Node:
+        """The node once it answers PING. One that exits first is started again on other ports:
+        a port is only known free when it is drawn, and something may bind it before the node
+        does (the node then logs "Address already in use" and exits)."""
+        for attempt in range(SPAWN_ATTEMPTS):
+            if attempt:
+                node = self._spawn(binary)
+            _wait(
+                lambda n=node: not n.alive() or _pong(n.port),
+                deadline,
+                f"node {node.port} to answer (its log: {node.log_path})",
+            )
+            if node.alive():
+                return node
+        raise RuntimeError(
+            f"Redis Cluster: a node exited before it answered, {SPAWN_ATTEMPTS} times; the last "
+            f"one's log ({node.log_path}) ends: {_tail(node.log_path)}"
+        )
+
+    def _spawn(self, binary: str) -> Node:
+        # Both ports drawn by the test kit, below the kernel's ephemeral range: the default bus
+        # port (port + 10000) lands in it, where any outgoing connection may take it first.
+        port, bus_port = free_port(), free_port()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"{port}-", dir=self.folder))
         log_path = LOG_DIR / f"redis-cluster-{port}-{time.time_ns()}.log"
         argv = [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+            binary, "--port", str(port), "--cluster-port", str(bus_port),
+            "--bind", "127.0.0.1", "--dir", str(folder),
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
             # A replica syncs at once (not after the default 5 s wait for more replicas), and
@@ -135,7 +160,7 @@ class RedisClusterNodes:
         # As the embedded stores: a node dies with the process that started it, so a test or a
         # bench killed half-way leaves no cluster behind.
         popen = spawn(argv, log=log_path, death_signal=signal.SIGTERM, cwd=folder)
-        return Node(port=port, popen=popen, log_path=log_path)
+        return Node(port=port, bus_port=bus_port, popen=popen, log_path=log_path)
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Until every live node says cluster_state:ok and agrees every slot has a live master."""
@@ -211,24 +236,21 @@ class RedisClusterNodes:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _free_port_with_bus() -> int:
-    """A port whose cluster bus port (port + 10000) is free too."""
-    for _ in range(100):
-        port = free_port()
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as err:
+        return f"(unreadable: {err})"
 
 
 def _pong(port: int) -> bool:
     try:
-        return bool(redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
+        # One try: redis-py's default retries would spend seconds on a port some other program
+        # holds (connected, never answered) while the node that wanted it has already exited.
+        with redis.Redis(
+            port=port, socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        ) as once:
+            return bool(once.ping())
     except redis.RedisError:
         return False
 
