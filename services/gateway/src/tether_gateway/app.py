@@ -4,13 +4,12 @@ and the Redis client (created in cleanup_ctx, closed on shutdown)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
-from tether_common import redis_conn
+from tether_common import redis_conn, task_stop
 from tether_common.config import Settings
 from tether_common.grpc_poller import unblock_completion_poller
 
@@ -85,14 +84,15 @@ def create_app(settings: Settings) -> web.Application:
                 settings.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0
             )
         refresher = asyncio.create_task(
-            gw.slots.run_refresher(lambda: gw.redis, settings.sse_heartbeat_s)
+            gw.slots.run_refresher(lambda: gw.redis, settings.sse_heartbeat_s),
+            name="stream-slot-refresher",
         )
-        revocations = asyncio.create_task(gw.auth.revocations.follow(lambda: gw.revocations_redis))
+        revocations = asyncio.create_task(
+            gw.auth.revocations.follow(lambda: gw.revocations_redis), name="revocation-follower"
+        )
         yield
         for task in (refresher, revocations):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await task_stop.stop(task)
         for client in (gw.redis, gw.revocations_redis):
             if client is not None:
                 await client.aclose()

@@ -12,12 +12,12 @@ over; the probe's grace is half a lease, so the pod steps out of rotation before
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 import asyncpg
 from grpc_health.v1 import health, health_pb2
+from tether_common import task_stop
 
 from tether_runtime.store import stalled_sessions
 from tether_runtime.store.db import STORE_ERRORS, connect
@@ -63,10 +63,7 @@ class StoreWatch:
         self._task = asyncio.create_task(self._watch())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await task_stop.stop(self._task)
         self._drop()
 
     async def _watch(self) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from tether_common import redis_conn
+from tether_common import redis_conn, task_stop
 from tether_common.auth import TokenVerifier
 from tether_common.revocation import Revocations
 
@@ -22,11 +22,9 @@ async def follow_revocations(verifier: TokenVerifier, redis_url: str) -> AsyncIt
     revocations = Revocations()
     client = redis_conn.connect(redis_url, socket_connect_timeout=1.0, socket_timeout=2.0)
     verifier.is_revoked = lambda principal: revocations.is_revoked(principal.jti)
-    task = asyncio.create_task(revocations.follow(lambda: client))
+    task = asyncio.create_task(revocations.follow(lambda: client), name="revocation-follower")
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await task_stop.stop(task)
         await client.aclose()

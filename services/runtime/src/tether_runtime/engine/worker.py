@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import asyncpg
 from opentelemetry import trace
+from tether_common import task_stop
 from tether_common.event_wait import wait_set
 from tether_common.ids import new_id
 from tether_common.logging import conversation_id_var, run_id_var
@@ -350,19 +351,14 @@ class Worker:
         """Stop claiming, let runs reach a safe point briefly, then release their leases."""
         self._stopping = True
         self.wake.set()
-        if self._loop_task:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        await task_stop.stop(self._loop_task)
         held = dict(self.tasks)
         for task, _ in held.values():
             task.cancel()
         if held:
             await asyncio.wait([t for t, _ in held.values()], timeout=grace_s)
-        if self._beat_task:  # the leases renewed while the runs reach their safe point
-            self._beat_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._beat_task
+        # the leases renewed while the runs reach their safe point
+        await task_stop.stop(self._beat_task)
         for run_id, (_, epoch) in held.items():
             try:
                 async with self.e.pool.acquire() as conn:

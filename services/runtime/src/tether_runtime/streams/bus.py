@@ -16,7 +16,7 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
-from tether_common import redis_conn
+from tether_common import redis_conn, task_stop
 from tether_common.backoff import NO_JITTER, Backoff, Retries
 from tether_common.event_wait import wait_set
 from tether_common.redis_round_trip import RoundTrip
@@ -117,10 +117,7 @@ class EventBus:
 
     async def close(self) -> None:
         for task in (self._reader, self._flusher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await task_stop.stop(task)
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]

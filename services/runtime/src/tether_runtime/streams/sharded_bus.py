@@ -28,7 +28,7 @@ from redis.event import (
     AsyncEventListenerInterface,
     EventDispatcher,
 )
-from tether_common import redis_conn
+from tether_common import redis_conn, task_stop
 from tether_common.event_wait import wait_set
 
 from tether_runtime.streams.bus import RECONNECT, SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
@@ -101,10 +101,7 @@ class ShardedEventBus(EventBus):
     async def close(self) -> None:
         tasks = [self._rehoming] + [t for s in self._shards.values() for t in (s.reader, s.flusher)]
         for task in tasks:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await task_stop.stop(task)
         for shard in self._shards.values():
             await _close(shard)
         await self._pub.aclose()
