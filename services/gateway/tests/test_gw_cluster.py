@@ -6,7 +6,6 @@ killed master whose replica takes over."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +20,7 @@ from tether_gateway.ratelimit import RateLimiter
 from tether_gateway.stream_slots import StreamSlots, _key
 from tether_testkit.processes import tether_cli
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
+from tether_testkit.revocation_following import following
 
 pytestmark = pytest.mark.process  # starts processes: `make test` only, not test-fast
 
@@ -83,18 +83,6 @@ async def test_stream_leases_cap_each_user_across_masters(
         assert await slots.acquire(client, user)
         assert await client.zcard(_key(user)) == 2
     assert slots._warned_at == 0.0, "no call fell back to counting on this pod"
-
-
-@contextlib.asynccontextmanager
-async def following(revocations: Revocations, redis: Any) -> AsyncIterator[None]:
-    task = asyncio.create_task(revocations.follow(lambda: redis))
-    await asyncio.wait_for(revocations.synced.wait(), 15)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _until(check: Any, within_s: float) -> None:

@@ -5,7 +5,6 @@ killed loads what it missed when it reconnects. Also the in-process index of ope
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 import urllib.parse
@@ -18,6 +17,7 @@ import redis.asyncio as redis_asyncio
 from tether_common.revocation import KEY_PREFIX, Revocations
 from tether_gateway.stream_grants import StreamGrants, reauthenticate_frame
 from tether_testkit.fault_proxy import FaultProxy
+from tether_testkit.revocation_following import following
 
 REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -31,18 +31,6 @@ async def redis() -> AsyncIterator[Any]:
         pytest.fail(f"these tests need Redis at {REDIS_URL}: {err}")
     yield client
     await client.aclose()
-
-
-@contextlib.asynccontextmanager
-async def following(revocations: Revocations, redis: Any) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(revocations.follow(lambda: redis))
-    await asyncio.wait_for(revocations.synced.wait(), 15)
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def until(check: Any, within_s: float = 3.0) -> None:
