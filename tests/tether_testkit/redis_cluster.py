@@ -1,7 +1,7 @@
 """A real Redis Cluster for tests and the bench: three masters with one replica each, Debian's
-`redis-server` in cluster mode on six free ports of 127.0.0.1, built with CLUSTER MEET /
-ADDSLOTSRANGE / REPLICATE (what `redis-cli --cluster create` does, without needing redis-tools),
-killable node by node so a test can make a replica take over."""
+`redis-server` in cluster mode on free ports of 127.0.0.1 (a node's and its cluster bus's),
+built with CLUSTER MEET / ADDSLOTSRANGE / REPLICATE (what `redis-cli --cluster create` does,
+without needing redis-tools), killable node by node so a test can make a replica take over."""
 
 from __future__ import annotations
 
