@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tether_common import task_stop
+from tether_common.event_wait import wait_set
 from tether_common.revocation import Revocations
 
 
@@ -18,7 +19,8 @@ async def following(revocations: Revocations, redis: Any) -> AsyncIterator[async
     on Python 3.11."""
     task = asyncio.create_task(revocations.follow(lambda: redis), name="revocation-follower")
     try:
-        await asyncio.wait_for(revocations.synced.wait(), 15)
+        if not await wait_set(revocations.synced, 15):
+            raise TimeoutError("the revocation follower did not load the list within 15 s")
         yield task
     finally:
         await task_stop.stop(task)

@@ -64,8 +64,9 @@ async def test_a_connection_redis_closed_between_round_trips_is_dialled_again_fi
 ) -> None:
     """A held connection Redis closed since the last round trip (a restart, an idle timeout; here
     CLIENT KILL) is dialled again before the next one writes, so that round trip does not fail
-    (redis-py 8.1's own calls do fail once there: its pool skips that check by default). One killed while its round trip is in flight fails that one
-    (no retry behind the caller's back: the clients' Retry is 0), and the next dials again."""
+    (redis-py 8.1's own calls do fail once there: its pool skips that check by default). One
+    killed while its round trip is in flight fails that one (no retry behind the caller's back:
+    the clients' Retry is 0), and the next dials again."""
     client = aioredis.Redis.from_url(redis_url)
     trip = RoundTrip(client)
     key = f"unit:{uuid.uuid4().hex}"

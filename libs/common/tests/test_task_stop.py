@@ -29,7 +29,8 @@ async def test_a_task_that_runs_on_after_a_cancel_is_cancelled_again(
     task = asyncio.create_task(swallows_the_first(), name="swallower")
     await asyncio.sleep(0)
     with caplog.at_level(logging.WARNING):
-        await asyncio.wait_for(stop(task, again_after_s=0.05), 5)
+        async with asyncio.timeout(5):
+            await stop(task, again_after_s=0.05)
     assert task.cancelled() and len(cancels) == 2
     assert "swallower ran on after a cancel; cancelled 1 more time(s)" in caplog.text
 

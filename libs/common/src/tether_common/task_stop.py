@@ -1,12 +1,17 @@
 """Stopping a background task for good: cancel it and wait until it has ended.
 
-On Python 3.11 a cancel can be lost. `asyncio.wait_for` returns the inner result and drops the
-cancel when the inner call finishes in the same loop iteration as the cancel lands (CPython
-gh-86296, fixed in 3.12), and redis-py 8 bounds every write of a client that has a
-`socket_timeout` with it. The task then runs on as if never cancelled, and whoever awaits it
-after the cancel waits for good: a gateway whose revocation follower lost its cancel while it
-loaded the list never finished shutting down (CI, `test_gw_redis_round_trips.py`'s teardown,
-reproduced in about one start and stop in three). So the cancel is repeated until the task ends."""
+On Python 3.11 a cancel can be lost: `asyncio.wait_for` returns normally when the cancel lands in
+the loop iteration its call finishes in (CPython gh-86296, fixed in 3.12; `event_wait.py` keeps
+Tether's own waits off it). Tether's code can avoid it, a library's cannot: redis-py 8 bounds each
+write of a client that has a `socket_timeout` with it. The task then runs on as if never
+cancelled, and whoever awaits it waits for good: a gateway whose revocation follower lost its
+cancel while it loaded the list never finished shutting down (CI, `test_gw_redis_round_trips.py`'s
+teardown; 7 of 30 starts and stops here lost the first cancel). So the cancel is repeated until
+the task ends.
+
+For tasks whose answer to a cancel is quick (closing a connection, leaving a loop): a task that
+cleans up for longer than `again_after_s` when cancelled (an MCP session terminating its server)
+would have that cleanup cut by the next cancel, and is stopped its own way."""
 
 from __future__ import annotations
 

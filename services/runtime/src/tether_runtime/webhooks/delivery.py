@@ -19,6 +19,7 @@ from collections import Counter as Tally
 
 import aiohttp
 from prometheus_client import Counter
+from tether_common import task_stop
 from tether_common.backoff import Backoff
 from tether_common.event_wait import wait_set
 from tether_common.ids import new_id
@@ -76,8 +77,8 @@ class DeliveryLoop:
         for t in tasks:
             t.cancel()
         for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+            with contextlib.suppress(Exception):
+                await task_stop.stop(t)
         if self._session is not None:
             await self._session.close()
 
