@@ -64,7 +64,11 @@ def test_the_code_keeps_every_contract(options) -> None:  # type: ignore[no-unty
         # Inside the runtime: the store never reaches up into the engine, nor the domain's
         # shapes into the streams.
         ("tether_runtime.store.runs", "tether_runtime.engine.worker", "The runtime in layers"),
-        ("tether_runtime.domain.events", "tether_runtime.streams.bus", "The runtime in layers"),
+        (
+            "tether_runtime.domain.events",
+            "tether_runtime.streams.run_writer",
+            "The runtime in layers",
+        ),
     ],
 )
 def test_an_import_that_breaks_a_contract_fails(options, importer, imported, contract) -> None:  # type: ignore[no-untyped-def]

@@ -151,8 +151,9 @@ async def test_one_trace_from_gateway_to_worker_and_metrics_move(private_env, pr
     start_http = next(
         s for s in gw_spans if s["name"].startswith("POST /v1/conversations/{id}/runs")
     )
-    # The POST streams (Accept: text/event-stream): one call starts the run and streams it.
-    start_grpc = next(s for s in rt_spans if s["name"] == "RuntimeService/StartRunAndStreamEvents")
+    # The POST streams (Accept: text/event-stream): one call starts the run, whose events the
+    # gateway follows on the bus (bus_feed.py).
+    start_grpc = next(s for s in rt_spans if s["name"] == "RuntimeService/StartRun")
     assert trace_of(start_http) == trace_of(start_grpc), "gateway and runtime in different traces"
     assert start_grpc["parent_id"] is not None
     executes = sorted(

@@ -21,7 +21,7 @@ from chaos.kit import (
     stored_events,
     wait_for,
 )
-from tether_runtime.streams.bus import channel
+from tether_common.run_bus import channel
 from tether_testkit import stores
 from tether_testkit.processes import Proc, free_port, start_gateway, start_runtime
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster

@@ -10,7 +10,7 @@ import time
 
 import asyncpg
 import pytest
-from tether_runtime.streams.bus import channel
+from tether_common.run_bus import channel
 from tether_testkit.client import Client
 from tether_testkit.history import History
 from tether_testkit.processes import start_gateway, start_runtime

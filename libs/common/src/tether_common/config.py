@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     # Gateway: a run's stream from the runtime silent this long is reopened from the last
     # sequence the gateway has (doubling while the run stays quiet, up to 5 min).
     feed_quiet_reopen_s: float = Field(default=15.0, gt=0)
+    # Gateway, with Redis: a run it starts with a streaming POST is followed on the Redis bus
+    # (the runtime's stream only after a gap, or once the run is quiet for stream_quiet_check_s);
+    # false: on the runtime's stream, as a reconnect's run is.
+    feed_on_bus: bool = True
     sse_retry_ms: int = 2000
     sse_buffer_bytes: int = 1 << 20
     drain_s: float = 20.0

@@ -36,6 +36,20 @@ def new_id_after(prefix: str, earlier: str) -> str:
     return f"{prefix}_{_encode(value + 1 + int.from_bytes(os.urandom(4), 'big'), 26)}"
 
 
+def made_lately(value: str, prefix: str, within_s: float) -> bool:
+    """Whether `value` has new_id's shape for `prefix` and a time part within `within_s` of now:
+    an id a caller made for a new row, as new_id makes them (ids sort by creation, so one from
+    far in the past or the future would sort among other rows)."""
+    head, sep, body = value.partition("_")
+    if head != prefix or not sep or len(body) != 26 or not set(body) <= _DIGITS:
+        return False
+    millis = 0
+    for ch in body[:10]:
+        millis = millis * 32 + _ALPHABET.index(ch)
+    return abs(millis / 1000 - time.time()) <= within_s
+
+
+_DIGITS = frozenset(_ALPHABET)
 PREFIXES = ("conv", "msg", "run", "int", "call", "op")
 
 

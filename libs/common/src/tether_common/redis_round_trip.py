@@ -1,5 +1,5 @@
 """Pipelined round trips to a plain Redis on one connection held for them: the gateway's script
-calls (`script_batch.py`) and the runtime's publishes (`streams/bus.py`), each of which already
+calls (`script_batch.py`) and the runtime's publishes (`run_bus.py`), each of which already
 makes one round trip at a time.
 
 redis-py's pipeline does a pool checkout under a lock per round trip, its observability hooks,

@@ -20,6 +20,7 @@ from tether_proto import wire
 from tether_gateway import csrf
 from tether_gateway.audit_api import query_time
 from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate, session_or_bearer
+from tether_gateway.bus_feed import Listening, start_on_bus
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
 from tether_gateway.sse import is_finished, stream_response
@@ -175,21 +176,36 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         "agent": data.get("agent", ""),
         "input_json": input_json,
     }
-    opened = None
+    opened: OpenedRun | None = None
+    listening: Listening | None = None
+    answer: rs.StartRunResponse | None = None
     streaming = wants_stream(request)
     async with gw.slots.held(gw.redis, caller.principal.user_id, wanted=streaming) as slot:
         if streaming:
-            # One call starts the run and streams it; a runtime older than this lacks it.
-            req = rs.StartRunAndStreamEventsRequest(**fields)
-            opened = await _start_streaming(gw, req, caller)
+            # The run followed on the bus (bus_feed.py) where there is one; else one call
+            # starts the run and streams it (a runtime older than that lacks it).
+            on_bus = await start_on_bus(
+                gw.bus,
+                lambda req: gw.client().start_run(req, caller.token),
+                rs.StartRunRequest(**fields),
+            )
+            if on_bus is not None:
+                answer, listening = on_bus
+            else:
+                req = rs.StartRunAndStreamEventsRequest(**fields)
+                opened = await _start_streaming(gw, req, caller)
         if opened is not None:
             run, replayed = opened.first.run, opened.first.replayed
         else:
-            resp = await gw.client().start_run(rs.StartRunRequest(**fields), caller.token)
-            run, replayed = resp.run, resp.replayed
+            if answer is None:
+                answer = await gw.client().start_run(rs.StartRunRequest(**fields), caller.token)
+            run, replayed = answer.run, answer.replayed
         location = f"/v1/runs/{run.id}"
+        # The connection below joins the run's feed, made here from the start.
         if opened is not None:
-            gw.feeds.adopt(run.id, caller.token, opened)  # the connection below joins it
+            gw.feeds.adopt(run.id, caller.token, opened)
+        elif listening is not None and answer is not None:
+            gw.feeds.adopt_listened(run.id, caller.token, answer.events, listening)
         if streaming:
             return await stream_response(
                 request,

@@ -12,8 +12,10 @@ from aiohttp import web
 from tether_common import redis_conn, task_stop
 from tether_common.config import Settings
 from tether_common.grpc_poller import unblock_completion_poller
+from tether_common.sharded_run_bus import event_bus
 
 from tether_gateway import agui, aisdk, api, approvals_api, audit_api, forwarding, health, langgraph
+from tether_gateway.bus_feed import watch_quiet
 from tether_gateway.csp import add_security_headers
 from tether_gateway.errors import error_middleware
 from tether_gateway.metrics import Metrics
@@ -90,9 +92,19 @@ def create_app(settings: Settings) -> web.Application:
         revocations = asyncio.create_task(
             gw.auth.revocations.follow(lambda: gw.revocations_redis), name="revocation-follower"
         )
+        quiet = None
+        if settings.redis_url and settings.feed_on_bus:
+            gw.bus = event_bus(settings.redis_url)
+            await gw.bus.start()
+            quiet = asyncio.create_task(
+                watch_quiet(gw.bus, settings.stream_quiet_check_s), name="bus-quiet-watch"
+            )
         yield
-        for task in (refresher, revocations):
+        for task in (refresher, revocations, quiet):
             await task_stop.stop(task)
+        if gw.bus is not None:
+            await gw.bus.close()
+            gw.bus = None
         for client in (gw.redis, gw.revocations_redis):
             if client is not None:
                 await client.aclose()

@@ -34,6 +34,14 @@ class Metrics:
             "Open StreamRunEvents calls behind SSE (one per shared run feed, plus dedicated ones)",
             registry=r,
         )
+        self.bus_feeds = Counter(
+            "tether_gateway_bus_feeds",
+            "Runs started with a streaming POST and followed on the Redis bus, by how that ended:"
+            " ended (the run's end came on the bus), gap, nudge or overflow (handed over to the"
+            " runtime's stream), left (the feed closed first)",
+            ["outcome"],
+            registry=r,
+        )
         self.sse_events = Counter(
             "tether_gateway_sse_events", "Events written to SSE clients", registry=r
         )

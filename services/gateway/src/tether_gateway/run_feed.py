@@ -30,6 +30,7 @@ from tether.runtime.v1 import events_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 from tether_proto import wire
 
+from tether_gateway.bus_feed import Batches, Listening, follow_listened
 from tether_gateway.runtime_client import Credential, OpenedRun, finish, follow_events
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class RunFeed:
         self.closed = False
         self._task: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None
+        self._listening: Listening | None = None  # a run followed on the bus (bus_feed.py)
 
     # -- joining and leaving (synchronous: no await between the ring copy and the fan-out) --
 
@@ -137,6 +139,8 @@ class RunFeed:
         task = self._task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
+        if self._listening is not None:
+            self._listening.close()  # (its follower may never have run)
 
     # -- the upstream --
 
@@ -153,7 +157,22 @@ class RunFeed:
             if ended:
                 self._start_task(self._close_after_status(opened))
                 return
-        self._start_task(self._pump(opened))
+        self._start_task(self._pump(self._from_runtime(opened)))
+
+    def start_listened(self, first: Sequence[events_pb2.RunEvent], listening: Listening) -> None:
+        """Follow a run this process started on the bus (bus_feed.py): its first event, from
+        StartRun's answer, goes into the ring now, as `start` puts a started call's first
+        message; the rest comes from the bus, or from the runtime's stream after a doubt."""
+        self.registry.metrics_upstream(1)
+        self._listening = listening
+        self._deliver(first)  # a new run's run_started: never its end
+        stream = follow_listened(listening, self._from_runtime, self.registry.metrics_bus)
+        self._start_task(self._pump(stream))
+
+    def _from_runtime(self, opened: OpenedRun | None = None) -> Batches:
+        return follow_events(
+            self.registry.client, self.run_id, self.token, lambda: self.last, opened
+        )
 
     def _start_task(self, coro: Coroutine[Any, Any, None]) -> None:
         self._task = asyncio.create_task(coro, name=f"run-feed-{self.run_id}")
@@ -182,10 +201,7 @@ class RunFeed:
             log.error("run feed failed", exc_info=err)
         self.close(err)
 
-    async def _pump(self, opened: OpenedRun | None) -> None:
-        stream = follow_events(
-            self.registry.client, self.run_id, self.token, lambda: self.last, opened
-        )
+    async def _pump(self, stream: Batches) -> None:
         async with contextlib.aclosing(stream):
             async for events in stream:
                 if self._deliver(events):
@@ -282,15 +298,22 @@ class FeedRegistry:
         *,
         linger_s: float = LINGER_S,
         on_upstream: Callable[[int], None] | None = None,
+        on_bus: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.linger_s = linger_s
         self.feeds: dict[str, RunFeed] = {}
         self._on_upstream = on_upstream
+        self._on_bus = on_bus
 
     def metrics_upstream(self, delta: int) -> None:
         if self._on_upstream is not None:
             self._on_upstream(delta)
+
+    def metrics_bus(self, outcome: str) -> None:
+        """How a run's following on the bus ended (bus_feed.follow_listened)."""
+        if self._on_bus is not None:
+            self._on_bus(outcome)
 
     def subscribe(self, run_id: str, sub: Subscriber, after: int, token: Credential) -> RunFeed:
         """Join the run's shared feed, or, when its ring does not reach back to `after`, a
@@ -330,6 +353,21 @@ class FeedRegistry:
         feed = RunFeed(self, run_id, token, 0)
         self.feeds[run_id] = feed
         feed.start(opened)
+
+    def adopt_listened(
+        self,
+        run_id: str,
+        token: Credential,
+        first: Sequence[events_pb2.RunEvent],
+        listening: Listening,
+    ) -> None:
+        """Make a run this process started on the bus the run's feed, as `adopt` does a call."""
+        if run_id in self.feeds:  # (a new id: only if the same start were adopted twice)
+            listening.close()
+            return
+        feed = RunFeed(self, run_id, token, 0)
+        self.feeds[run_id] = feed
+        feed.start_listened(first, listening)
 
     def forget(self, feed: RunFeed) -> None:
         if self.feeds.get(feed.run_id) is feed:

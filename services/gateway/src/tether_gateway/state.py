@@ -9,6 +9,7 @@ from aiohttp import web
 from tether_common.auth import TokenVerifier
 from tether_common.config import Settings
 from tether_common.revocation import Revocations
+from tether_common.run_bus import EventBus
 
 from tether_gateway.auth import Authenticator
 from tether_gateway.metrics import Metrics
@@ -42,6 +43,9 @@ class GatewayState:
     # so they have a client of their own that keeps it.
     redis: Any = None
     revocations_redis: Any = None
+    # The runs this process starts with a streaming POST are followed here (bus_feed.py); None
+    # without Redis or with TETHER_FEED_ON_BUS=false.
+    bus: EventBus | None = None
     streams: set[OpenStream] = field(default_factory=set)
     draining: bool = False
     limiter: RateLimiter = field(init=False)
@@ -73,7 +77,11 @@ class GatewayState:
         )
         # Every stream's heartbeat and write stall limit, on one timer.
         self.deadlines = Deadlines(self.settings.sse_heartbeat_s)
-        self.feeds = FeedRegistry(self.client, on_upstream=self.metrics.sse_upstream.inc)
+        self.feeds = FeedRegistry(
+            self.client,
+            on_upstream=self.metrics.sse_upstream.inc,
+            on_bus=lambda outcome: self.metrics.bus_feeds.labels(outcome).inc(),
+        )
 
     def client(self) -> RuntimeClient:
         if self.runtime is None:

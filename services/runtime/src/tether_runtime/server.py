@@ -18,6 +18,7 @@ from tether_common.config import Settings
 from tether_common.gc_tuning import freeze_startup_objects
 from tether_common.grpc_poller import unblock_completion_poller
 from tether_common.logging import setup_logging
+from tether_common.sharded_run_bus import event_bus
 from tether_common.tracing import setup_tracing
 
 from tether_runtime.api.interceptor import RuntimeInterceptor
@@ -31,7 +32,6 @@ from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store import idempotency, stalled_sessions
 from tether_runtime.store.db import create_pool
 from tether_runtime.store_watch import StoreWatch
-from tether_runtime.streams.sharded_bus import event_bus
 from tether_runtime.transport import (
     enable_reflection,
     health_only_server,

@@ -12,10 +12,10 @@ from typing import Any
 import asyncpg
 import pytest
 from tether_common.auth import Principal
+from tether_common.run_bus import EventBus
 from tether_runtime.api.event_stream import EventStream
 from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, runs
-from tether_runtime.streams.bus import EventBus
 from tether_testkit.running_runs import running_run
 
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
+from tether_common.run_bus import EventBus
 from tether_runtime.api import event_stream
 from tether_runtime.api.event_stream import EventStream
 from tether_runtime.api.runs import StreamedStart
 from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log
-from tether_runtime.streams.bus import EventBus
 
 
 async def test_the_first_event_goes_out_from_memory_and_the_rest_from_the_bus(

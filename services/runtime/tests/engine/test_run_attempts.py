@@ -10,11 +10,11 @@ import dataclasses
 from typing import Any
 
 import pytest
+from tether_common.run_bus import EventBus
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.engine import poison
 from tether_runtime.store import conversations, event_log, runs
-from tether_runtime.streams.bus import EventBus
 from tether_testkit.running_runs import queued_run
 
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from tether_common.run_bus import EventBus
 from tether_runtime.domain import events as ev
 from tether_runtime.store import event_log, grants
 from tether_runtime.store.statement_count import COUNTS
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 from tether_runtime.streams.run_writer import ClaimRead, ReadGrant, RunWriter
 from tether_testkit.running_runs import running_run

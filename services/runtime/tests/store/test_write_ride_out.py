@@ -10,12 +10,12 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tether_common.run_bus import EventBus
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
 from tether_runtime.store import event_log, runs
 from tether_runtime.store.db import create_pool
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 from tether_runtime.streams.run_writer import RunWriter
 from tether_testkit.running_runs import running_run

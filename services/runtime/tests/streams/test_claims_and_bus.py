@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from tether_common import run_bus as bus_module
 from tether_common.ids import new_id, new_id_after
+from tether_common.run_bus import EventBus, Subscription
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
 from tether_runtime.store import conversations, event_log, runs
 from tether_runtime.store.db import create_pool
-from tether_runtime.streams import bus as bus_module
 from tether_runtime.streams import event_sink
-from tether_runtime.streams.bus import EventBus, Subscription
 from tether_runtime.streams.event_sink import MAX_STATEMENT_EVENTS, EventSink
 from tether_runtime.streams.run_writer import RunWriter, SaveCheckpoint, ThenSave
 from tether_testkit.loop_timers import count_timers

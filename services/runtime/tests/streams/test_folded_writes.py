@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from tether_common.ids import new_id
+from tether_common.run_bus import EventBus
 from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, runs, webhook_endpoints
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, RunEnd
 from tether_runtime.store.statement_count import COUNTS
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 from tether_runtime.streams.run_writer import (
     ClaimRead,

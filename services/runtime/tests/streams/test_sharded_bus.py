@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio.cluster import RedisCluster
 from tether_common import redis_conn
-from tether_runtime.streams.bus import Subscription, channel
-from tether_runtime.streams.sharded_bus import ShardedEventBus, event_bus
+from tether_common.run_bus import Subscription, channel
+from tether_common.sharded_run_bus import ShardedEventBus, event_bus
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
 
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from tether_common.auth import Principal
 from tether_common.backoff import HALF_JITTER, Backoff, Retries
+from tether_common.run_bus import EventBus, Subscription
 
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
@@ -23,7 +24,6 @@ from tether_runtime.domain.views import RunView
 from tether_runtime.engine.resume import load_owned_run
 from tether_runtime.store import event_log, event_partitions, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, STORE_ERRORS, Conn, Pool
-from tether_runtime.streams.bus import EventBus, Subscription
 
 PAGE = 2000
 READ_PAUSE_S = 0.5  # the longest pause between a stream's reads while the store is away

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+import asyncpg
 from tether_common.auth import Principal
-from tether_common.errors import InvalidArgument, NotFound, PermissionDenied
-from tether_common.ids import new_id, new_id_after
+from tether_common.errors import ClientIdTaken, InvalidArgument, NotFound, PermissionDenied
+from tether_common.ids import made_lately, new_id, new_id_after
 from tether_common.input_parsers import encode_page_token, idempotency_key, page_token
 
 from tether_runtime import metrics
@@ -33,12 +35,25 @@ from tether_runtime.store import (
 from tether_runtime.store.db import Conn, Pool
 
 MAX_TITLE = 200
+# How far a caller's own run id (StartRunRequest.run_id) may be from this runtime's clock.
+RUN_ID_CLOCK_S = 300.0
 # Until agents carry their own description (the SDK's Agent does), the one shipped agent's.
 
 
 def _acting(principal: Principal) -> None:
     if not principal.may_act():
         raise PermissionDenied("this token may only read a stream")
+
+
+def callers_run_id(value: str) -> str:
+    """A run id the caller made for its new run (it listens for the run's batches before the run
+    exists); INVALID_ARGUMENT unless it is made as new_id makes them, at about this time."""
+    if not made_lately(value, "run", RUN_ID_CLOCK_S):
+        raise InvalidArgument(
+            "run_id must be made as run ids are: 'run_' and 26 lower-case Crockford base32"
+            " characters, its time part within 5 minutes of now"
+        )
+    return value
 
 
 async def owned_conversation(conn: Conn, principal: Principal, conv_id: str) -> ConversationRow:
@@ -144,8 +159,8 @@ async def start_run(
     agent = agents.resolve(agent)  # AGENT_NOT_FOUND, never a fallback
     rhash = request_hash(conv_id, text.strip(), agent, *([input_json] if input_json else []))
     text, graph_input = run_input(text, input_json, graph=is_driven(agents.get(agent).agent))
-    scope = f"start:{principal.user_id}"
-    run_id = run_id or new_id("run")  # a caller already listening for the run names it
+    named = bool(run_id)  # a caller already listening for the run names it
+    run_id = run_id or new_id("run")
     message_id = new_id("msg")
     # The first event commits with the run itself: a client's stream has something at once,
     # whatever the workers are doing.
@@ -166,31 +181,44 @@ async def start_run(
         checkpoint,
         graph_input,
     )
-    if admissions is not None and not key:
-        # Without a key nothing else commits with the admission: it joins the process's next
-        # batch of admissions (one statement for the starts that arrive together).
-        confirmed = streamed is not None and await streamed.confirmed()
-        admission = _found(await admissions.start(start))
-        view = RunView.of(concurrent_runs.admitted(admission))
-        return _started(view, streamed, confirmed, encoded), False, admission.active
-    async with pool.acquire() as conn:
-        if key:
-            replay = await stored_answer(conn, scope, key, rhash)
-            if replay is not None:
-                return replay, True, []
-        confirmed = streamed is not None and await streamed.confirmed()
-        # The conversation is locked first, so the agent's concurrent_runs policy reads its
-        # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
-        # idempotency key must commit with it.
-        async with conn.transaction() if key else contextlib.nullcontext():
-            admission = _found(await run_admission.start(conn, start))
+    with _taken_if_named(named=named):
+        scope = f"start:{principal.user_id}"
+        if admissions is not None and not key:
+            # Without a key nothing else commits with the admission: it joins the process's next
+            # batch of admissions (one statement for the starts that arrive together).
+            confirmed = streamed is not None and await streamed.confirmed()
+            admission = _found(await admissions.start(start))
             view = RunView.of(concurrent_runs.admitted(admission))
-            if key and not await idempotency.store(
-                conn, scope, key, rhash, {"run": view.to_json()}
-            ):
-                # A concurrent twin stored the key first: undo ours, answer with theirs.
-                raise _Retry()
-    return _started(view, streamed, confirmed, encoded), False, admission.active
+            return _started(view, streamed, confirmed, encoded), False, admission.active
+        async with pool.acquire() as conn:
+            if key:
+                replay = await stored_answer(conn, scope, key, rhash)
+                if replay is not None:
+                    return replay, True, []
+            confirmed = streamed is not None and await streamed.confirmed()
+            # The conversation is locked first, so the agent's concurrent_runs policy reads its
+            # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
+            # idempotency key must commit with it.
+            async with conn.transaction() if key else contextlib.nullcontext():
+                admission = _found(await run_admission.start(conn, start))
+                view = RunView.of(concurrent_runs.admitted(admission))
+                if key and not await idempotency.store(
+                    conn, scope, key, rhash, {"run": view.to_json()}
+                ):
+                    # A concurrent twin stored the key first: undo ours, answer with theirs.
+                    raise _Retry()
+        return _started(view, streamed, confirmed, encoded), False, admission.active
+
+
+@contextlib.contextmanager
+def _taken_if_named(*, named: bool) -> Iterator[None]:
+    """A run id the caller named that some run already has: CLIENT_ID_TAKEN, not a store error."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError as err:
+        if named and err.constraint_name == "run_pkey":
+            raise ClientIdTaken("run_id already names a run") from None
+        raise
 
 
 def _found(admission: run_admission.Admission | None) -> run_admission.Admission:

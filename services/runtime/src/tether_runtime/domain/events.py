@@ -4,12 +4,15 @@ serialized protobuf and published in batches, so a stream passes them on without
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from tether.runtime.v1 import events_pb2, resources_pb2
+
+# A batch's wire form is shared with the gateway, which follows a run's batches on the bus too.
+from tether_common.event_batch import batch_from_encoded as batch_from_encoded
+from tether_common.event_batch import split_batch as split_batch
 from tether_proto import wire
 
 RunEvent = events_pb2.RunEvent
@@ -177,27 +180,3 @@ def kind_of(ev: RunEvent) -> str:
 
 def is_terminal(ev: RunEvent) -> bool:
     return kind_of(ev) in TERMINAL
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def batch_from_encoded(encoded: Sequence[bytes]) -> bytes:
-    """The bytes of a StreamRunEventsResponse whose `events` (field 1) are these encoded RunEvents,
-    built by concatenation: no decode, no re-encode."""
-    return b"".join(b"\x0a" + _varint(len(e)) + e for e in encoded)
-
-
-def split_batch(data: bytes) -> list[RunEvent]:
-    from tether.runtime.v1 import runtime_service_pb2
-
-    return list(runtime_service_pb2.StreamRunEventsResponse.FromString(data).events)

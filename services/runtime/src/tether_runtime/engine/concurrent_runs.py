@@ -17,6 +17,7 @@ import logging
 
 from tether_common.auth import Principal
 from tether_common.errors import FailedPrecondition, NotFound, RunActive
+from tether_common.run_bus import EventBus
 
 from tether_runtime.domain.records import RunRow
 from tether_runtime.engine import resume
@@ -24,7 +25,6 @@ from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.store import audit
 from tether_runtime.store.db import Pool
 from tether_runtime.store.run_admission import Admission
-from tether_runtime.streams.bus import EventBus
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 
+from tether_common.run_bus import EventBus
+
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
 from tether_runtime.store import event_log, runs
 from tether_runtime.store.db import Pool
-from tether_runtime.streams.bus import EventBus
 
 log = logging.getLogger(__name__)
 

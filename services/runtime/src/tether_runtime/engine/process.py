@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tether_common.config import Settings
+from tether_common.run_bus import EventBus
 
 from tether_runtime.engine.agent.summaries import Summaries
 from tether_runtime.engine.agents import AgentRegistry
@@ -13,7 +14,6 @@ from tether_runtime.engine.held_wakes import HeldWakes
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store.db import Pool
 from tether_runtime.store.run_admission import Admissions
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 
 

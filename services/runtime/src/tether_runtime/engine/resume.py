@@ -26,6 +26,7 @@ from tether_common.errors import (
     PermissionDenied,
 )
 from tether_common.input_parsers import idempotency_key, json_document
+from tether_common.run_bus import EventBus
 from tether_proto.wire import ToolCallStatus
 
 from tether_runtime import metrics
@@ -36,7 +37,6 @@ from tether_runtime.engine import questions
 from tether_runtime.policy import approvals
 from tether_runtime.store import audit, db, event_log, idempotency, interrupts, runs
 from tether_runtime.store.db import Conn, Pool, db_now
-from tether_runtime.streams.bus import EventBus
 
 log = logging.getLogger(__name__)
 

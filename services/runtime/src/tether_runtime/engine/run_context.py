@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
+from tether_common.run_bus import EventBus
+
 from tether_runtime.domain import events as ev
 from tether_runtime.domain.records import RunRow
 from tether_runtime.engine.checkpoint import Checkpoint, PendingCall
@@ -14,7 +16,6 @@ from tether_runtime.engine.held_wakes import HeldWakes
 from tether_runtime.engine.loaded_agent import LoadedAgent
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store.db import Pool
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.run_writer import Apply, SaveCheckpoint
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from opentelemetry import trace
 from tether_common.ids import new_id
+from tether_common.run_bus import EventBus
 from tether_sdk import ModelRequest
 
 from tether_runtime import metrics
@@ -33,7 +34,6 @@ from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store import conversations, runs
 from tether_runtime.store.db import Pool, db_now
 from tether_runtime.store.event_log import RunEnd
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.run_writer import Apply, EndRun, RunWriter, SaveCheckpoint
 
 log = logging.getLogger(__name__)

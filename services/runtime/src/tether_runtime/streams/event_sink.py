@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
+from tether_common.run_bus import EventBus
+
 from tether_runtime.store import db, event_log
 from tether_runtime.store.db import Pool
 from tether_runtime.store.event_log import LeaseAppend
-from tether_runtime.streams.bus import EventBus
 
 MAX_STATEMENT_EVENTS = 500
 

@@ -14,13 +14,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tether_common.run_bus import EventBus
+
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
 from tether_runtime.store import conversations, event_log, grants, interrupts, runs
 from tether_runtime.store.db import STORE_DOWN, Conn, Pool
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, ReadClaim, RunEnd
 from tether_runtime.store.outage import Outage
-from tether_runtime.streams.bus import EventBus
 from tether_runtime.streams.event_sink import EventSink
 
 Apply = Callable[[Conn], Awaitable[None]]

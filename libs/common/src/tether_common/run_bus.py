@@ -16,12 +16,12 @@ from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
+
 from tether_common import redis_conn, task_stop
 from tether_common.backoff import NO_JITTER, Backoff, Retries
+from tether_common.event_batch import batch_from_encoded
 from tether_common.event_wait import wait_set
 from tether_common.redis_round_trip import RoundTrip
-
-from tether_runtime.domain.events import batch_from_encoded
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from redis.event import (
     AsyncEventListenerInterface,
     EventDispatcher,
 )
+
 from tether_common import redis_conn, task_stop
 from tether_common.event_wait import wait_set
-
-from tether_runtime.streams.bus import RECONNECT, SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
+from tether_common.run_bus import RECONNECT, SUBSCRIBE_WAIT_S, EventBus, Subscription, channel
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +323,6 @@ async def _close(shard: _Shard) -> None:
 
 def event_bus(url: str, *, drop_every: int = 0) -> EventBus:
     """The bus REDIS_URL asks for: sharded through a `redis+cluster://` URL, else the plain one
-    (`drop_every`: the chaos suite's lost publishes, streams/bus.py)."""
+    (`drop_every`: the chaos suite's lost publishes, run_bus.py)."""
     bus = ShardedEventBus if redis_conn.is_cluster(url) else EventBus
     return bus(url, drop_every=drop_every)

@@ -1,0 +1,154 @@
+"""A run this gateway process starts, followed on the Redis bus (DESIGN "Where fan-out happens").
+
+A streaming POST makes the run's id itself, subscribes to the run's channel and waits for Redis
+to confirm it, and only then asks the runtime to store the run under that id (StartRun with
+`run_id`). The answer carries the run's first event, which commits with the run and is never
+published; every later batch is published after its commit, and from the confirmation on none
+can pass this process by. So the run's feed takes the first event from the answer and the rest
+from the bus, in order, each once, with no gRPC stream held for the run: the runtime keeps no
+stream task, subscription or sends for it, the gateway no streamed call.
+
+The bus is a fast path, never the truth. A batch that does not follow the last event densely (a
+publish lost), a subscription that overflowed, the subscriber connection made again (the bus
+nudges its streams), or a run silent for the quiet interval (`watch_quiet`: a lost *last*
+publish, or a run waiting for a person) hands the run over to the runtime's stream
+(`runtime_client.follow_events`) from the last event delivered: what the bus missed comes from
+Postgres, exactly as for every other run. A start that Redis did not confirm in time, or whose
+answer names another run (a replayed start, a runtime older than `run_id`), is followed on the
+runtime's stream from the start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+
+from tether.runtime.v1 import events_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_common.event_batch import split_batch
+from tether_common.ids import new_id
+from tether_common.run_bus import EventBus, Subscription
+
+from tether_gateway.runtime_client import ends_run
+
+log = logging.getLogger(__name__)
+
+Batches = AsyncGenerator[Sequence[events_pb2.RunEvent], None]
+
+
+class Listening:
+    """The bus subscription of a run this process is about to start, held until its feed stops
+    following the bus (`close`, idempotent)."""
+
+    def __init__(self, bus: EventBus, run_id: str) -> None:
+        self.bus = bus
+        self._held = bus.subscribe(run_id)
+        self.sub: Subscription = self._held.__enter__()
+        self.sub.last_heard = time.monotonic()  # quiet from now on, not from the epoch
+        self.closed = False
+
+    async def confirmed(self) -> bool:
+        """Whether Redis confirmed the subscription (waiting briefly): only then may the run be
+        stored, since a batch published before the confirmation could pass this process by."""
+        return await self.bus.confirmed(self.sub)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._held.__exit__(None, None, None)
+
+
+async def follow_listened(
+    listening: Listening, rest: Callable[[], Batches], outcome: Callable[[str], None]
+) -> Batches:
+    """The run's batches from the bus, after the first event (delivered from StartRun's answer);
+    at the first doubt, `rest()` (the runtime's stream from the last event delivered). The caller
+    stops iterating at the terminal event. `outcome` hears how the bus's part ended: `ended` (the
+    run's terminal event came on it), `gap`, `nudge` or `overflow` (handed over), `left` (the
+    feed closed first)."""
+    sub, last, how = listening.sub, 1, "left"
+    try:
+        while True:
+            datas = [await sub.queue.get()]
+            while not sub.queue.empty():
+                datas.append(sub.queue.get_nowait())
+            events, doubt = _dense(datas, last)
+            if events:
+                last = events[-1].sequence
+                if ends_run(events):
+                    how = "ended"
+                yield events
+                if how == "ended":
+                    return
+            if doubt or sub.overflowed:
+                how = doubt or "overflow"
+                break
+    finally:
+        listening.close()
+        outcome(how)
+    log.debug("run %s: followed on the runtime's stream after %d (%s)", sub.run_id, last, how)
+    async with contextlib.aclosing(rest()) as stream:
+        async for batch in stream:
+            yield batch
+
+
+def _dense(datas: list[bytes], last: int) -> tuple[list[events_pb2.RunEvent], str]:
+    """The events of published batches that follow `last` densely, and what ended them early:
+    `gap` (a lost publish) or `nudge` (an empty message: the bus's connection was made again, or
+    the run has been quiet), where the runtime's stream takes over; empty when none did."""
+    out: list[events_pb2.RunEvent] = []
+    event: events_pb2.RunEvent
+    for data in datas:
+        if not data:
+            return out, "nudge"
+        for event in split_batch(data):
+            if event.sequence <= last:
+                continue  # a publish repeated after a commit that landed (run_writer)
+            if event.sequence != last + 1:
+                return out, "gap"
+            out.append(event)
+            last = event.sequence
+    return out, ""
+
+
+async def watch_quiet(bus: EventBus, quiet_s: float) -> None:
+    """Every `quiet_s`, nudge each run followed on the bus that heard nothing for as long: its
+    feed moves to the runtime's stream, which finds a lost last publish at once (its replay) and
+    follows a run that waits (a card, a slow tool) as any other. One timer for the process."""
+    while True:
+        await asyncio.sleep(quiet_s)
+        cutoff = time.monotonic() - quiet_s
+        for sub in bus.subscriptions():
+            if sub.last_heard <= cutoff:
+                sub.nudge()
+
+
+async def start_on_bus(
+    bus: EventBus | None,
+    start: Callable[[rs.StartRunRequest], Awaitable[rs.StartRunResponse]],
+    request: rs.StartRunRequest,
+) -> tuple[rs.StartRunResponse, Listening | None] | None:
+    """StartRun under an id this process made and listens on: the answer, and the subscription
+    when the run is to be followed on the bus (None for a replayed start or a runtime that does
+    not take `run_id`: their runs are followed on the runtime's stream). None without a bus to
+    follow on (none, its connection down, or Redis slower to confirm than SUBSCRIBE_WAIT_S):
+    nothing was started, the caller starts the run on the runtime's stream instead."""
+    if bus is None or not bus.connected:
+        return None
+    run_id = new_id("run")
+    listening = Listening(bus, run_id)
+    try:
+        if not await listening.confirmed():
+            listening.close()
+            return None
+        request.run_id = run_id
+        resp = await start(request)
+    except BaseException:
+        listening.close()
+        raise
+    if resp.run.id != run_id or not resp.events:
+        listening.close()
+        return resp, None
+    return resp, listening

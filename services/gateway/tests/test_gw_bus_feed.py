@@ -1,0 +1,194 @@
+"""A run the gateway starts and follows on the Redis bus (bus_feed.py), against a real Redis: the
+published batches follow the first event densely, each once; at a lost publish, a nudge (the
+quiet check, a connection made again) or an overflow the run is handed over to the runtime's
+stream from the last event delivered, and the subscription is gone; a start the bus cannot serve
+starts nothing on it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
+from tether_common.ids import new_id
+from tether_common.run_bus import QUEUE_LIMIT, EventBus
+from tether_gateway.bus_feed import Batches, Listening, follow_listened, start_on_bus, watch_quiet
+
+
+def _delta(run_id: str, seq: int) -> bytes:
+    event = events_pb2.RunEvent(
+        run_id=run_id, sequence=seq, text_delta=events_pb2.TextDelta(message_id="m", delta="x")
+    )
+    return event.SerializeToString()
+
+
+def _done(run_id: str, seq: int) -> bytes:
+    return events_pb2.RunEvent(
+        run_id=run_id, sequence=seq, done=events_pb2.Done(message_id="m")
+    ).SerializeToString()
+
+
+@pytest.fixture
+async def bus(redis_url: str) -> AsyncIterator[EventBus]:
+    bus = EventBus(redis_url)
+    await bus.start()
+    async with asyncio.timeout(10):
+        while not bus.connected:
+            await asyncio.sleep(0.02)
+    yield bus
+    await bus.close()
+
+
+class Follower:
+    """follow_listened as a feed drives it: the sequences it was given, where the runtime's
+    stream was asked to start, and how the bus's part ended."""
+
+    def __init__(self, listening: Listening, tail: Sequence[int] = ()) -> None:
+        self.listening = listening
+        self.got: list[int] = []
+        self.rest_from: list[int] = []
+        self.outcomes: list[str] = []
+        self.tail = tail
+        run_id = listening.sub.run_id
+        self.stream = follow_listened(listening, self._rest, self.outcomes.append)
+        self.run_id = run_id
+
+    async def _rest(self) -> Batches:  # type: ignore[misc]
+        after = self.got[-1]
+        self.rest_from.append(after)
+        for seq in self.tail:
+            if seq > after:
+                yield [events_pb2.RunEvent.FromString(_delta(self.run_id, seq))]
+
+    async def read(self, n: int) -> None:
+        """Read until `n` events were given."""
+        async with asyncio.timeout(10):
+            while len(self.got) < n:
+                batch = await anext(self.stream)
+                self.got.extend(e.sequence for e in batch)
+
+
+async def _listening(bus: EventBus) -> Listening:
+    listening = Listening(bus, new_id("run"))
+    assert await listening.confirmed()
+    return listening
+
+
+async def test_batches_follow_densely_each_once_to_the_end(bus: EventBus) -> None:
+    f = Follower(await _listening(bus))
+    run_id = f.run_id
+    f.got.append(1)  # the first event, from StartRun's answer
+    await bus.publish(run_id, [_delta(run_id, 2), _delta(run_id, 3)])
+    await bus.publish(run_id, [_delta(run_id, 3), _delta(run_id, 4)])  # 3 again: a repeat
+    await bus.publish(run_id, [_done(run_id, 5)])
+    await f.read(5)
+    assert f.got == [1, 2, 3, 4, 5]
+    with pytest.raises(StopAsyncIteration):
+        await anext(f.stream)
+    assert f.outcomes == ["ended"] and f.rest_from == []
+    assert bus.subscriptions() == [] and f.listening.closed
+
+
+async def test_a_lost_publish_hands_the_run_to_the_runtime_from_the_last_event(
+    bus: EventBus,
+) -> None:
+    f = Follower(await _listening(bus), tail=[4, 5, 6])
+    run_id = f.run_id
+    f.got.append(1)
+    await bus.publish(run_id, [_delta(run_id, 2), _delta(run_id, 3)])
+    await bus.publish(run_id, [_delta(run_id, 5), _delta(run_id, 6)])  # 4 was lost
+    await f.read(6)
+    assert f.got == [1, 2, 3, 4, 5, 6]  # 5 and 6 from the runtime, never twice
+    assert f.rest_from == [3] and f.outcomes == ["gap"]
+    assert bus.subscriptions() == []  # unsubscribed before the runtime's stream opened
+    await f.stream.aclose()
+
+
+async def test_a_quiet_run_is_nudged_over_to_the_runtime(bus: EventBus) -> None:
+    f = Follower(await _listening(bus), tail=[3])
+    run_id = f.run_id
+    f.got.append(1)
+    watch = asyncio.create_task(watch_quiet(bus, 0.2))
+    try:
+        await bus.publish(run_id, [_delta(run_id, 2)])
+        await f.read(3)  # 3 was never published (a lost last publish): the quiet check finds it
+    finally:
+        watch.cancel()
+    assert f.got == [1, 2, 3] and f.rest_from == [2] and f.outcomes == ["nudge"]
+    await f.stream.aclose()
+
+
+async def test_an_overflowed_subscription_is_handed_over(bus: EventBus) -> None:
+    f = Follower(await _listening(bus), tail=range(2, QUEUE_LIMIT + 50))
+    run_id = f.run_id
+    f.got.append(1)
+    for seq in range(2, QUEUE_LIMIT + 40):  # more than the queue holds, before any is read
+        await bus.publish(run_id, [_delta(run_id, seq)])
+    async with asyncio.timeout(10):
+        while not f.listening.sub.overflowed:
+            await asyncio.sleep(0.02)
+    await f.read(QUEUE_LIMIT + 49)
+    assert f.got == list(range(1, QUEUE_LIMIT + 50)) and f.outcomes == ["overflow"]
+    await f.stream.aclose()
+
+
+async def test_a_feed_that_closes_first_drops_the_subscription(bus: EventBus) -> None:
+    f = Follower(await _listening(bus))
+    f.got.append(1)
+    await bus.publish(f.run_id, [_delta(f.run_id, 2)])
+    await f.read(2)
+    await f.stream.aclose()
+    assert f.outcomes == ["left"] and bus.subscriptions() == []
+
+
+def _answer(run_id: str, events: Sequence[bytes] = ()) -> rs.StartRunResponse:
+    return rs.StartRunResponse(
+        run=resources_pb2.Run(id=run_id),
+        events=[events_pb2.RunEvent.FromString(e) for e in events],
+    )
+
+
+async def test_a_start_on_the_bus_names_the_run_and_keeps_listening(bus: EventBus) -> None:
+    asked: list[rs.StartRunRequest] = []
+
+    async def start(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        assert len(bus.subscriptions()) == 1  # subscribed, and confirmed, before the start
+        assert bus.subscriptions()[0].subscribed.is_set()
+        asked.append(req)
+        return _answer(req.run_id, [_delta(req.run_id, 1)])
+
+    got = await start_on_bus(bus, start, rs.StartRunRequest(conversation_id="c", text="hi"))
+    assert got is not None
+    answer, listening = got
+    assert listening is not None and listening.sub.run_id == asked[0].run_id == answer.run.id
+    assert asked[0].run_id.startswith("run_")
+    listening.close()
+    assert bus.subscriptions() == []
+
+
+async def test_a_start_the_bus_cannot_serve_keeps_no_subscription(
+    bus: EventBus, redis_url: str
+) -> None:
+    async def other_run(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        return _answer(new_id("run"))  # a replayed start, or a runtime that ignores run_id
+
+    async def fails(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        raise RuntimeError("the runtime refused")
+
+    async def never(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        raise AssertionError("started without a bus to follow on")
+
+    req = rs.StartRunRequest(conversation_id="c", text="hi")
+    got = await start_on_bus(bus, other_run, req)
+    assert got is not None and got[1] is None and bus.subscriptions() == []
+    with pytest.raises(RuntimeError):
+        await start_on_bus(bus, fails, rs.StartRunRequest(conversation_id="c", text="hi"))
+    assert bus.subscriptions() == []
+    assert await start_on_bus(None, never, req) is None
+    down = EventBus(redis_url)  # never started: not connected
+    try:
+        assert await start_on_bus(down, never, req) is None
+    finally:
+        await down.close()
