@@ -31,7 +31,9 @@ class Metrics:
         self.sse_open = Gauge("tether_gateway_sse_connections", "Open SSE connections", registry=r)
         self.sse_upstream = Gauge(
             "tether_gateway_sse_upstream_streams",
-            "Open StreamRunEvents calls behind SSE (one per shared run feed, plus dedicated ones)",
+            "Run feeds behind SSE, each following its run on a StreamRunEvents call or, for a run"
+            " this gateway started, on the Redis bus (one per shared run feed, plus dedicated"
+            " ones)",
             registry=r,
         )
         self.bus_feeds = Counter(
