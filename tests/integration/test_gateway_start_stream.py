@@ -194,8 +194,8 @@ async def test_the_starting_call_ends_when_its_client_leaves_at_once(
     """The call that started the run (or the bus subscription made for it) is the run's shared
     feed on the gateway: when the client that started it leaves before reading anything, the
     feed (nobody joined, or everybody left) ends it after the linger, while the run itself waits
-    on its approval. On the bus, the run waiting goes quiet and is handed over to the runtime's
-    stream first (the quiet check), which the linger then ends too."""
+    on its approval. On the bus, the run waiting is quiet but not behind (the positioning check),
+    so it stays there, holding no stream of the runtime's, until the linger ends it."""
     kind, proxy, gw = through_proxy
     service, _ = await abnormal_service(db, prefix="leave")
     auth = {"Authorization": f"Bearer {issue_token(TEST_SECRET, 'alice')}"}
@@ -220,7 +220,8 @@ async def test_the_starting_call_ends_when_its_client_leaves_at_once(
     assert proxy.streaming == 0, "the starting call outlived its feed"
     assert await _subscribers(redis_url, run_id) == 0, "the run's subscription outlived its feed"
     if kind == "bus":
-        assert await _bus_feeds(gw) == {"nudge": 1.0}  # quiet on its card, then handed over
+        assert proxy.calls["StreamRunEvents"] == 0 and proxy.calls["GetRunPositions"] >= 1
+        assert await _bus_feeds(gw) == {"left": 1.0}
     # The run did not depend on the connection (invariant 6): it went on to its approval.
     while asyncio.get_running_loop().time() < deadline + 15:
         status = await db.fetchval("SELECT status FROM run WHERE id = $1", run_id)

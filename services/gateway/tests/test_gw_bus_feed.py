@@ -106,17 +106,55 @@ async def test_a_lost_publish_hands_the_run_to_the_runtime_from_the_last_event(
     await f.stream.aclose()
 
 
-async def test_a_quiet_run_is_nudged_over_to_the_runtime(bus: EventBus) -> None:
-    f = Follower(await _listening(bus), tail=[3])
+async def test_a_quiet_run_stays_on_the_bus_until_the_positioning_check_finds_it_behind(
+    bus: EventBus,
+) -> None:
+    f = Follower(await _listening(bus), tail=[3, 4])
     run_id = f.run_id
     f.got.append(1)
-    watch = asyncio.create_task(watch_quiet(bus, 0.2))
+    stored = {run_id: 2}  # what GetRunPositions answers: the run's last stored sequence
+    asked: list[list[str]] = []
+
+    async def positions(ids: list[str]) -> dict[str, int]:
+        asked.append(ids)
+        return {i: stored[i] for i in ids if i in stored}
+
+    watch = asyncio.create_task(watch_quiet(bus, 0.1, positions))
     try:
         await bus.publish(run_id, [_delta(run_id, 2)])
-        await f.read(3)  # 3 was never published (a lost last publish): the quiet check finds it
+        await f.read(2)
+        reading = asyncio.ensure_future(f.read(3))
+        async with asyncio.timeout(10):
+            while len(asked) < 3:  # quiet, checked, and not behind: it stays on the bus
+                await asyncio.sleep(0.02)
+        assert not reading.done() and f.rest_from == [] and f.outcomes == []
+        stored[run_id] = 3  # 3 was stored and its publish lost (the run's last one, say)
+        await reading
     finally:
         watch.cancel()
+    assert all(ids == [run_id] for ids in asked)
     assert f.got == [1, 2, 3] and f.rest_from == [2] and f.outcomes == ["nudge"]
+    await f.stream.aclose()
+
+
+@pytest.mark.parametrize("answer", ["fails", "leaves-it-out"])
+async def test_a_quiet_run_the_check_cannot_place_is_handed_over(
+    bus: EventBus, answer: str
+) -> None:
+    f = Follower(await _listening(bus), tail=[2])
+    f.got.append(1)
+
+    async def positions(ids: list[str]) -> dict[str, int]:
+        if answer == "fails":
+            raise RuntimeError("the runtime is away")
+        return {}
+
+    watch = asyncio.create_task(watch_quiet(bus, 0.1, positions))
+    try:
+        await f.read(2)
+    finally:
+        watch.cancel()
+    assert f.rest_from == [1] and f.outcomes == ["nudge"]
     await f.stream.aclose()
 
 

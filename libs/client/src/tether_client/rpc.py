@@ -97,6 +97,14 @@ class RuntimeApi:
         )
         return call
 
+    def get_run_positions(
+        self, request: pb.GetRunPositionsRequest, *, metadata: Metadata, timeout: float | None
+    ) -> Unary[pb.GetRunPositionsRequest, pb.GetRunPositionsResponse]:
+        call: Unary[pb.GetRunPositionsRequest, pb.GetRunPositionsResponse] = (
+            self._stub.GetRunPositions(request, metadata=metadata, timeout=timeout)
+        )
+        return call
+
     def cancel_run(
         self, request: pb.CancelRunRequest, *, metadata: Metadata, timeout: float | None
     ) -> Unary[pb.CancelRunRequest, pb.CancelRunResponse]:

@@ -97,7 +97,12 @@ def create_app(settings: Settings) -> web.Application:
             gw.bus = event_bus(settings.redis_url)
             await gw.bus.start()
             quiet = asyncio.create_task(
-                watch_quiet(gw.bus, settings.stream_quiet_check_s), name="bus-quiet-watch"
+                watch_quiet(
+                    gw.bus,
+                    settings.stream_quiet_check_s,
+                    lambda ids: gw.client().run_positions(ids),
+                ),
+                name="bus-quiet-watch",
             )
         yield
         for task in (refresher, revocations, quiet):

@@ -10,10 +10,11 @@ stream task, subscription or sends for it, the gateway no streamed call.
 
 The bus is a fast path, never the truth. A batch that does not follow the last event densely (a
 publish lost), a subscription that overflowed, the subscriber connection made again (the bus
-nudges its streams), or a run silent for the quiet interval (`watch_quiet`: a lost *last*
-publish, or a run waiting for a person) hands the run over to the runtime's stream
-(`runtime_client.follow_events`) from the last event delivered: what the bus missed comes from
-Postgres, exactly as for every other run. A start that Redis did not confirm in time, or whose
+nudges its streams), or a run found behind by the positioning check (`watch_quiet`: a quiet run
+whose stored last sequence is past the feed's, a lost *last* publish) hands the run over to the
+runtime's stream (`runtime_client.follow_events`) from the last event delivered: what the bus
+missed comes from Postgres, exactly as for every other run. A run that is merely quiet (a card
+waiting for a person, a slow tool) stays on the bus, holding nothing in the runtime. A start that Redis did not confirm in time, or whose
 answer names another run (a replayed start, a runtime older than `run_id`), is followed on the
 runtime's stream from the start."""
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
@@ -36,6 +38,7 @@ from tether_gateway.runtime_client import ends_run
 log = logging.getLogger(__name__)
 
 Batches = AsyncGenerator[Sequence[events_pb2.RunEvent], None]
+POSITIONS_PER_CALL = 1000  # GetRunPositions' limit
 
 
 class Listening:
@@ -69,6 +72,7 @@ async def follow_listened(
     run's terminal event came on it), `gap`, `nudge` or `overflow` (handed over), `left` (the
     feed closed first)."""
     sub, last, how = listening.sub, 1, "left"
+    sub.position = last
     try:
         while True:
             datas = [await sub.queue.get()]
@@ -76,7 +80,7 @@ async def follow_listened(
                 datas.append(sub.queue.get_nowait())
             events, doubt = _dense(datas, last)
             if events:
-                last = events[-1].sequence
+                last = sub.position = events[-1].sequence
                 if ends_run(events):
                     how = "ended"
                 yield events
@@ -113,15 +117,33 @@ def _dense(datas: list[bytes], last: int) -> tuple[list[events_pb2.RunEvent], st
     return out, ""
 
 
-async def watch_quiet(bus: EventBus, quiet_s: float) -> None:
-    """Every `quiet_s`, nudge each run followed on the bus that heard nothing for as long: its
-    feed moves to the runtime's stream, which finds a lost last publish at once (its replay) and
-    follows a run that waits (a card, a slow tool) as any other. One timer for the process."""
+async def watch_quiet(
+    bus: EventBus,
+    quiet_s: float,
+    positions: Callable[[list[str]], Awaitable[dict[str, int]]],
+) -> None:
+    """The positioning check of the runs followed on the bus, as a runtime's streams have theirs
+    (api/event_stream.py): every `quiet_s`, ONE call (GetRunPositions, per 1,000 runs) reads the
+    last sequence of every run that heard nothing for as long, and each run behind it (a lost
+    last publish) is nudged over to the runtime's stream. A run the answer leaves out, or every
+    quiet run when the call fails, is handed over too: the runtime's stream knows. One timer for
+    the process, whatever the number of runs."""
     while True:
         await asyncio.sleep(quiet_s)
         cutoff = time.monotonic() - quiet_s
-        for sub in bus.subscriptions():
-            if sub.last_heard <= cutoff:
+        quiet = [s for s in bus.subscriptions() if s.last_heard <= cutoff]
+        if not quiet:
+            continue
+        ids = sorted({s.run_id for s in quiet})
+        latest: dict[str, int] = {}
+        try:
+            for i in range(0, len(ids), POSITIONS_PER_CALL):
+                latest.update(await positions(ids[i : i + POSITIONS_PER_CALL]))
+        except Exception as err:  # the runtime away, or older than GetRunPositions
+            log.warning("positioning check failed, handing %d runs over: %r", len(quiet), err)
+            latest = {}
+        for sub in quiet:
+            if latest.get(sub.run_id, sys.maxsize) > sub.position:
                 sub.nudge()
 
 

@@ -136,6 +136,19 @@ class RuntimeClient:
             request, metadata=await self.metadata(token), timeout=self.deadline_s
         )
 
+    async def run_positions(self, run_ids: list[str]) -> dict[str, int]:
+        """GetRunPositions as the gateway itself (its service identity, which may read every
+        run): the last sequence of each run, for the runs it follows on the bus."""
+        if self.identity is None:
+            raise Unavailable("the gateway has no service identity to read run positions with")
+        service = await self.identity.token()
+        resp = await self.api.get_run_positions(
+            rs.GetRunPositionsRequest(run_ids=run_ids),
+            metadata=(("authorization", f"Bearer {service}"),),
+            timeout=self.deadline_s,
+        )
+        return dict(resp.last_sequences)
+
     async def cancel_run(
         self, request: rs.CancelRunRequest, token: Credential
     ) -> rs.CancelRunResponse:

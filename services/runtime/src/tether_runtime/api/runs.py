@@ -31,6 +31,7 @@ from tether_runtime.store import (
     idempotency,
     interrupts,
     run_admission,
+    runs,
 )
 from tether_runtime.store.db import Conn, Pool
 
@@ -277,6 +278,24 @@ async def start_run_once(
         return await attempt()
     except _Retry:
         return await attempt()
+
+
+MAX_POSITIONS = 1000
+
+
+async def run_positions(pool: Pool, principal: Principal, run_ids: list[str]) -> dict[str, int]:
+    """GetRunPositions: the last sequence of each run named that the caller may read (its own;
+    every run for a service that may act on behalf of users, which could read each for its
+    user), in one read."""
+    if not 1 <= len(run_ids) <= MAX_POSITIONS:
+        raise InvalidArgument(f"run_ids must name 1 to {MAX_POSITIONS} runs")
+    if principal.scope == "stream":
+        raise PermissionDenied("this token may only read a stream")
+    every = principal.scope == "service" and principal.on_behalf
+    async with pool.acquire() as conn:
+        return await runs.last_sequences(
+            conn, set(run_ids), user_id=None if every else principal.user_id
+        )
 
 
 async def get_run(pool: Pool, principal: Principal, run_id: str) -> RunView:

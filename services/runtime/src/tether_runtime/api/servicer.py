@@ -185,6 +185,12 @@ class RuntimeServicer:
         view = await runs_api.get_run(self.e.pool, p, request.run_id)
         return pb.GetRunResponse(run=convert.run_pb(view))
 
+    async def GetRunPositions(
+        self, request: pb.GetRunPositionsRequest, context: Any
+    ) -> pb.GetRunPositionsResponse:
+        positions = await runs_api.run_positions(self.e.pool, caller(), list(request.run_ids))
+        return pb.GetRunPositionsResponse(last_sequences=positions)
+
     async def CancelRun(self, request: pb.CancelRunRequest, context: Any) -> pb.CancelRunResponse:
         p = caller()
         view = await resume.cancel_run(

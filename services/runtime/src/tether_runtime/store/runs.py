@@ -506,10 +506,16 @@ async def queue_depth(conn: Conn) -> tuple[int, float]:
     return int(row["n"]), float(row["age"])
 
 
-async def last_sequences(conn: Conn, run_ids: set[str]) -> dict[str, int]:
-    """Each run's last sequence, in one query (the streams' positioning check)."""
+async def last_sequences(
+    conn: Conn, run_ids: set[str], *, user_id: str | None = None
+) -> dict[str, int]:
+    """Each run's last sequence, in one query (the streams' positioning check); with `user_id`,
+    only that user's runs."""
     rows = await conn.fetch(
-        "SELECT id, last_sequence FROM run WHERE id = ANY($1::text[])", list(run_ids)
+        "SELECT id, last_sequence FROM run WHERE id = ANY($1::text[])"
+        " AND ($2::text IS NULL OR user_id = $2)",
+        list(run_ids),
+        user_id,
     )
     return {r["id"]: int(r["last_sequence"]) for r in rows}
 
