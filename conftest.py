@@ -47,6 +47,11 @@ def base_env(database_url: str, redis_url: str) -> dict[str, str]:
         "TETHER_POLL_INTERVAL_S": "0.5",
         "TETHER_STREAM_QUIET_CHECK_S": "0.5",
         "TETHER_DRAIN_S": "4",
+        # Every process of the suite shares one Postgres, whose default is 100 connections: a
+        # runtime's pool of 20 (the production default) grows to it under a burst of runs and
+        # keeps it while idle, and four workers' runtimes (each also with OpsPilot's pool of 10)
+        # took them all.
+        "TETHER_DB_POOL_SIZE": "8",
         "TETHER_LOG_LEVEL": "INFO",
         # Per-user limits count in the shared Redis for the whole session: tests that are not
         # about them must not spend one budget (tests/integration/security sets its own).

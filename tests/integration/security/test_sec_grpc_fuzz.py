@@ -33,6 +33,7 @@ MAX_EXAMPLES = {
     "StartRun": 40,
     "ResumeRun": 80,
     "GetRun": 60,
+    "GetRunPositions": 60,
     "CancelRun": 60,
     "StreamRunEvents": 50,
     "StartRunAndStreamEvents": 30,

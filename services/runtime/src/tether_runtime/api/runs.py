@@ -287,10 +287,10 @@ async def run_positions(pool: Pool, principal: Principal, run_ids: list[str]) ->
     """GetRunPositions: the last sequence of each run named that the caller may read (its own;
     every run for a service that may act on behalf of users, which could read each for its
     user), in one read."""
-    if not 1 <= len(run_ids) <= MAX_POSITIONS:
-        raise InvalidArgument(f"run_ids must name 1 to {MAX_POSITIONS} runs")
     if principal.scope == "stream":
         raise PermissionDenied("this token may only read a stream")
+    if not 1 <= len(run_ids) <= MAX_POSITIONS:
+        raise InvalidArgument(f"run_ids must name 1 to {MAX_POSITIONS} runs")
     every = principal.scope == "service" and principal.on_behalf
     async with pool.acquire() as conn:
         return await runs.last_sequences(
