@@ -14,9 +14,9 @@ nudges its streams), or a run found behind by the positioning check (`watch_quie
 whose stored last sequence is past the feed's, a lost *last* publish) hands the run over to the
 runtime's stream (`runtime_client.follow_events`) from the last event delivered: what the bus
 missed comes from Postgres, exactly as for every other run. A run that is merely quiet (a card
-waiting for a person, a slow tool) stays on the bus, holding nothing in the runtime. A start that Redis did not confirm in time, or whose
-answer names another run (a replayed start, a runtime older than `run_id`), is followed on the
-runtime's stream from the start."""
+waiting for a person, a slow tool) stays on the bus, holding nothing in the runtime. A start
+that Redis did not confirm in time, or whose answer names another run (a replayed start, a
+runtime older than `run_id`), is followed on the runtime's stream from the start."""
 
 from __future__ import annotations
 
@@ -101,7 +101,8 @@ async def follow_listened(
 def _dense(datas: list[bytes], last: int) -> tuple[list[events_pb2.RunEvent], str]:
     """The events of published batches that follow `last` densely, and what ended them early:
     `gap` (a lost publish) or `nudge` (an empty message: the bus's connection was made again, or
-    the run has been quiet), where the runtime's stream takes over; empty when none did."""
+    the positioning check found the run behind), where the runtime's stream takes over; empty
+    when none did."""
     out: list[events_pb2.RunEvent] = []
     event: events_pb2.RunEvent
     for data in datas:

@@ -1,5 +1,6 @@
-"""One upstream StreamRunEvents call per run per gateway process, shared by every SSE connection
-of that run on this process (DESIGN section 9: "one per run per pod, shared").
+"""One upstream per run per gateway process, shared by every SSE connection of that run on this
+process (DESIGN section 9: "one per run per pod, shared"): a StreamRunEvents call, or, for a run
+this process started with a streaming POST, the Redis bus (bus_feed.py).
 
 A RunFeed encodes each event once (`sse_frame`) and keeps the most recent frames in a bounded
 ring. A connection joins with its resume point `after`: the ring's frames past `after` are copied
