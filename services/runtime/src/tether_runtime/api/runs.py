@@ -160,8 +160,8 @@ async def start_run(
     agent = agents.resolve(agent)  # AGENT_NOT_FOUND, never a fallback
     rhash = request_hash(conv_id, text.strip(), agent, *([input_json] if input_json else []))
     text, graph_input = run_input(text, input_json, graph=is_driven(agents.get(agent).agent))
-    named = bool(run_id)  # a caller already listening for the run names it
-    run_id = run_id or new_id("run")
+    scope = f"start:{principal.user_id}"
+    run_id = run_id or new_id("run")  # a caller already listening for the run names it
     message_id = new_id("msg")
     # The first event commits with the run itself: a client's stream has something at once,
     # whatever the workers are doing.
@@ -182,33 +182,31 @@ async def start_run(
         checkpoint,
         graph_input,
     )
-    with _taken_if_named(named=named):
-        scope = f"start:{principal.user_id}"
-        if admissions is not None and not key:
-            # Without a key nothing else commits with the admission: it joins the process's next
-            # batch of admissions (one statement for the starts that arrive together).
-            confirmed = streamed is not None and await streamed.confirmed()
-            admission = _found(await admissions.start(start))
-            view = RunView.of(concurrent_runs.admitted(admission))
-            return _started(view, streamed, confirmed, encoded), False, admission.active
-        async with pool.acquire() as conn:
-            if key:
-                replay = await stored_answer(conn, scope, key, rhash)
-                if replay is not None:
-                    return replay, True, []
-            confirmed = streamed is not None and await streamed.confirmed()
-            # The conversation is locked first, so the agent's concurrent_runs policy reads its
-            # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
-            # idempotency key must commit with it.
-            async with conn.transaction() if key else contextlib.nullcontext():
-                admission = _found(await run_admission.start(conn, start))
-                view = RunView.of(concurrent_runs.admitted(admission))
-                if key and not await idempotency.store(
-                    conn, scope, key, rhash, {"run": view.to_json()}
-                ):
-                    # A concurrent twin stored the key first: undo ours, answer with theirs.
-                    raise _Retry()
+    if admissions is not None and not key:
+        # Without a key nothing else commits with the admission: it joins the process's next
+        # batch of admissions (one statement for the starts that arrive together).
+        confirmed = streamed is not None and await streamed.confirmed()
+        admission = _found(await admissions.start(start))
+        view = RunView.of(concurrent_runs.admitted(admission))
         return _started(view, streamed, confirmed, encoded), False, admission.active
+    async with pool.acquire() as conn:
+        if key:
+            replay = await stored_answer(conn, scope, key, rhash)
+            if replay is not None:
+                return replay, True, []
+        confirmed = streamed is not None and await streamed.confirmed()
+        # The conversation is locked first, so the agent's concurrent_runs policy reads its
+        # active runs exactly (store/run_admission.py): one statement, in autocommit unless an
+        # idempotency key must commit with it.
+        async with conn.transaction() if key else contextlib.nullcontext():
+            admission = _found(await run_admission.start(conn, start))
+            view = RunView.of(concurrent_runs.admitted(admission))
+            if key and not await idempotency.store(
+                conn, scope, key, rhash, {"run": view.to_json()}
+            ):
+                # A concurrent twin stored the key first: undo ours, answer with theirs.
+                raise _Retry()
+    return _started(view, streamed, confirmed, encoded), False, admission.active
 
 
 @contextlib.contextmanager
@@ -274,10 +272,11 @@ async def start_run_once(
         input_json=input_json,
         admissions=admissions,
     )
-    try:
-        return await attempt()
-    except _Retry:
-        return await attempt()
+    with _taken_if_named(named=bool(run_id)):
+        try:
+            return await attempt()
+        except _Retry:
+            return await attempt()
 
 
 MAX_POSITIONS = 1000
