@@ -14,6 +14,7 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.ids import new_id
 from tether_common.run_bus import QUEUE_LIMIT, EventBus
+from tether_gateway import bus_feed
 from tether_gateway.bus_feed import Batches, Listening, follow_listened, start_on_bus, watch_quiet
 
 
@@ -230,3 +231,33 @@ async def test_a_start_the_bus_cannot_serve_keeps_no_subscription(
         assert await start_on_bus(down, never, req) is None
     finally:
         await down.close()
+
+
+async def test_the_positioning_check_asks_in_calls_of_at_most_the_limit(
+    bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bus_feed, "POSITIONS_PER_CALL", 2)
+    listenings = [await _listening(bus) for _ in range(5)]
+    behind = listenings[3].sub.run_id
+    asked: list[list[str]] = []
+
+    async def positions(ids: list[str]) -> dict[str, int]:
+        asked.append(ids)
+        return {i: 5 if i == behind else 0 for i in ids}
+
+    for listening in listenings:
+        listening.sub.last_heard = 0.0  # quiet since long ago
+    watch = asyncio.create_task(watch_quiet(bus, 0.05, positions))
+    try:
+        async with asyncio.timeout(10):
+            while listenings[3].sub.queue.empty():
+                await asyncio.sleep(0.01)
+    finally:
+        watch.cancel()
+    first_round = asked[:3]
+    assert [len(ids) for ids in first_round] == [2, 2, 1]
+    assert sorted(i for ids in first_round for i in ids) == sorted(x.sub.run_id for x in listenings)
+    # Only the run behind was nudged (an empty message); the others stay as they were.
+    assert [not x.sub.queue.empty() for x in listenings] == [False, False, False, True, False]
+    for listening in listenings:
+        listening.close()
