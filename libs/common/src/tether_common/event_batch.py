@@ -30,3 +30,13 @@ def batch_from_encoded(encoded: Sequence[bytes]) -> bytes:
 def split_batch(data: bytes) -> list[events_pb2.RunEvent]:
     """The events of a batch's bytes."""
     return list(runtime_service_pb2.StreamRunEventsResponse.FromString(data).events)
+
+
+def following(events: Sequence[events_pb2.RunEvent], last: int) -> list[events_pb2.RunEvent] | None:
+    """The events of one published batch that follow `last`: empty when it brings nothing new (a
+    publish repeated), None when it does not go on at `last + 1` (a publish before it was lost).
+    A batch is one commit's events of one run, dense in itself."""
+    fresh = [e for e in events if e.sequence > last]
+    if fresh and fresh[0].sequence != last + 1:
+        return None
+    return fresh

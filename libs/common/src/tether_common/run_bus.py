@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -333,3 +334,40 @@ class EventBus:
                 self._rejoin.discard(name)
                 for sub in list(self._subs.get(name, ())):
                     sub.nudge()
+
+
+# What a positioning check's reader gives: each run's last stored sequence, or None when it could
+# not read them this round.
+Positions = Callable[[set[str]], Awaitable["dict[str, int] | None"]]
+
+
+async def check_positions(
+    bus: EventBus, interval_s: float, positions: Positions, *, unknown_behind: bool
+) -> None:
+    """Centrifugo's positioning check, batched, for every follower of the bus (a runtime's
+    streams, a gateway's feeds): once per interval ONE read (`positions`) of the last sequence
+    of every run whose subscription heard nothing for as long; each one behind it (a lost
+    publish, even of the last event) is nudged, and its follower fills from Postgres. A run the
+    answer leaves out, or every quiet run when `positions` could not read (None), counts as
+    behind when `unknown_behind` (a gateway's feed then goes over to the runtime's stream, which
+    knows); otherwise it is checked again next round (a runtime's own stream would only read a
+    store that is away). A failed round never ends the task: nothing restarts it."""
+    while True:
+        await asyncio.sleep(interval_s)
+        cutoff = time.monotonic() - interval_s
+        quiet = [s for s in bus.subscriptions() if s.last_heard <= cutoff]
+        if not quiet:
+            continue
+        latest = await positions({s.run_id for s in quiet})
+        if latest is None and not unknown_behind:
+            continue
+        unknown = sys.maxsize if unknown_behind else 0
+        behind = [s for s in quiet if (latest or {}).get(s.run_id, unknown) > s.position]
+        for sub in behind:
+            sub.nudge()
+        if behind and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "positioning check: %d quiet, %d behind (run, sent, stored): %s",
+                len(quiet), len(behind),
+                [(s.run_id, s.position, (latest or {}).get(s.run_id)) for s in behind],
+            )  # fmt: skip

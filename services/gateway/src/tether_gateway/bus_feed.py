@@ -20,18 +20,17 @@ runtime older than `run_id`), is followed on the runtime's stream from the start
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from tether.runtime.v1 import events_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
-from tether_common.event_batch import split_batch
+from tether_common.event_batch import following, split_batch
 from tether_common.ids import new_id
-from tether_common.run_bus import EventBus, Subscription
+from tether_common.run_bus import EventBus, Subscription, check_positions
 
 from tether_gateway.runtime_client import ends_run
 
@@ -104,48 +103,47 @@ def _dense(datas: list[bytes], last: int) -> tuple[list[events_pb2.RunEvent], st
     the positioning check found the run behind), where the runtime's stream takes over; empty
     when none did."""
     out: list[events_pb2.RunEvent] = []
-    event: events_pb2.RunEvent
     for data in datas:
         if not data:
             return out, "nudge"
-        for event in split_batch(data):
-            if event.sequence <= last:
-                continue  # a publish repeated after a commit that landed (run_writer)
-            if event.sequence != last + 1:
-                return out, "gap"
-            out.append(event)
-            last = event.sequence
+        fresh = following(split_batch(data), last)
+        if fresh is None:
+            return out, "gap"
+        if fresh:  # (empty: a publish repeated after a commit that landed, run_writer)
+            out.extend(fresh)
+            last = fresh[-1].sequence
     return out, ""
 
 
-async def watch_quiet(
-    bus: EventBus,
-    quiet_s: float,
-    positions: Callable[[list[str]], Awaitable[dict[str, int]]],
-) -> None:
-    """The positioning check of the runs followed on the bus, as a runtime's streams have theirs
-    (api/event_stream.py): every `quiet_s`, ONE call (GetRunPositions, per 1,000 runs) reads the
-    last sequence of every run that heard nothing for as long, and each run behind it (a lost
-    last publish) is nudged over to the runtime's stream. A run the answer leaves out, or every
-    quiet run when the call fails, is handed over too: the runtime's stream knows. One timer for
-    the process, whatever the number of runs."""
-    while True:
-        await asyncio.sleep(quiet_s)
-        cutoff = time.monotonic() - quiet_s
-        quiet = [s for s in bus.subscriptions() if s.last_heard <= cutoff]
-        if not quiet:
-            continue
-        ids = sorted({s.run_id for s in quiet})
+def positions_of(
+    read: Callable[[list[str]], Awaitable[dict[str, int]]],
+) -> Callable[[set[str]], Awaitable[dict[str, int] | None]]:
+    """The gateway's read for run_bus.check_positions: GetRunPositions (`read`), in calls of at
+    most its limit; None when a call fails (the runtime away, or older than the RPC), and every
+    quiet run is then handed over to the runtime's stream."""
+
+    async def positions(run_ids: set[str]) -> dict[str, int] | None:
+        ids = sorted(run_ids)
         latest: dict[str, int] = {}
         try:
             for i in range(0, len(ids), POSITIONS_PER_CALL):
-                latest.update(await positions(ids[i : i + POSITIONS_PER_CALL]))
-        except Exception as err:  # the runtime away, or older than GetRunPositions
-            log.warning("positioning check failed, handing %d runs over: %r", len(quiet), err)
-            latest = {}
-        for sub in quiet:
-            if latest.get(sub.run_id, sys.maxsize) > sub.position:
-                sub.nudge()
+                latest.update(await read(ids[i : i + POSITIONS_PER_CALL]))
+        except Exception as err:
+            log.warning("positioning check failed, handing %d runs over: %r", len(ids), err)
+            return None
+        return latest
+
+    return positions
+
+
+def watch_quiet(
+    bus: EventBus, quiet_s: float, read: Callable[[list[str]], Awaitable[dict[str, int]]]
+) -> Coroutine[Any, Any, None]:
+    """The positioning check of the runs followed on the bus (run_bus.check_positions, a
+    runtime's streams' own): every `quiet_s`, GetRunPositions for every run quiet as long, and
+    each run behind (a lost last publish), left out of the answer, or every quiet run when the
+    call fails, is nudged over to the runtime's stream. A run merely quiet stays on the bus."""
+    return check_positions(bus, quiet_s, positions_of(read), unknown_behind=True)
 
 
 async def start_on_bus(

@@ -15,7 +15,8 @@ from typing import TypeVar
 
 from tether_common.auth import Principal
 from tether_common.backoff import HALF_JITTER, Backoff, Retries
-from tether_common.run_bus import EventBus, Subscription
+from tether_common.event_batch import following
+from tether_common.run_bus import EventBus, Subscription, check_positions
 
 from tether_runtime import metrics
 from tether_runtime.domain import events as ev
@@ -42,47 +43,26 @@ class EventStream:
         self.quiet_check_s = quiet_check_s
         self._checker: asyncio.Task[None] | None = None
 
-    async def _check_positions(self) -> None:
-        """Centrifugo's positioning check, batched: once per interval ONE query reads the last
-        sequence of every run this process streams quietly; a stream behind it (a lost publish,
-        even of the last event) is nudged to fill from Postgres. Cost: one query per process per
-        interval, whatever the number of streams.
-
-        It is the only thing that finds a lost *last* publish, for every stream of the process,
-        and nothing restarts it before another stream opens: a failed round is logged and
-        skipped, never the end of the task (an error outside STORE_DOWN, e.g. a lock timeout,
-        once ended it silently, and every open stream then waited forever
-        for its run's last events)."""
-        while True:
-            await asyncio.sleep(self.quiet_check_s)
-            cutoff = time.monotonic() - self.quiet_check_s
-            quiet = [s for s in self.bus.subscriptions() if s.last_heard <= cutoff]
-            if not quiet:
-                continue
-            try:
-                async with self.pool.acquire() as conn:
-                    latest = await runs.last_sequences(conn, {s.run_id for s in quiet})
-            except STORE_DOWN as err:
-                log.warning("positioning check skipped: %s", err)
-                continue
-            except Exception:
-                log.exception(
-                    "positioning check failed; checking again in %.1fs", self.quiet_check_s
-                )
-                continue
-            behind = [s for s in quiet if latest.get(s.run_id, 0) > s.position]
-            for sub in behind:
-                sub.nudge()
-            if behind and log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "positioning check: %d quiet, %d behind (run, sent, stored): %s",
-                    len(quiet), len(behind),
-                    [(s.run_id, s.position, latest.get(s.run_id, 0)) for s in behind],
-                )  # fmt: skip
+    async def _stored_positions(self, run_ids: set[str]) -> dict[str, int] | None:
+        """The positioning check's read (run_bus.check_positions): ONE query for every run this
+        process streams quietly. A failed round is logged and skipped: an error outside
+        STORE_DOWN (e.g. a lock timeout) once ended the check silently, and every open stream
+        then waited forever for its run's last events."""
+        try:
+            async with self.pool.acquire() as conn:
+                return await runs.last_sequences(conn, run_ids)
+        except STORE_DOWN as err:
+            log.warning("positioning check skipped: %s", err)
+        except Exception:
+            log.exception("positioning check failed; checking again in %.1fs", self.quiet_check_s)
+        return None
 
     def _ensure_checker(self) -> None:
         if self._checker is None or self._checker.done():
-            self._checker = asyncio.create_task(self._check_positions(), name="position-check")
+            checking = check_positions(
+                self.bus, self.quiet_check_s, self._stored_positions, unknown_behind=False
+            )
+            self._checker = asyncio.create_task(checking, name="position-check")
 
     async def open(self, principal: Principal, run_id: str, after: int) -> RunView:
         async with self.pool.acquire() as conn:
@@ -205,11 +185,11 @@ def _live(datas: list[bytes], last: int) -> tuple[list[bytes], int, bool, bool]:
         if not data:
             return pieces, last, False, True
         decoded = ev.split_batch(data)
-        fresh = [e for e in decoded if e.sequence > last]
+        fresh = following(decoded, last)
+        if fresh is None:
+            return pieces, last, False, True
         if not fresh:
             continue  # already sent
-        if fresh[0].sequence != last + 1:
-            return pieces, last, False, True
         whole = len(fresh) == len(decoded)
         pieces.append(
             data if whole else ev.batch_from_encoded([e.SerializeToString() for e in fresh])

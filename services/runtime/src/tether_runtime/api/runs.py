@@ -133,6 +133,13 @@ class StreamedStart:
     async def confirmed(self) -> bool:
         return await asyncio.shield(self.ready)  # a retried start awaits the same answer
 
+    @classmethod
+    def listening(cls) -> StreamedStart:
+        """For a caller that subscribed before it called (StartRun with its own `run_id`)."""
+        ready = asyncio.get_running_loop().create_future()
+        ready.set_result(True)
+        return cls(ready)
+
 
 async def start_run(
     pool: Pool,

@@ -110,7 +110,7 @@ class RuntimeServicer:
         run_id = runs_api.callers_run_id(request.run_id) if request.run_id else ""
         # A caller that names the run listens for its batches already: it gets the first event,
         # which is not published, here (as StartRunAndStreamEvents hands it over).
-        streamed = runs_api.StreamedStart(_listening()) if run_id else None
+        streamed = runs_api.StreamedStart.listening() if run_id else None
         view, replayed = await self._start(p, request, context, run_id, streamed)
         if named:
             await client_ids.name_run(self.e.pool, p, named, view)
@@ -296,13 +296,6 @@ class RuntimeServicer:
             async for item in _messages(items):
                 yield head + item if head else item
                 head = b""
-
-
-def _listening() -> asyncio.Future[bool]:
-    """A StreamedStart's `ready` for a caller that subscribed before it called."""
-    ready = asyncio.get_running_loop().create_future()
-    ready.set_result(True)
-    return ready
 
 
 async def _messages(items: AsyncIterator[list[bytes] | bytes | RunView]) -> AsyncIterator[bytes]:
