@@ -233,6 +233,64 @@ async def test_a_start_the_bus_cannot_serve_keeps_no_subscription(
         await down.close()
 
 
+async def test_a_reader_of_the_whole_log_gets_the_answer_then_the_bus_then_the_runtime(
+    bus: EventBus,
+) -> None:
+    """start_followed, as the LangGraph, AG-UI and AI SDK mounts start a run they read whole:
+    StartRun's first event, the bus's batches, and at a gap the runtime's stream from the last
+    event read; the subscription gone when the reading ends."""
+
+    async def start(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        return _answer(req.run_id, [_delta(req.run_id, 1)])
+
+    answer, on_bus = await bus_feed.start_followed(bus, start, rs.StartRunRequest(text="hi"))
+    assert on_bus is not None and [e.sequence for e in on_bus.first] == [1]
+    run_id = answer.run.id
+    got: list[int] = []
+    rest_from: list[int] = []
+    outcomes: list[str] = []
+
+    async def rest() -> Batches:  # type: ignore[misc]
+        rest_from.append(got[-1])
+        yield [events_pb2.RunEvent.FromString(_delta(run_id, 3))]
+        yield [events_pb2.RunEvent.FromString(_done(run_id, 4))]
+
+    with bus_feed.held(on_bus):
+        async with asyncio.timeout(10):
+            await bus.publish(run_id, [_delta(run_id, 2)])
+            await bus.publish(run_id, [_done(run_id, 4)])  # 3 was lost
+            async for batch in on_bus.follow(rest, outcomes.append):
+                got.extend(e.sequence for e in batch)
+                if got[-1] == 4:
+                    break
+    assert got == [1, 2, 3, 4] and rest_from == [2] and outcomes == ["gap"]
+    assert bus.subscriptions() == []
+
+
+async def test_a_start_whose_reading_never_began_releases_its_subscription(
+    bus: EventBus,
+) -> None:
+    """A lookup that fails between the start and the stream: `held` releases what `follow`
+    would have; without a bus, or for a replayed start, the start is plain and nothing is held."""
+
+    async def start(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        return _answer(req.run_id, [_delta(req.run_id, 1)])
+
+    async def replayed(req: rs.StartRunRequest) -> rs.StartRunResponse:
+        return _answer(new_id("run"))
+
+    _, on_bus = await bus_feed.start_followed(bus, start, rs.StartRunRequest(text="hi"))
+    assert on_bus is not None and len(bus.subscriptions()) == 1
+    with pytest.raises(LookupError), bus_feed.held(on_bus):
+        raise LookupError("the agent's kind could not be read")
+    assert bus.subscriptions() == [] and on_bus.listening.closed
+    plain = rs.StartRunRequest(text="hi")
+    _, none = await bus_feed.start_followed(None, start, plain)
+    assert none is None and plain.run_id == ""  # no bus: the runtime names the run
+    _, none = await bus_feed.start_followed(bus, replayed, rs.StartRunRequest(text="hi"))
+    assert none is None and bus.subscriptions() == []
+
+
 async def test_the_positioning_check_asks_in_calls_of_at_most_the_limit(
     bus: EventBus, monkeypatch: pytest.MonkeyPatch
 ) -> None:

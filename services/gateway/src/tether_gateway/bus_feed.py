@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tether.runtime.v1 import events_pb2
@@ -172,4 +173,55 @@ async def start_on_bus(
     if resp.run.id != run_id or not resp.events:
         listening.close()
         return resp, None
+    listening.sub.position = resp.events[-1].sequence
     return resp, listening
+
+
+@dataclass(frozen=True)
+class BusStart:
+    """A run this process started on the bus, for a reader of its whole log (the LangGraph, AG-UI
+    and AI SDK mounts' streams, LangGraph's runs.wait): StartRun's first event, then the bus, then
+    at a doubt the runtime's stream, as a feed follows it (`follow`). Held until `close`, which
+    its starter calls when the reading ends, whether or not it began (`held`)."""
+
+    first: Sequence[events_pb2.RunEvent]
+    listening: Listening
+
+    async def follow(self, rest: Callable[[], Batches], outcome: Callable[[str], None]) -> Batches:
+        """The run's batches from its start; `rest` and `outcome` as follow_listened's."""
+        try:
+            yield self.first
+            async with contextlib.aclosing(follow_listened(self.listening, rest, outcome)) as s:
+                async for batch in s:
+                    yield batch
+        finally:
+            self.listening.close()
+
+    def close(self) -> None:
+        self.listening.close()
+
+
+async def start_followed(
+    bus: EventBus | None,
+    start: Callable[[rs.StartRunRequest], Awaitable[rs.StartRunResponse]],
+    request: rs.StartRunRequest,
+) -> tuple[rs.StartRunResponse, BusStart | None]:
+    """StartRun for a caller that reads the run's log from its start: on the bus where there is
+    one (start_on_bus), with what to follow it by; else (no bus, Redis slow to confirm, a
+    replayed start, a runtime older than `run_id`) plainly, None: the runtime's stream follows."""
+    on_bus = await start_on_bus(bus, start, request)
+    if on_bus is None:
+        return await start(request), None
+    resp, listening = on_bus
+    return resp, None if listening is None else BusStart(list(resp.events), listening)
+
+
+@contextlib.contextmanager
+def held(on_bus: BusStart | None) -> Iterator[None]:
+    """Release a run's bus subscription when its reading ends, or never began (a lookup failed
+    between the start and the stream)."""
+    try:
+        yield
+    finally:
+        if on_bus is not None:
+            on_bus.close()

@@ -1,7 +1,7 @@
 """How an AG-UI run request becomes Tether's: `threadId` is the caller's conversation (found, or
 made for an unknown thread), `runId` the client's name for what this request starts. A new turn
 starts a Tether run (StartRun with `runId` as its client id and idempotency key: a retried
-request is the same run); `resume[]` answers the thread's waiting interrupt (ResumeRun: the same
+request is the same run), on the bus for the request's stream to follow (bus_feed.py); `resume[]` answers the thread's waiting interrupt (ResumeRun: the same
 Tether run continues, as its next stretch, the new AG-UI run), with the runtime's idempotency,
 conditional claim and re-authorization."""
 
@@ -17,6 +17,7 @@ from tether_common.errors import ClientIdTaken, FailedPrecondition, InvalidArgum
 from tether_gateway.agui import interrupts
 from tether_gateway.agui.run_input import RunInput
 from tether_gateway.auth import Caller
+from tether_gateway.bus_feed import BusStart, start_followed
 from tether_gateway.langgraph import lookup
 from tether_gateway.langgraph.assistants_api import agent_named
 from tether_gateway.langgraph.stretches import starts_stretch
@@ -26,10 +27,12 @@ from tether_gateway.state import GatewayState
 
 @dataclass(frozen=True)
 class Begun:
-    """The Tether run under the AG-UI run, and which of its stretches the AG-UI run is."""
+    """The Tether run under the AG-UI run, and which of its stretches the AG-UI run is.
+    `on_bus`: a run started on the bus, for the stream to follow there (bus_feed.held)."""
 
     run: resources_pb2.Run
     stretch: int
+    on_bus: BusStart | None = None
 
 
 async def begin(gw: GatewayState, caller: Caller, agent_name: str, inp: RunInput) -> Begun:
@@ -41,7 +44,9 @@ async def begin(gw: GatewayState, caller: Caller, agent_name: str, inp: RunInput
     conv = await client.create_conversation(
         rs.CreateConversationRequest(title=inp.title, client_id=inp.thread_id), caller.credential
     )
-    started = await client.start_run(
+    started, on_bus = await start_followed(
+        gw.bus,
+        lambda req: client.start_run(req, caller.credential),
         rs.StartRunRequest(
             conversation_id=conv.conversation.id,
             text=inp.text,
@@ -49,11 +54,10 @@ async def begin(gw: GatewayState, caller: Caller, agent_name: str, inp: RunInput
             idempotency_key=f"agui:{inp.run_id}",
             client_run_id=inp.run_id,
         ),
-        caller.credential,
     )
-    if started.run.agent != agent.name:
+    if started.run.agent != agent.name:  # (a replayed start: never one on the bus)
         raise ClientIdTaken(f"runId {inp.run_id} names a run of another agent")
-    return Begun(started.run, 0)
+    return Begun(started.run, 0, on_bus)
 
 
 async def _run_id_free(client: RuntimeClient, token: Credential, inp: RunInput) -> None:

@@ -14,6 +14,7 @@ from tether.runtime.v1 import runtime_service_pb2 as rs
 
 from tether_gateway.agui import transcript
 from tether_gateway.auth import Caller
+from tether_gateway.bus_feed import BusStart
 from tether_gateway.langgraph import lookup
 from tether_gateway.log_source import log_source
 from tether_gateway.sse import stream_response
@@ -84,11 +85,14 @@ async def serve(
     slot: str | None,
     started: float,
     headers: dict[str, str],
+    on_bus: BusStart | None = None,
 ) -> web.StreamResponse:
+    """`on_bus`: a run this request started on the bus, followed there (log_source.py)."""
+
     async def frames(ev: events_pb2.RunEvent) -> list[bytes]:
         return await _frames(gw, caller, run, mapper, ev)
 
-    source = log_source(gw, caller, run.id, frames, lambda: mapper.done)
+    source = log_source(gw, caller, run.id, frames, lambda: mapper.done, on_bus)
     return await stream_response(
         request,
         gw,

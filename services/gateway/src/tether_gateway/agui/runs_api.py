@@ -18,6 +18,7 @@ from tether_gateway.agui.events import AguiRun
 from tether_gateway.agui.run_input import client_id, run_input
 from tether_gateway.agui.run_start import begin, stretch_after
 from tether_gateway.auth import session_or_bearer
+from tether_gateway.bus_feed import held
 from tether_gateway.langgraph import ids, lookup
 from tether_gateway.state import state
 from tether_gateway.validation import read_json
@@ -32,20 +33,22 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
     agent = request.match_info["agent"]
     async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
         begun = await begin(gw, caller, agent, inp)
-        history = await run_stream.history(gw, caller, begun.run)
-        mapper = AguiRun(
-            thread_id=inp.thread_id, run_id=inp.run_id, stretch=begun.stretch, history=history
-        )
-        return await run_stream.serve(
-            request,
-            gw,
-            caller,
-            run=begun.run,
-            mapper=mapper,
-            slot=slot,
-            started=started,
-            headers={"Content-Location": run_stream.events_path(agent, inp.run_id)},
-        )
+        with held(begun.on_bus):
+            history = await run_stream.history(gw, caller, begun.run)
+            mapper = AguiRun(
+                thread_id=inp.thread_id, run_id=inp.run_id, stretch=begun.stretch, history=history
+            )
+            return await run_stream.serve(
+                request,
+                gw,
+                caller,
+                run=begun.run,
+                mapper=mapper,
+                slot=slot,
+                started=started,
+                headers={"Content-Location": run_stream.events_path(agent, inp.run_id)},
+                on_bus=begun.on_bus,
+            )
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:

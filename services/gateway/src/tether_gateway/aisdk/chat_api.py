@@ -22,6 +22,7 @@ from tether_gateway.agui.run_start import begin
 from tether_gateway.aisdk.chat_request import chat_request
 from tether_gateway.aisdk.parts import UiRun
 from tether_gateway.auth import Caller, session_or_bearer
+from tether_gateway.bus_feed import held
 from tether_gateway.langgraph import ids, lookup
 from tether_gateway.langgraph.assistants_api import agent_named
 from tether_gateway.langgraph.stretches import stretches
@@ -41,16 +42,18 @@ async def chat(request: web.Request) -> web.StreamResponse:
     async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
         begun = await begin(gw, caller, agent, req.run_input())
         mapper = UiRun(run_id=begun.run.id, first=begun.stretch, last=begun.stretch)
-        return await run_stream.serve(
-            request,
-            gw,
-            caller,
-            run=begun.run,
-            mapper=mapper,
-            slot=slot,
-            started=started,
-            headers=HEADERS,
-        )
+        with held(begun.on_bus):
+            return await run_stream.serve(
+                request,
+                gw,
+                caller,
+                run=begun.run,
+                mapper=mapper,
+                slot=slot,
+                started=started,
+                headers=HEADERS,
+                on_bus=begun.on_bus,
+            )
 
 
 async def _latest_run(

@@ -1,11 +1,12 @@
 """How a LangGraph run request becomes Tether's: on a thread whose newest interrupt waits,
 `command.resume` answers it (ResumeRun: the same Tether run continues, as the next stretch, a
 new LangGraph run); otherwise StartRun, from the input whole (`input_json`) and its last human
-message's text."""
+message's text, on the bus for a request that reads the run from its start (bus_feed.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import cast
 
@@ -14,6 +15,7 @@ from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.errors import FailedPrecondition, InvalidArgument, TetherError
 
 from tether_gateway.auth import Caller
+from tether_gateway.bus_feed import BusStart, start_followed
 from tether_gateway.langgraph import answers, lookup
 from tether_gateway.langgraph.assistants_api import agent_named
 from tether_gateway.langgraph.run_request import RunRequest, input_text
@@ -34,15 +36,20 @@ _BUSY = frozenset(
 @dataclass(frozen=True)
 class Begun:
     """The Tether run a request started or resumed, the stretch (the LangGraph run) it made,
-    and whether the run is a graph agent's (None: not known here, lookup.is_graph tells)."""
+    and whether the run is a graph agent's (None: not known here, lookup.is_graph tells).
+    `on_bus`: a run started on the bus, for its reader to follow there (bus_feed.held)."""
 
     run: resources_pb2.Run
     stretch: int
     graph: bool | None
+    on_bus: BusStart | None = None
 
 
-async def begin(gw: GatewayState, caller: Caller, thread_id: str, req: RunRequest) -> Begun:
-    """Resume the thread's interrupted Tether run, or start one."""
+async def begin(
+    gw: GatewayState, caller: Caller, thread_id: str, req: RunRequest, *, reads: bool = False
+) -> Begun:
+    """Resume the thread's interrupted Tether run, or start one. `reads`: the caller reads the
+    run's log from its start (a stream, a wait), so a new run is started on the bus."""
     client = gw.client()
     # Both at once (one round trip before the run starts); the assistant's error comes first.
     agent_found, latest_found = await asyncio.gather(
@@ -71,13 +78,18 @@ async def begin(gw: GatewayState, caller: Caller, thread_id: str, req: RunReques
             "multitask strategy.",
             reason="RUN_ACTIVE",
         )
-    started = await gw.client().start_run(
-        rs.StartRunRequest(
-            conversation_id=thread_id, text=text, agent=agent.name, input_json=input_json
-        ),
-        caller.credential,
+    request = rs.StartRunRequest(
+        conversation_id=thread_id, text=text, agent=agent.name, input_json=input_json
     )
-    return Begun(started.run, 0, _kind_of(agent, started.run))
+
+    def start(req: rs.StartRunRequest) -> Awaitable[rs.StartRunResponse]:
+        return client.start_run(req, caller.credential)
+
+    if reads:
+        started, on_bus = await start_followed(gw.bus, start, request)
+    else:
+        started, on_bus = await start(request), None
+    return Begun(started.run, 0, _kind_of(agent, started.run), on_bus)
 
 
 def _kind_of(agent: resources_pb2.Agent, run: resources_pb2.Run) -> bool | None:

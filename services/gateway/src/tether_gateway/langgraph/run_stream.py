@@ -14,10 +14,10 @@ from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.errors import TetherError
 
 from tether_gateway.auth import Caller
+from tether_gateway.bus_feed import BusStart
 from tether_gateway.langgraph import ids, lookup
 from tether_gateway.langgraph.frames import StretchFrames
-from tether_gateway.log_source import log_source
-from tether_gateway.runtime_client import follow_events
+from tether_gateway.log_source import log_source, run_log
 from tether_gateway.sse import stream_response
 from tether_gateway.state import GatewayState
 
@@ -68,12 +68,14 @@ async def serve_stream(
     on_disconnect: str,
     started: float,
     graph: bool | None = None,
+    on_bus: BusStart | None = None,
 ) -> web.StreamResponse:
     """The stretch's LangGraph events on the gateway's SSE writer (sse.py: heartbeats, the
     per-connection buffer, the token's expiry and revocation), fed from the Tether run's log
-    through runtime_client.follow_events (reopened on another runtime pod if one drains).
-    `graph`: whether the run is a graph agent's, when the caller knows (else ListAgents tells).
-    `slot`: the caller's (StreamSlots.held, which gives it back if this raises)."""
+    (log_source.py: the runtime's stream, reopened on another runtime pod if one drains, or the
+    bus for a run this request started there, `on_bus`). `graph`: whether the run is a graph
+    agent's, when the caller knows (else ListAgents tells). `slot`: the caller's
+    (StreamSlots.held, which gives it back if this raises)."""
     if graph is None:
         graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
     # A graph's run brings its state in its log: the thread's messages only if needed.
@@ -85,7 +87,7 @@ async def serve_stream(
             frames.set_history(await lookup.history(gw.client(), caller.credential, run))
         return [f.encode() for f in frames.feed(ev)]
 
-    source = log_source(gw, caller, run.id, encoded, lambda: frames.done)
+    source = log_source(gw, caller, run.id, encoded, lambda: frames.done, on_bus)
     resp = await stream_response(
         request,
         gw,
@@ -117,17 +119,18 @@ async def final_values(
     run: resources_pb2.Run,
     stretch: int,
     graph: bool | None = None,
+    on_bus: BusStart | None = None,
 ) -> Any:
     """runs.wait / runs.join: the state when the stretch ends (with `__interrupt__` at an
     interrupt; `__error__` when the run failed). `graph`: whether the run is a graph agent's,
-    when the caller knows (else ListAgents tells)."""
+    when the caller knows (else ListAgents tells); `on_bus`: a run the wait started there."""
     if graph is None:
         graph = await lookup.is_graph(gw.client(), caller.credential, run.agent)
     history = None if graph else await lookup.history(gw.client(), caller.credential, run)
     frames = _frames(thread_id, run, stretch, history, frozenset(), graph=graph)
     last = 0
     error: dict[str, str] | None = None
-    events = follow_events(gw.client, run.id, caller.credential, lambda: last)
+    events = run_log(gw, caller, run.id, lambda: last, on_bus)
     async with contextlib.aclosing(events):
         async for batch in events:
             for ev in batch:

@@ -13,6 +13,7 @@ from tether.runtime.v1 import runtime_service_pb2 as rs
 from tether_common.errors import FailedPrecondition, InvalidArgument, TetherError
 
 from tether_gateway.auth import Caller, authenticate
+from tether_gateway.bus_feed import held
 from tether_gateway.langgraph import ids, lookup
 from tether_gateway.langgraph.run_request import (
     RunRequest,
@@ -52,21 +53,23 @@ async def _stream(
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = await _body(request, gw)
     async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
-        begun = await begin(gw, caller, thread_id, req)
-        return await serve_stream(
-            request,
-            gw,
-            caller,
-            thread_id=thread_id,
-            run=begun.run,
-            stretch=begun.stretch,
-            modes=req.stream_mode,
-            after=ids.START,
-            slot=slot,
-            on_disconnect=req.on_disconnect,
-            started=started,
-            graph=begun.graph,
-        )
+        begun = await begin(gw, caller, thread_id, req, reads=True)
+        with held(begun.on_bus):
+            return await serve_stream(
+                request,
+                gw,
+                caller,
+                thread_id=thread_id,
+                run=begun.run,
+                stretch=begun.stretch,
+                modes=req.stream_mode,
+                after=ids.START,
+                slot=slot,
+                on_disconnect=req.on_disconnect,
+                started=started,
+                graph=begun.graph,
+                on_bus=begun.on_bus,
+            )
 
 
 async def join_stream(request: web.Request) -> web.StreamResponse:
@@ -107,9 +110,12 @@ async def _wait(
 ) -> web.Response:
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = await _body(request, gw)
-    begun = await begin(gw, caller, thread_id, req)
+    begun = await begin(gw, caller, thread_id, req, reads=True)
     run_id = ids.stretch_run_id(begun.run.id, begun.stretch)
-    values = await final_values(gw, caller, thread_id, begun.run, begun.stretch, begun.graph)
+    with held(begun.on_bus):
+        values = await final_values(
+            gw, caller, thread_id, begun.run, begun.stretch, begun.graph, begun.on_bus
+        )
     headers = {
         "Location": f"/threads/{thread_id}/runs/{run_id}/join",
         "Content-Location": f"/threads/{thread_id}/runs/{run_id}",
