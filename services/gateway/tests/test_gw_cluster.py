@@ -17,6 +17,7 @@ from tether_common import redis_conn
 from tether_common.errors import RateLimited
 from tether_common.revocation import CHANNEL, KEY_PREFIX, Revocations
 from tether_gateway.ratelimit import RateLimiter
+from tether_gateway.script_batch import ScriptBatches
 from tether_gateway.stream_slots import StreamSlots, _key
 from tether_testkit.processes import tether_cli
 from tether_testkit.redis_cluster import RedisClusterNodes, redis_cluster
@@ -83,6 +84,26 @@ async def test_stream_leases_cap_each_user_across_masters(
         assert await slots.acquire(client, user)
         assert await client.zcard(_key(user)) == 2
     assert slots._warned_at == 0.0, "no call fell back to counting on this pod"
+
+
+async def test_a_starts_rate_limit_and_slot_go_in_one_script_on_the_users_master(
+    cluster: RedisClusterNodes, client: Any
+) -> None:
+    """The two keys of a streaming start's one call (its rate limit, its slot) share the user's
+    hash tag, so the script runs on one master: no CROSSSLOT on any of them."""
+    batches = ScriptBatches()
+    limiter = RateLimiter({"start": 2}, timeout_s=10.0, batches=batches)
+    slots = StreamSlots(cap=5, lease_s=30, timeout_s=10.0, batches=batches)
+    tag = f"one-call-{uuid.uuid4().hex[:8]}-"  # users of their own: the module's cluster is shared
+    for user in (tag + u for u in _users_on_every_master(cluster, lambda u: _key(tag + u))):
+        for _ in range(2):
+            async with slots.held(client, user, gate=limiter.gate("start", user)):
+                pass
+        with pytest.raises(RateLimited, match="start requests"):
+            async with slots.held(client, user, gate=limiter.gate("start", user)):
+                raise AssertionError("past the rate limit")
+        assert await client.zcard(_key(user)) == 2
+    assert limiter._warned_at == 0.0 and slots._warned_at == 0.0, "every call answered"
 
 
 async def _until(check: Any, within_s: float) -> None:

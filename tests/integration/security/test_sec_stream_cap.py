@@ -268,3 +268,50 @@ async def test_a_call_that_fails_in_a_shared_round_trip_fails_alone(
         assert slots._warned_at > 0.0 and limiter._warned_at == 0.0
     finally:
         await client.aclose()
+
+
+async def test_a_start_checks_its_rate_limit_and_takes_its_slot_in_one_call(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streaming start (the /v1, /langgraph, /agui and /ai-sdk starts) asks Redis once: the
+    rate limit's check and the stream's slot in one script (StreamSlots.held with the limiter's
+    gate). A start past the cap is refused with the budget counted, as when they were two calls;
+    one past the rate limit takes no slot; a start that streams nothing checks the budget alone.
+    A call that fails lets the start through on both counts: the budget open, the slot on the
+    pod."""
+    batches = ScriptBatches()
+    limiter = RateLimiter({"start": 3}, timeout_s=10.0, batches=batches)
+    slots = StreamSlots(1, lease_s=30, timeout_s=10.0, batches=batches)
+    client = redis_asyncio.Redis.from_url(redis_url)
+    user = f"unit-{uuid.uuid4().hex}"
+    streams = f"tether:streams:{{{user}}}"
+    budget = f"tether:ratelimit:start:{{{user}}}"
+    try:
+        trips = count_round_trips(client, monkeypatch)
+        async with slots.held(client, user, gate=limiter.gate("start", user)) as first:
+            pass
+        assert trips == [1], trips  # one call (a first one's EVAL goes on the pool)
+        assert await client.zrange(streams, 0, -1) == [first.encode()]
+        assert await client.exists(budget)
+        with pytest.raises(RateLimited, match="open event streams"):  # the cap: 1
+            async with slots.held(client, user, gate=limiter.gate("start", user)):
+                raise AssertionError("a start past the cap ran")
+        await slots.release(client, first)
+        async with slots.held(client, user, wanted=False, gate=limiter.gate("start", user)) as no:
+            assert no is None  # the third start of the minute: no slot wanted, budget spent
+        trips.clear()
+        with pytest.raises(RateLimited, match="start requests") as refused:
+            async with slots.held(client, user, gate=limiter.gate("start", user)):
+                raise AssertionError("a start past the rate limit ran")
+        assert trips == [1] and refused.value.retry_after_s > 0
+        assert await client.zcard(streams) == 0 and slots.local_count(user) == 0
+        assert limiter._warned_at == 0.0 and slots._warned_at == 0.0, "nothing failed over"
+
+        broken = f"unit-{uuid.uuid4().hex}"
+        await client.set(f"tether:streams:{{{broken}}}", "not a sorted set", ex=60)
+        async with slots.held(client, broken, gate=limiter.gate("start", broken)) as local:
+            assert local is not None and slots.local_count(broken) == 1  # counted on the pod
+        assert limiter._warned_at > 0.0 and slots._warned_at > 0.0
+        await slots.release(client, local)
+    finally:
+        await client.aclose()

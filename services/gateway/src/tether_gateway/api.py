@@ -157,7 +157,6 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
     caller = await _caller(request, gw)
-    await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     raw = await read_json(request, gw.settings.max_body_bytes)
     # `input` is the one field that is not a string: taken out before the string fields' check.
     has_input, graph_input = take(raw, "input")
@@ -180,7 +179,10 @@ async def start_run(request: web.Request) -> web.StreamResponse:
     listening: Listening | None = None
     answer: rs.StartRunResponse | None = None
     streaming = wants_stream(request)
-    async with gw.slots.held(gw.redis, caller.principal.user_id, wanted=streaming) as slot:
+    user = caller.principal.user_id
+    # The rate limit (a request refused by validation counts nothing), with the stream's slot.
+    gate = gw.limiter.gate("start", user)
+    async with gw.slots.held(gw.redis, user, wanted=streaming, gate=gate) as slot:
         if streaming:
             # The run followed on the bus (bus_feed.py) where there is one; else one call
             # starts the run and streams it (a runtime older than that lacks it).

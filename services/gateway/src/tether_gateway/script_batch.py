@@ -7,7 +7,7 @@ restart, a failover) gets it by EVAL, which caches it there.
 A burst of 200 starts on one pod waited 244 ms on average for its rate-limit checks, one round
 trip each; and a short run made three round trips of its own (its check, its stream slot's
 acquire and its release), each a write and a wake-up, where together with the other runs' they
-share one.
+share one. (A streaming start now makes its check and its acquire one call, stream_slots.py.)
 
 Each round trip is bounded by `timeout_s` (one timer a round trip, not one a call): one that
 runs out fails its calls, and those queued behind it at once (Redis is slow: they are not made
@@ -30,7 +30,8 @@ from tether_common.redis_round_trip import RoundTrip
 
 @dataclass(frozen=True)
 class Script:
-    """A Lua script of one key, called by its digest (the server hashes and parses nothing)."""
+    """A Lua script, called by its digest (the server hashes and parses nothing). Its keys
+    share one hash tag (a cluster runs a script on one slot)."""
 
     source: str
     sha: str = field(init=False)
@@ -39,7 +40,7 @@ class Script:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
-_Call = tuple[Script, str, Sequence[Any], "asyncio.Future[Any]"]
+_Call = tuple[Script, tuple[str, ...], Sequence[Any], "asyncio.Future[Any]"]
 
 
 class ScriptBatch:
@@ -54,10 +55,12 @@ class ScriptBatch:
         self._queue: list[_Call] = []
         self._task: asyncio.Task[None] | None = None
 
-    def call(self, script: Script, key: str, *args: Any) -> asyncio.Future[Any]:
-        """The script's answer, or the error its call met (its round trip's timeout included)."""
+    def call(self, script: Script, key: str | tuple[str, ...], *args: Any) -> asyncio.Future[Any]:
+        """The script's answer, or the error its call met (its round trip's timeout included).
+        `key`: its one key, or its keys in order."""
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((script, key, args, done))
+        keys = (key,) if isinstance(key, str) else key
+        self._queue.append((script, keys, args, done))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain(), name="redis-script-calls")
         return done
@@ -77,10 +80,10 @@ class ScriptBatch:
 
     async def _answer(self, batch: list[_Call]) -> None:
         results = await self._evalsha(batch)
-        for (script, key, args, done), result in zip(batch, results, strict=True):
+        for (script, keys, args, done), result in zip(batch, results, strict=True):
             if isinstance(result, NoScriptError):
                 try:
-                    result = await self.redis.eval(script.source, 1, key, *args)
+                    result = await self.redis.eval(script.source, len(keys), *keys, *args)
                 except Exception as err:  # noqa: BLE001 - this call's own failure
                     result = err
             if done.done():
@@ -95,10 +98,10 @@ class ScriptBatch:
         if self._trip is None:
             # redis-py refuses EVALSHA in a cluster pipeline: one call each, concurrently (the
             # client sends each to its key's master).
-            calls = (self.redis.evalsha(s.sha, 1, key, *args) for s, key, args, _ in batch)
+            calls = (self.redis.evalsha(s.sha, len(k), *k, *args) for s, k, args, _ in batch)
             return list(await asyncio.gather(*calls, return_exceptions=True))
         return await self._trip.send(
-            [("EVALSHA", script.sha, 1, key, *args) for script, key, args, _ in batch]
+            [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in batch]
         )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from tether_common.errors import RateLimited
 
+from tether_gateway.ratelimit import CLOCK_LUA, GCRA_LUA, RateGate
 from tether_gateway.script_batch import Script, ScriptBatches
 
 log = logging.getLogger(__name__)
@@ -27,31 +28,50 @@ REDIS_TIMEOUT_S = 0.25
 RETRY_AFTER_S = 5.0
 _WARN_EVERY_S = 10.0
 
-# KEYS[1] = the user's set; ARGV = member, cap, lease ms. Expired leases (a crashed pod's) go
-# first; then the member joins if the user holds fewer than `cap`. Returns 1 (joined) or 0.
-_ACQUIRE = Script("""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], lease)
-return 1
-""")
+# Expired leases (a crashed pod's) go first; then the member joins the user's set if the user
+# holds fewer than `cap`. Returns 1 (joined) or 0.
+ACQUIRE_LUA = """
+local function acquire(key, member, cap, lease)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if redis.call('ZCARD', key) >= cap then return 0 end
+  redis.call('ZADD', key, now + lease, member)
+  redis.call('PEXPIRE', key, lease)
+  return 1
+end
+"""
+# KEYS[1] = the user's set; ARGV = member, cap, lease ms.
+_ACQUIRE = Script(
+    CLOCK_LUA
+    + ACQUIRE_LUA
+    + "return acquire(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))"
+)
+# A start's rate limit and its stream's slot in one call: KEYS = the user's rate-limit key, the
+# user's set (one hash tag, the user's); ARGV = interval ms, burst ms, member, cap, lease ms.
+# Returns {ms to wait, 0} when the rate limit refuses (no slot taken), else {0, joined}.
+_LIMITED_ACQUIRE = Script(
+    CLOCK_LUA
+    + GCRA_LUA
+    + ACQUIRE_LUA
+    + """
+local wait = gcra(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+if wait > 0 then return {wait, 0} end
+return {0, acquire(KEYS[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))}
+"""
+)
 # KEYS[1] = the user's set; ARGV[1] = the member. A script (not a bare ZREM) to share the
 # acquires' and the rate limit's round trips (script_batch.py).
 _RELEASE = Script("return redis.call('ZREM', KEYS[1], ARGV[1])")
 # KEYS[1] = the user's set; ARGV = lease ms, members. Moves the members' leases forward (XX:
 # only those still present) and the set's own expiry with them.
-_REFRESH = Script("""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+_REFRESH = Script(
+    CLOCK_LUA
+    + """
 local lease = tonumber(ARGV[1])
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], lease)
 return 0
-""")
+"""
+)
 REFRESH_TIMEOUT_S = 2.0  # a whole pod's leases in one round trip: a bound of its own
 
 
@@ -80,18 +100,34 @@ class StreamSlots:
     def local_count(self, user_id: str) -> int:
         return sum(1 for user in self._held.values() if user == user_id)
 
-    async def acquire(self, redis: Any, user_id: str) -> str | None:
-        """A slot id to release later; None when the cap is off (nothing to release)."""
+    async def acquire(self, redis: Any, user_id: str, gate: RateGate | None = None) -> str | None:
+        """A slot id to release later; None when the cap is off (nothing to release). `gate`:
+        the request's rate limit (RateLimiter.gate), checked first, in the same call: refused,
+        it raises its RateLimited and no slot is taken."""
         if self.cap <= 0:
+            if gate is not None:
+                await gate.check(redis)
             return None
         slot = uuid.uuid4().hex
         joined: int | None = None
+        wait_ms = 0
         if redis is not None:
             batch = self._batches.of(redis, self.timeout_s)
             try:  # bounded by the batch's round trip
-                joined = await batch.call(_ACQUIRE, _key(user_id), slot, self.cap, self.lease_ms)
+                if gate is None:
+                    joined = await batch.call(
+                        _ACQUIRE, _key(user_id), slot, self.cap, self.lease_ms
+                    )
+                else:
+                    keys = (gate.key, _key(user_id))
+                    args = (*gate.args, slot, self.cap, self.lease_ms)
+                    wait_ms, joined = await batch.call(_LIMITED_ACQUIRE, keys, *args)
             except Exception as err:  # noqa: BLE001 - any Redis failure: count on this pod
                 self._warn(err)
+                if gate is not None:
+                    gate.failed(err)  # and the rate limit lets the request through
+        if gate is not None:
+            gate.answer(wait_ms)
         if joined is None:
             joined = int(self.local_count(user_id) < self.cap)
         if not int(joined):
@@ -104,13 +140,19 @@ class StreamSlots:
 
     @contextlib.asynccontextmanager
     async def held(
-        self, redis: Any, user_id: str, *, wanted: bool = True
+        self, redis: Any, user_id: str, *, wanted: bool = True, gate: RateGate | None = None
     ) -> AsyncIterator[str | None]:
         """The slot of a stream being set up (None when not `wanted` or the cap is off): taken
         first, so a caller at the cap starts nothing it could not watch, and released if the
         block raises. On success the block has handed it to sse.stream_response, which releases
-        it when the stream ends (a second release is a no-op)."""
-        slot = await self.acquire(redis, user_id) if wanted else None
+        it when the stream ends (a second release is a no-op). `gate`: the request's rate limit,
+        checked before, with the slot's acquire in one call (acquire)."""
+        if wanted:
+            slot = await self.acquire(redis, user_id, gate)
+        else:
+            slot = None
+            if gate is not None:
+                await gate.check(redis)
         try:
             yield slot
         except BaseException:

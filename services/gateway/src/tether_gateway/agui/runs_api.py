@@ -28,10 +28,10 @@ async def run_agent(request: web.Request) -> web.StreamResponse:
     started = time.perf_counter()
     gw = state(request)
     caller = await session_or_bearer(request, gw.auth)
-    await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     inp = run_input(await read_json(request, gw.settings.max_body_bytes))
     agent = request.match_info["agent"]
-    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
+    user = caller.principal.user_id
+    async with gw.slots.held(gw.redis, user, gate=gw.limiter.gate("start", user)) as slot:
         begun = await begin(gw, caller, agent, inp)
         with held(begun.on_bus):
             history = await run_stream.history(gw, caller, begun.run)

@@ -50,9 +50,9 @@ async def _stream(
     request: web.Request, gw: GatewayState, caller: Caller, thread_id: str
 ) -> web.StreamResponse:
     started = time.perf_counter()
-    await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
     req = await _body(request, gw)
-    async with gw.slots.held(gw.redis, caller.principal.user_id) as slot:
+    user = caller.principal.user_id
+    async with gw.slots.held(gw.redis, user, gate=gw.limiter.gate("start", user)) as slot:
         begun = await begin(gw, caller, thread_id, req, reads=True)
         with held(begun.on_bus):
             return await serve_stream(
