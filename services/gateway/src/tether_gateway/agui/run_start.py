@@ -1,9 +1,10 @@
 """How an AG-UI run request becomes Tether's: `threadId` is the caller's conversation (found, or
 made for an unknown thread), `runId` the client's name for what this request starts. A new turn
 starts a Tether run (StartRun with `runId` as its client id and idempotency key: a retried
-request is the same run), on the bus for the request's stream to follow (bus_feed.py); `resume[]` answers the thread's waiting interrupt (ResumeRun: the same
-Tether run continues, as its next stretch, the new AG-UI run), with the runtime's idempotency,
-conditional claim and re-authorization."""
+request is the same run), on the bus for the request's stream to follow (bus_feed.py);
+`resume[]` answers the thread's waiting interrupt (ResumeRun: the same Tether run continues, as
+its next stretch, the new AG-UI run), with the runtime's idempotency, conditional claim and
+re-authorization."""
 
 from __future__ import annotations
 

@@ -108,8 +108,8 @@ async def wait_run(request: web.Request) -> web.Response:
 async def _wait(
     request: web.Request, gw: GatewayState, caller: Caller, thread_id: str
 ) -> web.Response:
+    req = await _body(request, gw)  # bad input first: it spends nothing of the budget
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
-    req = await _body(request, gw)
     begun = await begin(gw, caller, thread_id, req, reads=True)
     run_id = ids.stretch_run_id(begun.run.id, begun.stretch)
     with held(begun.on_bus):
@@ -134,8 +134,8 @@ async def join_run(request: web.Request) -> web.Response:
 async def create_run(request: web.Request) -> web.Response:
     gw = state(request)
     caller = await _caller(request, gw)
+    req = await _body(request, gw)  # bad input first: it spends nothing of the budget
     await gw.limiter.check(gw.redis, "start", caller.principal.user_id)
-    req = await _body(request, gw)
     thread_id = request.match_info["thread_id"]
     begun = await begin(gw, caller, thread_id, req)
     found = await lookup.lg_runs(gw.client(), caller.credential, thread_id, begun.run)
