@@ -7,8 +7,8 @@ one runtime and one gateway started cold, `TETHER_AGENTS=tether_bench.lgcompare:
 per concurrency the SDK script's throughput trial (sdk_trials.py: `runs.stream` on a fresh thread
 to the interrupt) and the CPU seconds of the runtime, the gateway, the fake provider and this
 client (`/proc/<pid>/stat` utime + stime) over the trial, per run, and the statements the
-runtime's pool sent per run (tether_db_statements_total) and the gRPC requests it served per run,
-by method (tether_grpc_request_seconds). `--profile DIR` records the
+runtime's pool sent per run (tether_db_statements_total), in all and by kind, and the gRPC
+requests it served per run, by method (tether_grpc_request_seconds). `--profile DIR` records the
 runtime and the gateway with py-spy (it must be on PATH or in the virtualenv) during the last
 concurrency's trial, as collapsed stacks (`python -m tether_bench.profile DIR/*.txt`)."""
 
@@ -174,6 +174,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 got["db_statements_per_run"] = round(
                     (sum(sent_after.values()) - sum(sent.values())) / args.runs, 1
                 )
+                got["db_statements_per_run_by_kind"] = {
+                    k: round((n - sent.get(k, 0.0)) / args.runs, 2)
+                    for k, n in sorted(sent_after.items())
+                    if n - sent.get(k, 0.0) >= args.runs / 10
+                }
                 got["rpcs_per_run"] = {
                     m: round((n - asked.get(m, 0.0)) / args.runs, 2)
                     for m, n in sorted(asked_after.items())
