@@ -266,6 +266,15 @@ async def test_a_reader_of_the_whole_log_gets_the_answer_then_the_bus_then_the_r
     assert got == [1, 2, 3, 4] and rest_from == [2] and outcomes == ["gap"]
     assert bus.subscriptions() == []
 
+    # A reader that leaves at the first event: the subscription goes, and is told as `left`.
+    _, on_bus = await bus_feed.start_followed(bus, start, rs.StartRunRequest(text="hi"))
+    assert on_bus is not None
+    outcomes.clear()
+    reading = on_bus.follow(rest, outcomes.append)
+    assert [e.sequence for e in await anext(reading)] == [1]
+    await reading.aclose()
+    assert outcomes == ["left"] and bus.subscriptions() == []
+
 
 async def test_a_start_whose_reading_never_began_releases_its_subscription(
     bus: EventBus,

@@ -195,7 +195,9 @@ class BusStart:
                 async for batch in s:
                     yield batch
         finally:
-            self.listening.close()
+            if not self.listening.closed:  # left before the bus's part began (it closes it)
+                self.listening.close()
+                outcome("left")
 
     def close(self) -> None:
         self.listening.close()
