@@ -74,6 +74,7 @@ class Follower:
 async def _listening(bus: EventBus) -> Listening:
     listening = Listening(bus, new_id("run"))
     assert await listening.confirmed()
+    listening.sub.position = 1  # run_started, delivered from StartRun's answer (start_on_bus)
     return listening
 
 
@@ -200,8 +201,11 @@ async def test_a_start_on_the_bus_names_the_run_and_keeps_listening(bus: EventBu
 
     got = await start_on_bus(bus, start, rs.StartRunRequest(conversation_id="c", text="hi"))
     assert got is not None
-    answer, listening = got
-    assert listening is not None and listening.sub.run_id == asked[0].run_id == answer.run.id
+    answer, started = got
+    assert started is not None and [e.sequence for e in started.first] == [1]
+    listening = started.listening
+    assert listening.sub.run_id == asked[0].run_id == answer.run.id
+    assert listening.sub.position == 1  # what the answer delivered: the bus's part goes on from it
     assert asked[0].run_id.startswith("run_")
     listening.close()
     assert bus.subscriptions() == []
@@ -266,14 +270,20 @@ async def test_a_reader_of_the_whole_log_gets_the_answer_then_the_bus_then_the_r
     assert got == [1, 2, 3, 4] and rest_from == [2] and outcomes == ["gap"]
     assert bus.subscriptions() == []
 
-    # A reader that leaves at the first event: the subscription goes, and is told as `left`.
-    _, on_bus = await bus_feed.start_followed(bus, start, rs.StartRunRequest(text="hi"))
-    assert on_bus is not None
-    outcomes.clear()
-    reading = on_bus.follow(rest, outcomes.append)
-    assert [e.sequence for e in await anext(reading)] == [1]
-    await reading.aclose()
-    assert outcomes == ["left"] and bus.subscriptions() == []
+    # A reader that leaves at the first event: the subscription goes, and is told as `left`, also
+    # when its handler's `held` released the subscription first (as a stream's end does: the
+    # handler returns before its cancelled source unwinds).
+    for handler_first in (False, True):
+        _, on_bus = await bus_feed.start_followed(bus, start, rs.StartRunRequest(text="hi"))
+        assert on_bus is not None
+        outcomes.clear()
+        reading = on_bus.follow(rest, outcomes.append)
+        with bus_feed.held(on_bus):
+            assert [e.sequence for e in await anext(reading)] == [1]
+            if not handler_first:
+                await reading.aclose()
+        await reading.aclose()
+        assert outcomes == ["left"] and bus.subscriptions() == []
 
 
 async def test_a_start_whose_reading_never_began_releases_its_subscription(

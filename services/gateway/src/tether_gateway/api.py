@@ -20,7 +20,7 @@ from tether_proto import wire
 from tether_gateway import csrf
 from tether_gateway.audit_api import query_time
 from tether_gateway.auth import SESSION_COOKIE, Caller, authenticate, session_or_bearer
-from tether_gateway.bus_feed import Listening, start_on_bus
+from tether_gateway.bus_feed import BusStart, start_on_bus
 from tether_gateway.run_feed import TERMINAL_STATUSES
 from tether_gateway.runtime_client import Credential, OpenedRun
 from tether_gateway.sse import is_finished, stream_response
@@ -176,7 +176,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         "input_json": input_json,
     }
     opened: OpenedRun | None = None
-    listening: Listening | None = None
+    started_on_bus: BusStart | None = None
     answer: rs.StartRunResponse | None = None
     streaming = wants_stream(request)
     user = caller.principal.user_id
@@ -192,7 +192,7 @@ async def start_run(request: web.Request) -> web.StreamResponse:
                 rs.StartRunRequest(**fields),
             )
             if on_bus is not None:
-                answer, listening = on_bus
+                answer, started_on_bus = on_bus
             else:
                 req = rs.StartRunAndStreamEventsRequest(**fields)
                 opened = await _start_streaming(gw, req, caller)
@@ -206,8 +206,8 @@ async def start_run(request: web.Request) -> web.StreamResponse:
         # The connection below joins the run's feed, made here from the start.
         if opened is not None:
             gw.feeds.adopt(run.id, caller.token, opened)
-        elif listening is not None and answer is not None:
-            gw.feeds.adopt_listened(run.id, caller.token, answer.events, listening)
+        elif started_on_bus is not None:
+            gw.feeds.adopt_listened(run.id, caller.token, started_on_bus)
         if streaming:
             return await stream_response(
                 request,

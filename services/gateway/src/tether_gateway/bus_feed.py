@@ -66,13 +66,13 @@ class Listening:
 async def follow_listened(
     listening: Listening, rest: Callable[[], Batches], outcome: Callable[[str], None]
 ) -> Batches:
-    """The run's batches from the bus, after the first event (delivered from StartRun's answer);
-    at the first doubt, `rest()` (the runtime's stream from the last event delivered). The caller
-    stops iterating at the terminal event. `outcome` hears how the bus's part ended: `ended` (the
-    run's terminal event came on it), `gap`, `nudge` or `overflow` (handed over), `left` (the
-    feed closed first)."""
-    sub, last, how = listening.sub, 1, "left"
-    sub.position = last
+    """The run's batches from the bus, after the events StartRun's answer delivered (up to the
+    subscription's `position`, which start_on_bus set); at the first doubt, `rest()` (the
+    runtime's stream from the last event delivered). The caller stops iterating at the terminal
+    event. `outcome` hears how the bus's part ended: `ended` (the run's terminal event came on
+    it), `gap`, `nudge` or `overflow` (handed over), `left` (the feed closed first)."""
+    sub, how = listening.sub, "left"
+    last = sub.position
     try:
         while True:
             datas = [await sub.queue.get()]
@@ -147,13 +147,43 @@ def watch_quiet(
     return check_positions(bus, quiet_s, positions_of(read), unknown_behind=True)
 
 
+@dataclass(frozen=True)
+class BusStart:
+    """A run this process started on the bus (start_on_bus): StartRun's first event and the run's
+    subscription. A feed follows it (run_feed.RunFeed.start_listened), as does a reader of its
+    whole log (the LangGraph, AG-UI and AI SDK mounts' streams, LangGraph's runs.wait: `follow`,
+    the first event, then the bus, then at a doubt the runtime's stream). Held until `close`,
+    which its starter calls when the reading ends, whether or not it began (`held`)."""
+
+    first: Sequence[events_pb2.RunEvent]
+    listening: Listening
+
+    async def follow(self, rest: Callable[[], Batches], outcome: Callable[[str], None]) -> Batches:
+        """The run's batches from its start; `rest` and `outcome` as follow_listened's."""
+        bus_part = follow_listened(self.listening, rest, outcome)
+        began = False  # follow_listened, once it began, closes the subscription and tells
+        try:
+            yield self.first
+            began = True
+            async with contextlib.aclosing(bus_part) as batches:
+                async for batch in batches:
+                    yield batch
+        finally:
+            if not began:  # left at the first event (its starter may have closed it already)
+                self.listening.close()
+                outcome("left")
+
+    def close(self) -> None:
+        self.listening.close()
+
+
 async def start_on_bus(
     bus: EventBus | None,
     start: Callable[[rs.StartRunRequest], Awaitable[rs.StartRunResponse]],
     request: rs.StartRunRequest,
-) -> tuple[rs.StartRunResponse, Listening | None] | None:
-    """StartRun under an id this process made and listens on: the answer, and the subscription
-    when the run is to be followed on the bus (None for a replayed start or a runtime that does
+) -> tuple[rs.StartRunResponse, BusStart | None] | None:
+    """StartRun under an id this process made and listens on: the answer, and the run started on
+    the bus when it is to be followed there (None for a replayed start or a runtime that does
     not take `run_id`: their runs are followed on the runtime's stream). None without a bus to
     follow on (none, its connection down, or Redis slower to confirm than SUBSCRIBE_WAIT_S):
     nothing was started, the caller starts the run on the runtime's stream instead."""
@@ -173,34 +203,8 @@ async def start_on_bus(
     if resp.run.id != run_id or not resp.events:
         listening.close()
         return resp, None
-    listening.sub.position = resp.events[-1].sequence
-    return resp, listening
-
-
-@dataclass(frozen=True)
-class BusStart:
-    """A run this process started on the bus, for a reader of its whole log (the LangGraph, AG-UI
-    and AI SDK mounts' streams, LangGraph's runs.wait): StartRun's first event, then the bus, then
-    at a doubt the runtime's stream, as a feed follows it (`follow`). Held until `close`, which
-    its starter calls when the reading ends, whether or not it began (`held`)."""
-
-    first: Sequence[events_pb2.RunEvent]
-    listening: Listening
-
-    async def follow(self, rest: Callable[[], Batches], outcome: Callable[[str], None]) -> Batches:
-        """The run's batches from its start; `rest` and `outcome` as follow_listened's."""
-        try:
-            yield self.first
-            async with contextlib.aclosing(follow_listened(self.listening, rest, outcome)) as s:
-                async for batch in s:
-                    yield batch
-        finally:
-            if not self.listening.closed:  # left before the bus's part began (it closes it)
-                self.listening.close()
-                outcome("left")
-
-    def close(self) -> None:
-        self.listening.close()
+    listening.sub.position = resp.events[-1].sequence  # delivered from the answer
+    return resp, BusStart(list(resp.events), listening)
 
 
 async def start_followed(
@@ -212,10 +216,7 @@ async def start_followed(
     one (start_on_bus), with what to follow it by; else (no bus, Redis slow to confirm, a
     replayed start, a runtime older than `run_id`) plainly, None: the runtime's stream follows."""
     on_bus = await start_on_bus(bus, start, request)
-    if on_bus is None:
-        return await start(request), None
-    resp, listening = on_bus
-    return resp, None if listening is None else BusStart(list(resp.events), listening)
+    return (await start(request), None) if on_bus is None else on_bus
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from tether.runtime.v1 import events_pb2
 from tether_common.event_json import TERMINAL_TYPES, sse_frame
 from tether_proto import wire
 
-from tether_gateway.bus_feed import Batches, Listening, follow_listened
+from tether_gateway.bus_feed import Batches, BusStart, Listening, follow_listened
 from tether_gateway.runtime_client import Credential, OpenedRun, finish, follow_events
 
 if TYPE_CHECKING:
@@ -160,14 +160,14 @@ class RunFeed:
                 return
         self._start_task(self._pump(self._from_runtime(opened)))
 
-    def start_listened(self, first: Sequence[events_pb2.RunEvent], listening: Listening) -> None:
+    def start_listened(self, started: BusStart) -> None:
         """Follow a run this process started on the bus (bus_feed.py): its first event, from
         StartRun's answer, goes into the ring now, as `start` puts a started call's first
         message; the rest comes from the bus, or from the runtime's stream after a doubt."""
         self.registry.metrics_upstream(1)
-        self._listening = listening
-        self._deliver(first)  # a new run's run_started: never its end
-        stream = follow_listened(listening, self._from_runtime, self.registry.metrics_bus)
+        self._listening = started.listening
+        self._deliver(started.first)  # a new run's run_started: never its end
+        stream = follow_listened(started.listening, self._from_runtime, self.registry.metrics_bus)
         self._start_task(self._pump(stream))
 
     def _from_runtime(self, opened: OpenedRun | None = None) -> Batches:
@@ -355,20 +355,14 @@ class FeedRegistry:
         self.feeds[run_id] = feed
         feed.start(opened)
 
-    def adopt_listened(
-        self,
-        run_id: str,
-        token: Credential,
-        first: Sequence[events_pb2.RunEvent],
-        listening: Listening,
-    ) -> None:
+    def adopt_listened(self, run_id: str, token: Credential, started: BusStart) -> None:
         """Make a run this process started on the bus the run's feed, as `adopt` does a call."""
         if run_id in self.feeds:  # (a new id: only if the same start were adopted twice)
-            listening.close()
+            started.close()
             return
         feed = RunFeed(self, run_id, token, 0)
         self.feeds[run_id] = feed
-        feed.start_listened(first, listening)
+        feed.start_listened(started)
 
     def forget(self, feed: RunFeed) -> None:
         if self.feeds.get(feed.run_id) is feed:
