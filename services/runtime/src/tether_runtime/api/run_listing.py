@@ -19,7 +19,7 @@ from tether_proto import wire
 
 from tether_runtime import policy
 from tether_runtime.domain.views import RunView
-from tether_runtime.store import conversations, event_partitions, interrupts, runs
+from tether_runtime.store import event_partitions, run_pages
 from tether_runtime.store.db import Pool
 
 ADMIN_ACTION = "runs.read"
@@ -118,11 +118,7 @@ async def list_runs(
         ):
             raise PermissionDenied(f"listing other users' runs takes the grant {ADMIN_ACTION} on *")
         owner = None if filters.user_id == EVERY_USER else filters.user_id
-        if conversation_id:
-            conv = await conversations.get(conn, conversation_id)
-            if conv is None or (owner is not None and conv.user_id != owner):
-                raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
-        rows = await runs.list_for_user(
+        page = await run_pages.read(
             conn,
             owner,
             size + 1,
@@ -133,15 +129,18 @@ async def list_runs(
             since=since,
             until=until,
         )
-        more = len(rows) > size
-        rows = rows[:size]
-        waiting = [r.id for r in rows if r.status == "interrupted"]
-        pending = await interrupts.pending_for_runs(conn, waiting)
+        if conversation_id and (
+            page.conversation_owner is None
+            or (owner is not None and page.conversation_owner != owner)
+        ):
+            raise NotFound("conversation not found", reason="CONVERSATION_NOT_FOUND")
+        more = len(page.runs) > size
+        rows = page.runs[:size]
         # Retention drops only finished runs' events: the horizon is read once per page.
         horizon = await event_partitions.horizon(conn) if any(r.terminal for r in rows) else ""
     views = [
         replace(
-            RunView.of(r, pending.get(r.id)),
+            RunView.of(r, page.pending.get(r.id)),
             events_expired=r.terminal and event_partitions.below(horizon, r.id),
         )
         for r in rows

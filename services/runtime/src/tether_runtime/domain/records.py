@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -85,26 +85,36 @@ class InterruptRow:
     self_approval: bool = True
     approvals_required: int = 1
 
+    @staticmethod
+    def selected(alias: str, prefix: str) -> str:
+        """The select list of an interrupt row beside another table's: `{alias}.{column} AS
+        {prefix}{column}`, which `of(row, prefix)` reads back (a missing row's columns are NULL)."""
+        return ", ".join(f"{alias}.{c} AS {prefix}{c}" for c in _INTERRUPT_COLUMNS)
+
     @classmethod
-    def of(cls, r: asyncpg.Record) -> InterruptRow:
+    def of(cls, r: asyncpg.Record, prefix: str = "") -> InterruptRow:
+        """`prefix`: the columns come named `{prefix}{column}` (beside another table's)."""
         return cls(
-            id=r["id"],
-            run_id=r["run_id"],
-            call_id=r["call_id"],
-            kind=r["kind"],
-            status=r["status"],
-            action=r["action"],
-            scope=r["scope"],
-            payload=r["payload"],
-            expires_at=r["expires_at"],
-            resolved_at=r["resolved_at"],
-            resolved_by=r["resolved_by"],
-            decision=r["decision"],
-            input=r["input"],
-            approval_grant=r.get("approval_grant"),
-            self_approval=r.get("self_approval", True),
-            approvals_required=r.get("approvals_required", 1),
+            id=r[f"{prefix}id"],
+            run_id=r[f"{prefix}run_id"],
+            call_id=r[f"{prefix}call_id"],
+            kind=r[f"{prefix}kind"],
+            status=r[f"{prefix}status"],
+            action=r[f"{prefix}action"],
+            scope=r[f"{prefix}scope"],
+            payload=r[f"{prefix}payload"],
+            expires_at=r[f"{prefix}expires_at"],
+            resolved_at=r[f"{prefix}resolved_at"],
+            resolved_by=r[f"{prefix}resolved_by"],
+            decision=r[f"{prefix}decision"],
+            input=r[f"{prefix}input"],
+            approval_grant=r.get(f"{prefix}approval_grant"),
+            self_approval=r.get(f"{prefix}self_approval", True),
+            approvals_required=r.get(f"{prefix}approvals_required", 1),
         )
+
+
+_INTERRUPT_COLUMNS = tuple(f.name for f in fields(InterruptRow))
 
 
 @dataclass(frozen=True)

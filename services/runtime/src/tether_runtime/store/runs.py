@@ -78,7 +78,7 @@ def listing_query(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> tuple[str, list[Any]]:
-    """`list_for_user`'s statement and arguments. Only the filters given are in it (no `$n IS
+    """A page's statement and arguments (run_pages.py). Only the filters given are in it (no `$n IS
     NULL OR ...`), so a cached generic plan still walks the index that fits (migrations 0007 and
     0012)."""
     where: list[str] = []
@@ -98,35 +98,6 @@ def listing_query(
     args.append(limit)
     condition = " AND ".join(where) or "true"
     return f"SELECT {_LISTED} FROM run WHERE {condition} ORDER BY id DESC LIMIT ${len(args)}", args
-
-
-async def list_for_user(
-    conn: Conn,
-    user_id: str | None,
-    limit: int,
-    before_id: str | None,
-    *,
-    conversation_id: str | None = None,
-    status: str | None = None,
-    agent: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-) -> list[RunRow]:
-    """Runs newest first, after the cursor `before_id` (a run id): one user's (every user's when
-    `user_id` is None), optionally of one conversation, status and agent, created in
-    [since, until)."""
-    sql, args = listing_query(
-        user_id,
-        limit,
-        before_id,
-        conversation_id=conversation_id,
-        status=status,
-        agent=agent,
-        since=since,
-        until=until,
-    )
-    rows = await conn.fetch(sql, *args)
-    return [RunRow.of(r) for r in rows]
 
 
 async def lock(conn: Conn, run_id: str) -> RunRow | None:

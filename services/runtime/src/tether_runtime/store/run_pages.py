@@ -1,0 +1,81 @@
+"""A page of runs as ListRuns shows it, read in one statement: the runs newest first (the
+filters of runs.listing_query), the pending interrupt of each interrupted one beside it, and,
+for a listing of one conversation, the conversation's owner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from tether_runtime.domain.records import InterruptRow, RunRow
+from tether_runtime.store import runs
+from tether_runtime.store.db import Conn
+
+# A pending interrupt's columns beside its listed run (InterruptRow.of with this prefix).
+_PENDING_PREFIX = "i_"
+_PENDING = InterruptRow.selected("i", _PENDING_PREFIX)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs newest first, each interrupted one's pending interrupt (by run id), and,
+    for a listing of one conversation, the conversation's owner (None: no such conversation)."""
+
+    runs: list[RunRow]
+    pending: dict[str, InterruptRow]
+    conversation_owner: str | None = None
+
+
+async def read(
+    conn: Conn,
+    user_id: str | None,
+    limit: int,
+    before_id: str | None,
+    *,
+    conversation_id: str | None = None,
+    status: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> RunPage:
+    """Runs newest first, after the cursor `before_id` (a run id): one user's (every user's when
+    `user_id` is None), optionally of one conversation, status and agent, created in
+    [since, until). One statement: the page, the interrupted runs' pending interrupts and, for
+    one conversation, its owner (a ListRuns on a thread is the LangGraph API's most frequent
+    read: the SDK asks for the run after every stream)."""
+    page, args = runs.listing_query(
+        user_id,
+        limit,
+        before_id,
+        conversation_id=conversation_id,
+        status=status,
+        agent=agent,
+        since=since,
+        until=until,
+    )
+    listed = (
+        f"SELECT p.*, {_PENDING} FROM ({page}) p LEFT JOIN interrupt i "
+        "ON i.run_id = p.id AND i.status = 'pending' AND p.status = 'interrupted'"
+    )
+    if conversation_id is None:
+        rows = await conn.fetch(f"{listed} ORDER BY p.id DESC", *args)
+        owner = None
+    else:
+        # One row with no run for a conversation without any; none for no conversation.
+        args.append(conversation_id)
+        rows = await conn.fetch(
+            f"SELECT c.user_id AS conversation_owner, l.* FROM conversation c "
+            f"LEFT JOIN ({listed}) l ON true WHERE c.id = ${len(args)} ORDER BY l.id DESC",
+            *args,
+        )
+        owner = rows[0]["conversation_owner"] if rows else None
+    found = [r for r in rows if r["id"] is not None]
+    return RunPage(
+        runs=[RunRow.of(r) for r in found],
+        pending={
+            r["id"]: InterruptRow.of(r, _PENDING_PREFIX)
+            for r in found
+            if r[f"{_PENDING_PREFIX}id"] is not None
+        },
+        conversation_owner=owner,
+    )
