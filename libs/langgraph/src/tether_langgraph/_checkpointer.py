@@ -26,12 +26,14 @@ def _durable() -> Any:
 
 
 def checkpointer_for(host: Any) -> BaseCheckpointSaver[Any]:
-    """The checkpointer for one execution of a run, fenced by its lease epoch."""
+    """The checkpointer for one execution of a run, fenced by its lease epoch; the only writer
+    of the run's thread while it holds the lease, so it keeps its last read (the driver's read
+    of the state, and then LangGraph's of the same checkpoint, cost one statement)."""
     durable = _durable()
     if durable is None:
         return _IN_MEMORY
     saver: BaseCheckpointSaver[Any] = durable.TetherCheckpointer(host.pool).fenced(
-        host.run_id, host.epoch
+        host.run_id, host.epoch, sole_writer=True
     )
     return saver
 
