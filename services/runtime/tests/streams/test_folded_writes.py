@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from tether_common.ids import new_id
 from tether_common.run_bus import EventBus
 from tether_runtime.domain import events as ev
-from tether_runtime.store import conversations, event_log, runs, webhook_endpoints
+from tether_runtime.store import conversations, event_log, interrupts, runs, webhook_endpoints
 from tether_runtime.store.event_log import CallFinish, LeaseAppend, RunEnd
 from tether_runtime.store.statement_count import COUNTS
 from tether_runtime.streams.event_sink import EventSink
@@ -23,6 +24,7 @@ from tether_runtime.streams.run_writer import (
     ClaimRead,
     EndRun,
     FinishRead,
+    Interrupted,
     RunWriter,
     SaveCheckpoint,
 )
@@ -247,3 +249,84 @@ async def test_a_claim_and_a_result_in_one_batch_take_a_transaction_and_both_lan
 async def _log(pool: Any, run_id: str) -> list[tuple[int, bytes]]:
     async with pool.acquire() as conn:
         return await event_log.read_after(conn, run_id, 0, 100)
+
+
+def _raise_card(run_id: str, interrupt_id: str) -> Any:
+    """A pause's own changes, as cards.show makes them: the call's row, then the interrupt."""
+
+    async def raise_card(conn: Any) -> None:
+        await interrupts.propose_call(conn, run_id, "c1", "scale", {"n": 2}, f"{run_id}:c1")
+        await interrupts.create_interrupt(
+            conn, interrupt_id, run_id, "c1", "confirm_action", "scale", "svc:x", {"t": "ok?"},
+            datetime.now(UTC) + timedelta(hours=1),
+        )  # fmt: skip
+
+    return raise_card
+
+
+async def _paused(pool: Any, run_id: str) -> tuple[Any, Any, Any]:
+    async with pool.acquire() as conn:
+        return (
+            await conn.fetchrow(
+                "SELECT status, lease_owner, lease_expires_at, attempts, step_streamed, "
+                "checkpoint, last_sequence FROM run WHERE id = $1",
+                run_id,
+            ),
+            await conn.fetchval("SELECT status FROM tool_call WHERE run_id = $1", run_id),
+            await conn.fetchval("SELECT status FROM interrupt WHERE run_id = $1", run_id),
+        )
+
+
+async def test_an_interrupt_folds_its_checkpoint_and_the_pause_into_the_append(
+    pool: Any, bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run pauses (cards.show): the checkpoint and the `interrupted` status ride the fenced
+    append; the call's row and the interrupt follow it in the same transaction."""
+    writer, shared, run_id, epoch, _ = await _writer(pool, bus, monkeypatch)
+    await writer.emit([ev.text_delta("m1", "asking")], streamed=6)
+    interrupt_id = new_id("int")
+    raised = ev.interrupt(interrupt_id, "confirm_action", {}, datetime.now(UTC), "c1")
+    save = SaveCheckpoint(run_id, epoch, json.dumps({"v": 2, "asked": True}), False)
+    before = dict(COUNTS)
+    await writer.commit([raised], Interrupted(_raise_card(run_id, interrupt_id), save))
+    spent = {k: v - before.get(k, 0) for k, v in COUNTS.items() if v != before.get(k, 0)}
+    # The delta ahead of it through the shared statement; then BEGIN, the append (with the
+    # checkpoint and the end), the two inserts, COMMIT: no UPDATE of the run of their own.
+    assert shared == [1, 1] and spent == {"begin": 1, "select": 2, "insert": 2, "commit": 1}
+    run, call, intr = await _paused(pool, run_id)
+    assert (run["status"], run["lease_owner"], run["lease_expires_at"]) == (
+        "interrupted",
+        None,
+        None,
+    )
+    assert run["attempts"] == 0 and run["checkpoint"] == {"v": 2, "asked": True}
+    assert run["step_streamed"] == 6  # as runs.save_checkpoint without a reset left it
+    assert (call, intr, run["last_sequence"]) == ("proposed", "pending", 3)
+
+    # A zombie's pause writes nothing: not the call, not the interrupt, not the status.
+    zombie, _, zombie_run, zombie_epoch, _ = await _writer(pool, bus, monkeypatch)
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE run SET lease_epoch = lease_epoch + 1 WHERE id = $1", zombie_run)
+    stale = SaveCheckpoint(zombie_run, zombie_epoch, json.dumps({"v": 2}), False)
+    with pytest.raises(event_log.Fenced):
+        await zombie.commit([raised], Interrupted(_raise_card(zombie_run, new_id("int")), stale))
+    run, call, intr = await _paused(pool, zombie_run)
+    assert (run["status"], call, intr) == ("running", None, None)
+
+
+async def test_a_pause_that_cannot_fold_makes_the_same_changes_itself(pool: Any) -> None:
+    """After another end in the batch the pause does not fold (`fold` gives itself back); run
+    as a state change of its own it leaves the run as the folded one does."""
+    async with pool.acquire() as conn:
+        run_id, epoch, _ = await _running(conn)
+        interrupt_id = new_id("int")
+        save = SaveCheckpoint(run_id, epoch, json.dumps({"v": 2, "asked": True}), False)
+        pause = Interrupted(_raise_card(run_id, interrupt_id), save)
+        ended = LeaseAppend(run_id, epoch, 1, [], 0, end=RunEnd("failed"))
+        assert pause.fold(ended) is pause and ended.checkpoint is None
+        async with conn.transaction():
+            await pause(conn)
+    run, call, intr = await _paused(pool, run_id)
+    assert (run["status"], run["lease_owner"], run["attempts"]) == ("interrupted", None, 0)
+    assert run["checkpoint"] == {"v": 2, "asked": True}
+    assert (call, intr) == ("proposed", "pending")

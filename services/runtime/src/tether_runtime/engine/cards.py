@@ -18,7 +18,7 @@ from tether_runtime.engine.run_context import RunContext
 from tether_runtime.engine.run_outcomes import Paused
 from tether_runtime.store import interrupts, runs
 from tether_runtime.store.db import Conn
-from tether_runtime.streams.run_writer import Apply
+from tether_runtime.streams.run_writer import Apply, Interrupted
 
 FIELDS = ("title", "risk", "target", "tool", "parameter_summary", "reason", "details", "preview")
 LIMITS = {
@@ -111,7 +111,7 @@ async def show(
     save = ctx.save() if held_s is None else None
     run_id, epoch = ctx.run_id, ctx.epoch
 
-    async def apply(conn: Conn) -> None:
+    async def raise_card(conn: Conn) -> None:
         await before(conn)
         await interrupts.create_interrupt(
             conn,
@@ -125,12 +125,11 @@ async def show(
             expires,
             approval,
         )
-        if save is None:
-            await runs.hold(conn, run_id, epoch)
-            return
-        await save(conn)
-        await runs.finish(conn, run_id, epoch, "interrupted")
+
+    async def hold(conn: Conn) -> None:
+        await raise_card(conn)
+        await runs.hold(conn, run_id, epoch)
 
     raised = ev.interrupt(interrupt_id, kind, payload, expires, call_id if tool_call else "")
-    await ctx.commit([raised], apply)
+    await ctx.commit([raised], hold if save is None else Interrupted(raise_card, save))
     return interrupt_id

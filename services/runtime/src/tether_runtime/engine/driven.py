@@ -317,10 +317,10 @@ class DrivenRun:
         """The answer to the interrupt raised under `key`; None if it was never raised (the
         agent raises it then). Still waiting: the run pauses."""
         async with self.x.pool.acquire() as conn:
-            row = await interrupts.get_call(conn, self.run_id, key)
-            intr = await interrupts.for_call(conn, self.run_id, key)
-        if row is None or intr is None:
+            found = await interrupts.call_and_interrupt(conn, self.run_id, key)
+        if found is None:
             return None
+        row, intr = found
         if intr.status == "pending":
             raise Paused()
         data = dict((row.result or {}).get("data") or {})

@@ -65,6 +65,25 @@ async def for_call(conn: Conn, run_id: str, call_id: str) -> InterruptRow | None
     return InterruptRow.of(row) if row else None
 
 
+_ASKED_PREFIX = "i_"
+_CALL_AND_INTERRUPT = (
+    f"SELECT t.*, {InterruptRow.selected('i', _ASKED_PREFIX)} FROM tool_call t "
+    "JOIN LATERAL (SELECT * FROM interrupt WHERE run_id = $1 AND call_id = $2 "
+    "ORDER BY created_at DESC LIMIT 1) i ON true WHERE t.run_id = $1 AND t.call_id = $2"
+)
+
+
+async def call_and_interrupt(
+    conn: Conn, run_id: str, call_id: str
+) -> tuple[ToolCallRow, InterruptRow] | None:
+    """The tool call's row and the latest interrupt raised on it (`get_call` and `for_call` in
+    one statement); None unless both exist."""
+    row = await conn.fetchrow(_CALL_AND_INTERRUPT, run_id, call_id)
+    if row is None:
+        return None
+    return ToolCallRow.of(row), InterruptRow.of(row, _ASKED_PREFIX)
+
+
 async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:
     row = await conn.fetchrow(
         "SELECT * FROM interrupt WHERE run_id = $1 AND status = 'pending'", run_id
