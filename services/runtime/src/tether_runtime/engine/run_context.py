@@ -36,7 +36,7 @@ class RunContext(Protocol):
         """Events and the state they announce, durable on return, fenced by the epoch."""
 
     async def db_now(self) -> datetime:
-        """Postgres's clock (store.db.db_now): what a card's expiry is counted from, never this
+        """Postgres's clock (store.db.DbClock): what a card's expiry is counted from, never this
         pod's own clock, which may differ from the other pods' by seconds."""
         ...
 

@@ -32,7 +32,7 @@ from tether_runtime.engine.run_outcomes import Finished, Paused, RunFailure
 from tether_runtime.engine.tool_calls import ToolCalls
 from tether_runtime.policy.gate import ToolGate
 from tether_runtime.store import conversations, runs
-from tether_runtime.store.db import Pool, db_now
+from tether_runtime.store.db import Pool
 from tether_runtime.store.event_log import RunEnd
 from tether_runtime.streams.run_writer import Apply, EndRun, RunWriter, SaveCheckpoint
 
@@ -85,7 +85,7 @@ class RunExecutor:
         return self.e.settings.interrupt_ttl_s
 
     async def db_now(self) -> datetime:
-        return await db_now(self.pool)
+        return await self.e.clock.now()
 
     @property
     def coalesce_s(self) -> float:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 import asyncpg
@@ -179,3 +180,22 @@ async def db_now(db: asyncpg.Pool | asyncpg.Connection) -> datetime:
     retention), so that pods whose clocks differ agree."""
     now: datetime = await db.fetchval("SELECT now()")
     return now
+
+
+class DbClock:
+    """Postgres's clock for what is counted from it but not decided by it at once (a card's
+    expiry): read with `db_now` at most once every `resync_s`, and in between that reading
+    plus this process's monotonic time since. It runs behind Postgres by at most the reading's
+    round trip, and a pod whose own wall clock is off reads the same time as any other."""
+
+    def __init__(self, pool: asyncpg.Pool, resync_s: float = 60.0) -> None:
+        self.pool = pool
+        self.resync_s = resync_s
+        self._read: tuple[datetime, float] | None = None  # (Postgres's now, monotonic then)
+
+    async def now(self) -> datetime:
+        read = self._read
+        if read is None or time.monotonic() - read[1] > self.resync_s:
+            asked = time.monotonic()
+            read = self._read = (await db_now(self.pool), asked)
+        return read[0] + timedelta(seconds=time.monotonic() - read[1])
