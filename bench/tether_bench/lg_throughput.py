@@ -6,7 +6,8 @@ The stack as langgraph_compare.py starts it (the benchmark's fake provider, a fr
 one runtime and one gateway started cold, `TETHER_AGENTS=tether_bench.lgcompare:agent`), then
 per concurrency the SDK script's throughput trial (sdk_trials.py: `runs.stream` on a fresh thread
 to the interrupt) and the CPU seconds of the runtime, the gateway, the fake provider and this
-client (`/proc/<pid>/stat` utime + stime) over the trial, per run, and the statements the
+client (`/proc/<pid>/stat` utime + stime) over the trial, per run, and every Postgres and
+Redis process's on the box (`loadgen.StoresCpu`), and the statements the
 runtime's pool sent per run (tether_db_statements_total), in all and by kind, and the gRPC
 requests it served per run, by method (tether_grpc_request_seconds). `--profile DIR` records the
 runtime and the gateway with py-spy (it must be on PATH or in the virtualenv) during the last
@@ -29,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from tether_bench import stack
-from tether_bench.loadgen import _statements
+from tether_bench.loadgen import StoresCpu, _statements
 from tether_bench.main import BENCH_DIR, _wait_port, process_env
 from tether_bench.sdk_trials import SdkTrials, log, run_all
 
@@ -161,7 +162,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 before = {n: cpu_s(p) for n, p in pids.items()}
                 sent = await _statements([runtime.metrics_url])
                 asked = await _rpcs(runtime.metrics_url)
+                stores = StoresCpu()
                 got = await side.throughput(args.runs, c, args.text)
+                stores.stop()
                 after = {n: cpu_s(p) for n, p in pids.items()}
                 sent_after = await _statements([runtime.metrics_url])
                 asked_after = await _rpcs(runtime.metrics_url)
@@ -171,6 +174,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 got["cpu_ms_per_run"] = {
                     n: round((after[n] - before[n]) * 1000 / args.runs, 1) for n in pids
                 }
+                # Every Postgres and Redis process on the box (StoresCpu; the client is above).
+                for name, ms in stores.per_run(args.runs).items():
+                    if name != "loadgen_cpu_ms_per_run":
+                        got["cpu_ms_per_run"][name.removesuffix("_cpu_ms_per_run")] = round(ms, 1)
                 got["db_statements_per_run"] = round(
                     (sum(sent_after.values()) - sum(sent.values())) / args.runs, 1
                 )
