@@ -8,14 +8,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tether_common.ids import new_id
-from tether_runtime.store import conversations, interrupts, run_pages
+from tether_runtime.store import conversations, interrupts, run_pages, runs
 from tether_runtime.store.statement_count import COUNTS
 from tether_testkit.running_runs import queued_run
 
 
-async def _statements(conn: Any, **listing: Any) -> tuple[run_pages.RunPage, int]:
+async def _statements(
+    conn: Any,
+    user_id: str,
+    limit: int,
+    before_id: str | None,
+    conversation_id: str | None,
+) -> tuple[run_pages.RunPage, int]:
+    listing = runs.listing_query(user_id, limit, before_id, conversation_id=conversation_id)
     before = sum(COUNTS.values())
-    page = await run_pages.read(conn, **listing)
+    page = await run_pages.read(conn, listing, conversation_id)
     return page, sum(COUNTS.values()) - before
 
 

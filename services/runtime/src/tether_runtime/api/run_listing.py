@@ -19,7 +19,7 @@ from tether_proto import wire
 
 from tether_runtime import policy
 from tether_runtime.domain.views import RunView
-from tether_runtime.store import event_partitions, run_pages
+from tether_runtime.store import event_partitions, run_pages, runs
 from tether_runtime.store.db import Pool
 
 ADMIN_ACTION = "runs.read"
@@ -118,8 +118,7 @@ async def list_runs(
         ):
             raise PermissionDenied(f"listing other users' runs takes the grant {ADMIN_ACTION} on *")
         owner = None if filters.user_id == EVERY_USER else filters.user_id
-        page = await run_pages.read(
-            conn,
+        listing = runs.listing_query(
             owner,
             size + 1,
             before,
@@ -129,6 +128,7 @@ async def list_runs(
             since=since,
             until=until,
         )
+        page = await run_pages.read(conn, listing, conversation_id or None)
         if conversation_id and (
             page.conversation_owner is None
             or (owner is not None and page.conversation_owner != owner)

@@ -5,10 +5,9 @@ for a listing of one conversation, the conversation's owner."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from typing import Any
 
 from tether_runtime.domain.records import InterruptRow, RunRow
-from tether_runtime.store import runs
 from tether_runtime.store.db import Conn
 
 # A pending interrupt's columns beside its listed run (InterruptRow.of with this prefix).
@@ -27,32 +26,14 @@ class RunPage:
 
 
 async def read(
-    conn: Conn,
-    user_id: str | None,
-    limit: int,
-    before_id: str | None,
-    *,
-    conversation_id: str | None = None,
-    status: str | None = None,
-    agent: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    conn: Conn, listing: tuple[str, list[Any]], conversation_id: str | None = None
 ) -> RunPage:
-    """Runs newest first, after the cursor `before_id` (a run id): one user's (every user's when
-    `user_id` is None), optionally of one conversation, status and agent, created in
-    [since, until). One statement: the page, the interrupted runs' pending interrupts and, for
-    one conversation, its owner (a ListRuns on a thread is the LangGraph API's most frequent
-    read: the SDK asks for the run after every stream)."""
-    page, args = runs.listing_query(
-        user_id,
-        limit,
-        before_id,
-        conversation_id=conversation_id,
-        status=status,
-        agent=agent,
-        since=since,
-        until=until,
-    )
+    """The page `listing` selects (runs.listing_query's statement and arguments: whose runs,
+    after which, which filters), with the interrupted runs' pending interrupts and, for
+    `conversation_id` (the listing's own), the conversation's owner, in one statement (a
+    ListRuns on a thread is the LangGraph API's most frequent read: the SDK asks for the run
+    after every stream)."""
+    page, args = listing[0], list(listing[1])
     listed = (
         f"SELECT p.*, {_PENDING} FROM ({page}) p LEFT JOIN interrupt i "
         "ON i.run_id = p.id AND i.status = 'pending' AND p.status = 'interrupted'"
