@@ -330,3 +330,33 @@ async def test_a_pause_that_cannot_fold_makes_the_same_changes_itself(pool: Any)
     assert (run["status"], run["lease_owner"], run["attempts"]) == ("interrupted", None, 0)
     assert run["checkpoint"] == {"v": 2, "asked": True}
     assert (call, intr) == ("proposed", "pending")
+
+
+async def test_a_sent_announcement_shares_the_next_commits_statement(
+    pool: Any, bus: EventBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driven agent's node announces its tool call (`send`: the event with the checkpoint
+    that records it, not waited for) and ends (a commit): one shared statement for both, in
+    order, durable when the commit returns. A sent write that is fenced fails the commit."""
+    writer, shared, run_id, epoch, _ = await _writer(pool, bus, monkeypatch)
+    announced = SaveCheckpoint(run_id, epoch, json.dumps({"v": 2, "started": ["c1"]}), False)
+    writer.send([ev.tool_started("c1", "send_email", "to bob")], announced)
+    ended = SaveCheckpoint(run_id, epoch, json.dumps({"v": 2, "started": ["c1"], "n": 1}), True)
+    before = dict(COUNTS)
+    await writer.commit([ev.graph_update("model", {"x": 1}, 0)], ended)
+    spent = {k: v - before.get(k, 0) for k, v in COUNTS.items() if v != before.get(k, 0)}
+    assert shared == [1] and spent == {"select": 1}
+    kinds = [ev.kind_of(ev.RunEvent.FromString(d)) for _, d in await _log(pool, run_id)]
+    assert kinds == ["run_started", "tool_started", "graph_update"]
+    async with pool.acquire() as conn:
+        run = await runs.get(conn, run_id)
+    assert run is not None and run.checkpoint == {"v": 2, "started": ["c1"], "n": 1}
+
+    zombie, _, zombie_run, zombie_epoch, _ = await _writer(pool, bus, monkeypatch)
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE run SET lease_epoch = lease_epoch + 1 WHERE id = $1", zombie_run)
+    stale = SaveCheckpoint(zombie_run, zombie_epoch, json.dumps({"v": 2}), False)
+    zombie.send([ev.tool_started("c1", "send_email", "to bob")], stale)
+    with pytest.raises(event_log.Fenced):
+        await zombie.commit([], stale)
+    assert [s for s, _ in await _log(pool, zombie_run)] == [1]

@@ -230,21 +230,24 @@ class DrivenRun:
         return seen
 
     async def tool_started(self, call_id: str, tool: str, args: dict[str, Any]) -> None:
-        """Once per call id, whatever the agent re-emits: persisted with the checkpoint."""
+        """Once per call id, whatever the agent re-emits: committed with the checkpoint that
+        records it, without waiting (a graph announces a node's tool calls from its update, and
+        `node_done` commits right after: one statement for both, durable before the graph goes
+        on)."""
         if call_id in self._announced("started"):
             return
         await self.flush()
         self._announced("started").append(call_id)
-        await self.x.commit([ev.tool_started(call_id, tool, _summary(args))], self.x.save())
+        self.x.send([ev.tool_started(call_id, tool, _summary(args))], self.x.save())
 
     async def tool_finished(self, call_id: str, tool: str, ok: bool, summary: str) -> None:
+        """As tool_started: once per call id, with its checkpoint, durable by the next commit."""
         if call_id in self._announced("finished"):
             return
         await self.flush()
         self._announced("finished").append(call_id)
-        await self.x.commit(
-            [ev.tool_finished(call_id, tool, ok, cards.cut("summary", summary))], self.x.save()
-        )
+        finished = ev.tool_finished(call_id, tool, ok, cards.cut("summary", summary))
+        self.x.send([finished], self.x.save())
 
     async def tool_progress(self, call_id: str, tool: str, fraction: float, text: str) -> None:
         await self.flush()

@@ -122,6 +122,10 @@ class StepRun(RunHost, Protocol):
 class DrivenHost(RunHost, Protocol):
     """What the host of an agent that drives its own loop (driven.py) uses besides."""
 
+    def send(self, events: list[ev.RunEvent], apply: Apply) -> None:
+        """Events and the state change that records them, committed together without waiting:
+        durable when the next commit returns, whose failure a failure of theirs becomes."""
+
     resume_skip: int
     """Text an earlier execution already streamed, to skip by length."""
 

@@ -138,6 +138,11 @@ class RunExecutor:
         """Events without state (text, progress), queued behind every commit before them."""
         await self.writer.emit(events, streamed=streamed)
 
+    def send(self, events: list[ev.RunEvent], apply: Apply) -> None:
+        """Events and the state change that records them, committed together without waiting:
+        durable when the next commit returns (RunWriter.send)."""
+        self.writer.send(events, apply)
+
     async def stop_if_cancelled(self) -> None:
         """A cancel the writer heard of (with its last batch) ends the run here."""
         if self.writer.cancel_requested:

@@ -280,6 +280,14 @@ class RunWriter:
         self._raise_failure()
         self._queue.append(_Write([], save, 0, None, staged=True))
 
+    def send(self, events: list[ev.RunEvent], apply: Apply) -> None:
+        """Queue events and the state change that records them, without waiting: committed
+        together and in queue order (with whatever is queued beside them, so a commit that
+        follows at once shares their statement). Durable when any later `commit` returns; a
+        failure fails that commit, as it fails every later write."""
+        self._raise_failure()
+        self._enqueue(_Write(events, apply, 0, None))
+
     async def commit(
         self, events: list[ev.RunEvent], apply: Apply | None = None, *, streamed: int = 0
     ) -> None:
