@@ -191,11 +191,12 @@ class DbClock:
     def __init__(self, pool: asyncpg.Pool, resync_s: float = 60.0) -> None:
         self.pool = pool
         self.resync_s = resync_s
-        self._read: tuple[datetime, float] | None = None  # (Postgres's now, monotonic then)
+        self._read: tuple[datetime, float] | None = None  # (Postgres's now, monotonic after)
 
     async def now(self) -> datetime:
         read = self._read
         if read is None or time.monotonic() - read[1] > self.resync_s:
-            asked = time.monotonic()
-            read = self._read = (await db_now(self.pool), asked)
+            # Counted from when the answer came: Postgres read its clock before that.
+            now = await db_now(self.pool)
+            read = self._read = (now, time.monotonic())
         return read[0] + timedelta(seconds=time.monotonic() - read[1])
