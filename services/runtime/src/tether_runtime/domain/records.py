@@ -86,10 +86,15 @@ class InterruptRow:
     approvals_required: int = 1
 
     @staticmethod
-    def selected(alias: str, prefix: str) -> str:
-        """The select list of an interrupt row beside another table's: `{alias}.{column} AS
-        {prefix}{column}`, which `of(row, prefix)` reads back (a missing row's columns are NULL)."""
-        return ", ".join(f"{alias}.{c} AS {prefix}{c}" for c in _INTERRUPT_COLUMNS)
+    def selected(alias: str) -> str:
+        """The select list of an interrupt row beside another table's (`{alias}.{column} AS
+        i_{column}`), which `beside` reads back."""
+        return ", ".join(f"{alias}.{c} AS {_BESIDE}{c}" for c in _INTERRUPT_COLUMNS)
+
+    @classmethod
+    def beside(cls, r: asyncpg.Record) -> InterruptRow | None:
+        """The interrupt `selected` put beside another row; None where the join found none."""
+        return None if r[f"{_BESIDE}id"] is None else cls.of(r, _BESIDE)
 
     @classmethod
     def of(cls, r: asyncpg.Record, prefix: str = "") -> InterruptRow:
@@ -115,6 +120,7 @@ class InterruptRow:
 
 
 _INTERRUPT_COLUMNS = tuple(f.name for f in fields(InterruptRow))
+_BESIDE = "i_"  # the prefix of an interrupt's columns beside another row's (`selected`)
 
 
 @dataclass(frozen=True)

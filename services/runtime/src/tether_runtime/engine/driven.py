@@ -229,25 +229,29 @@ class DrivenRun:
         seen: list[str] = self.x.checkpoint.driver.setdefault(what, [])
         return seen
 
+    def _first(self, what: str, call_id: str) -> bool:
+        """Whether this is the call's first `what` (started, finished): then it is recorded in
+        the checkpoint, which the announcement's statement writes."""
+        seen = self._announced(what)
+        if call_id in seen:
+            return False
+        seen.append(call_id)
+        return True
+
     async def tool_started(self, call_id: str, tool: str, args: dict[str, Any]) -> None:
         """Once per call id, whatever the agent re-emits: committed with the checkpoint that
         records it, without waiting (a graph announces a node's tool calls from its update, and
         `node_done` commits right after: one statement for both, durable before the graph goes
-        on)."""
-        if call_id in self._announced("started"):
-            return
-        await self.flush()
-        self._announced("started").append(call_id)
-        self.x.send([ev.tool_started(call_id, tool, _summary(args))], self.x.save())
+        on; a graph that continues after a crash re-sends the update, so it is announced then)."""
+        if self._first("started", call_id):
+            await self.flush()
+            self.x.send([ev.tool_started(call_id, tool, _summary(args))], self.x.save())
 
     async def tool_finished(self, call_id: str, tool: str, ok: bool, summary: str) -> None:
         """As tool_started: once per call id, with its checkpoint, durable by the next commit."""
-        if call_id in self._announced("finished"):
-            return
-        await self.flush()
-        self._announced("finished").append(call_id)
-        finished = ev.tool_finished(call_id, tool, ok, cards.cut("summary", summary))
-        self.x.send([finished], self.x.save())
+        if self._first("finished", call_id):
+            await self.flush()
+            self.x.send([_finished(call_id, tool, ok, summary)], self.x.save())
 
     async def tool_progress(self, call_id: str, tool: str, fraction: float, text: str) -> None:
         await self.flush()
@@ -453,8 +457,7 @@ class DrivenRun:
             return await self._refuse(call, failure(why, "denied"))
         await self.flush()
         started: list[ev.RunEvent] = []
-        if call.call_id not in self._announced("started"):
-            self._announced("started").append(call.call_id)
+        if self._first("started", call.call_id):
             started.append(ev.tool_started(call.call_id, call.tool, _summary(call.args)))
         await self.x.commit(started, machine.claim(key, "new"))
         return await self._finish(machine, await machine.perform(key, None))
@@ -504,19 +507,22 @@ class DrivenRun:
         return WriteCall(self.x, write)
 
     async def _announce_finish(self, call: Write, body: dict[str, Any]) -> None:
-        """A started call's end, settled by a person: its `tool_finished`, once."""
-        if call.call_id not in self._announced("started"):
-            return
-        await self.tool_finished(call.call_id, call.tool, bool(body["ok"]), str(body["summary"]))
+        """A started call's end, settled by a person: its `tool_finished`, once, durable before
+        the graph gets the result (the graph does not call the tool again, so nothing would
+        announce it after a crash)."""
+        if call.call_id in self._announced("started") and self._first("finished", call.call_id):
+            await self.flush()
+            finished = _finished(call.call_id, call.tool, bool(body["ok"]), str(body["summary"]))
+            await self.x.commit([finished], self.x.save())
 
     async def _finish(self, machine: WriteCall, body: dict[str, Any]) -> dict[str, Any]:
         call = machine.w
         metrics.TOOL_CALLS.labels(tool=call.tool, status="ok" if body["ok"] else "error").inc()
-        finished = [ev.tool_finished(call.call_id, call.tool, body["ok"], body["summary"])]
-        if call.call_id in self._announced("finished"):
-            finished = []
-        else:
-            self._announced("finished").append(call.call_id)
+        finished = (
+            [ev.tool_finished(call.call_id, call.tool, body["ok"], body["summary"])]
+            if self._first("finished", call.call_id)
+            else []
+        )
         await self.x.commit(finished, ThenSave(machine.finish(body), self.x.save()))
         return body
 
@@ -566,6 +572,11 @@ def _graph_key(event: ev.RunEvent) -> tuple[str, int, str, bytes]:
     else:
         step, node, body = event.custom_data.step, "", event.custom_data.data_json
     return (kind, step, node, hashlib.blake2b(body.encode(), digest_size=16).digest())
+
+
+def _finished(call_id: str, tool: str, ok: bool, summary: str) -> ev.RunEvent:
+    """A call's `tool_finished` as a driven agent announces it (its summary cut)."""
+    return ev.tool_finished(call_id, tool, ok, cards.cut("summary", summary))
 
 
 def _summary(args: dict[str, Any]) -> str:

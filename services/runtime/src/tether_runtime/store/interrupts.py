@@ -65,9 +65,8 @@ async def for_call(conn: Conn, run_id: str, call_id: str) -> InterruptRow | None
     return InterruptRow.of(row) if row else None
 
 
-_ASKED_PREFIX = "i_"
 _CALL_AND_INTERRUPT = (
-    f"SELECT t.*, {InterruptRow.selected('i', _ASKED_PREFIX)} FROM tool_call t "
+    f"SELECT t.*, {InterruptRow.selected('i')} FROM tool_call t "
     "JOIN LATERAL (SELECT * FROM interrupt WHERE run_id = $1 AND call_id = $2 "
     "ORDER BY created_at DESC LIMIT 1) i ON true WHERE t.run_id = $1 AND t.call_id = $2"
 )
@@ -79,9 +78,8 @@ async def call_and_interrupt(
     """The tool call's row and the latest interrupt raised on it (`get_call` and `for_call` in
     one statement); None unless both exist."""
     row = await conn.fetchrow(_CALL_AND_INTERRUPT, run_id, call_id)
-    if row is None:
-        return None
-    return ToolCallRow.of(row), InterruptRow.of(row, _ASKED_PREFIX)
+    intr = None if row is None else InterruptRow.beside(row)
+    return None if row is None or intr is None else (ToolCallRow.of(row), intr)
 
 
 async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:

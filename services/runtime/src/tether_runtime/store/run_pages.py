@@ -10,9 +10,8 @@ from typing import Any
 from tether_runtime.domain.records import InterruptRow, RunRow
 from tether_runtime.store.db import Conn
 
-# A pending interrupt's columns beside its listed run (InterruptRow.of with this prefix).
-_PENDING_PREFIX = "i_"
-_PENDING = InterruptRow.selected("i", _PENDING_PREFIX)
+# A pending interrupt's columns beside its listed run (InterruptRow.beside).
+_PENDING = InterruptRow.selected("i")
 
 
 @dataclass(frozen=True)
@@ -53,10 +52,6 @@ async def read(
     found = [r for r in rows if r["id"] is not None]
     return RunPage(
         runs=[RunRow.of(r) for r in found],
-        pending={
-            r["id"]: InterruptRow.of(r, _PENDING_PREFIX)
-            for r in found
-            if r[f"{_PENDING_PREFIX}id"] is not None
-        },
+        pending={r["id"]: i for r in found if (i := InterruptRow.beside(r)) is not None},
         conversation_owner=owner,
     )

@@ -84,26 +84,21 @@ class ThenSave(Fold):
 
 
 @dataclass(frozen=True)
-class Interrupted(Fold):
-    """The run pauses for a person: `first` (the call's row, the interrupt) runs in the
-    transaction; the checkpoint and the run's `interrupted` status (as runs.finish: the lease
-    given back, the attempts over) fold into the append, two round trips fewer per interrupt.
+class Interrupted(ThenSave):
+    """The run pauses for a person: a ThenSave (`first`, the call's row and the interrupt, in
+    the transaction; the checkpoint folded) whose append also ends the run `interrupted` (as
+    runs.finish: the lease given back, the attempts over), two round trips fewer per interrupt.
     After another end in the batch it cannot fold, and makes the same changes with statements
     of its own."""
-
-    first: Apply
-    save: SaveCheckpoint
 
     def fold(self, append: LeaseAppend) -> Apply | None:
         if append.end is not None:
             return self
-        self.save.fold(append)
         append.end = RunEnd("interrupted")
-        return self.first
+        return super().fold(append)
 
     async def __call__(self, conn: Conn) -> None:
-        await self.first(conn)
-        await self.save(conn)
+        await super().__call__(conn)
         await runs.finish(conn, self.save.run_id, self.save.epoch, "interrupted")
 
 
