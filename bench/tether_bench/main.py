@@ -39,7 +39,7 @@ import asyncpg
 import psutil
 from tether_common import redis_conn
 
-from tether_bench import history, stack
+from tether_bench import history, stack, stack_floor
 from tether_bench.profile import render, summarize
 from tether_bench.stats import median_of
 
@@ -57,6 +57,7 @@ MODES: dict[str, dict[str, Any]] = {
         "repetitions": 1,
         "heartbeat_s": 1.0,
         "deadline_s": 40,
+        "stack_floor": {"clients": 16, "runs": 64},
         "scenarios": {
             "first_event": {"samples": 5, "in_flight": 10, "background_deltas": 50},
             "resume": {"samples": 3},
@@ -88,6 +89,8 @@ MODES: dict[str, dict[str, Any]] = {
         "repetitions": 3,
         "heartbeat_s": 2.0,
         "deadline_s": 300,
+        # the short runs' I/O with no Tether code (stack_floor.py), the same size
+        "stack_floor": {"clients": 32, "runs": 3000},
         "scenarios": {
             "first_event": {"samples": 40, "in_flight": 50, "background_deltas": 200},
             "resume": {"samples": 20},
@@ -410,6 +413,16 @@ class Bench:
                         raise RuntimeError(f"{p.name} died during {name}:\n{p.log_tail()}")
         finally:
             await self.stop_processes()
+        floor = self.spec["stack_floor"]
+        if not only or "stack_floor" in only:
+            t0 = time.monotonic()
+            results["stack_floor"] = await asyncio.to_thread(
+                stack_floor.repetition, floor["runs"], floor["clients"], self.dsn, self.redis_url
+            )
+            log(
+                f"rep {rep + 1}/{self.reps} stack_floor: {time.monotonic() - t0:.1f}s "
+                f"{json.dumps(results['stack_floor'])}"
+            )
         return results
 
     async def profile(
@@ -587,6 +600,7 @@ class Bench:
                 else {}
             ),
             "short_runs": med("short_runs"),
+            "stack_floor": _beside_short_runs(med("stack_floor"), med("short_runs")),
             "replay_10k_ms": med("replay"),
             "idle_sse_connection_kib": med("idle_sse"),
             **(
@@ -664,6 +678,13 @@ class Bench:
                 "wal_bytes_per_event": "pg_wal_lsn_diff over the fan-out scenario (the whole "
                 "server's WAL, every database) divided by events delivered; short_runs has "
                 "wal_bytes_per_run and db_rows_per_run (by table) the same way",
+                "stack_floor": "the short runs' I/O (an HTTP start, one gRPC call, 15 events in 4 "
+                "batched commits and pipelined publishes, a read, SSE to done) made by aiohttp, "
+                "grpc.aio, asyncpg and redis-py with no Tether code, in two processes of their "
+                "own after each repetition (stack_floor.py): CPU ms per run; "
+                "short_runs_services_over_floor = short_runs' runtime + gateway over the floor's; "
+                "floor_services_over_short_runs_postgres = the floor's two over short_runs' "
+                "Postgres (#34's headline asks Tether's two for <= 1)",
                 "redis_messages_per_event": "pubsub_received: a PSUBSCRIBE tether:run:* counter "
                 "(only the scenario's runs); publish_calls/commands: INFO deltas (server-wide)",
                 "idle_sse_connection_kib": "(gateway RSS at end of hold - RSS before opening) / "
@@ -892,6 +913,24 @@ def p_switches_tree(pid: int) -> int:
     return sum(context_switches(p.pid) for p in p_tree(pid))
 
 
+def _beside_short_runs(
+    floor: dict[str, Any] | None, short: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The floor's figures, and how the short runs' services compare with it and with their own
+    Postgres CPU (#34's headline: runtime + gateway at most Postgres)."""
+    if not floor:
+        return floor
+    services = floor["runtime_cpu_ms_per_run"] + floor["gateway_cpu_ms_per_run"]
+    out = dict(floor)
+    if short and short.get("postgres_cpu_ms_per_run"):
+        tether = short["runtime_cpu_ms_per_run"] + short["gateway_cpu_ms_per_run"]
+        out["short_runs_services_over_floor"] = round(tether / services, 2)
+        out["floor_services_over_short_runs_postgres"] = round(
+            services / short["postgres_cpu_ms_per_run"], 2
+        )
+    return out
+
+
 def p_cpu(pid: int) -> float:
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
@@ -905,7 +944,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, help="repetitions (default: 3 full, 1 quick)")
     ap.add_argument(
         "--only",
-        help="comma-separated scenarios: " + ",".join([*MODES["full"]["scenarios"], "history"]),
+        help="comma-separated scenarios: "
+        + ",".join([*MODES["full"]["scenarios"], "stack_floor", "history"]),
     )
     ap.add_argument("--out", type=Path, help="also write the document (with per-repetition data)")
     ap.add_argument(

@@ -60,6 +60,15 @@ REQUIRED: dict[str, list[str]] = {
         "native.us_per_event",
         "overhead_us_per_event",
     ],
+    "stack_floor": [
+        "runtime_cpu_ms_per_run",
+        "gateway_cpu_ms_per_run",
+        "postgres_cpu_ms_per_run",
+        "statements_per_run",
+        "runs_per_s",
+        "short_runs_services_over_floor",
+        "floor_services_over_short_runs_postgres",
+    ],
     "mcp_call_us": ["native_us", "stdio_us", "http_us", "stdio_overhead_us", "http_overhead_us"],
     "db_rows_per_event": ["inserted", "updated", "run_event_inserted"],
     "redis_messages_per_event": ["pubsub_received", "publish_calls"],
@@ -118,6 +127,8 @@ def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_pat
     assert not problems, "figures missing or not numbers:\n" + "\n".join(problems)
     assert doc["cores"]["logical"] >= 1
     assert doc["fanout"]["events"] > 0 and doc["replay_10k_ms"]["events"] > 0
+    # The floor made its I/O: each run's read, and its events' commits shared among runs.
+    assert 1 < doc["stack_floor"]["statements_per_run"] < 5, doc["stack_floor"]
     # CPU per run by process for every scenario that starts runs (mcp_call starts none).
     by_scenario = doc["cpu_ms_per_run_by_scenario"]
     for name in ("first_event", "short_runs", "fanout", "fanout_split_runtime", "langgraph"):

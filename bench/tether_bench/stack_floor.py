@@ -1,0 +1,342 @@
+"""The floor of the stack under #34's headline: what the packages Tether is built on (aiohttp,
+grpc.aio, asyncpg, redis-py, uvloop) cost per short run when they make the I/O a short run needs
+and nothing else. `PYTHONPATH=bench uv run --frozen python -m tether_bench.stack_floor [--runs N]
+[--clients C] [--reps R]` prints JSON.
+
+Two processes stand in for the services, with no Tether code in them:
+
+- a "runtime": a grpc.aio server (raw bytes, no protobuf) whose StartRun commits the run's first
+  event and answers; the run then reads once on a second pool (the read tool's query), and
+  commits three more batches of events (tool start and finish; ten text deltas; done: 15 events,
+  as a short run of `make bench` writes, in 4 commits). Every batch goes through one sink shared
+  by all runs, as Tether's EventSink: what all runs queued while a statement was in flight goes
+  to Postgres in ONE statement, then to Redis in ONE pipelined round trip of PUBLISHes. No lease,
+  fence, admission, claim, tool row, message row, metric, log or trace.
+- a "gateway": aiohttp on uvloop; `POST /runs` compares a static bearer token, reads the JSON
+  body, makes one Redis round trip for the rate limit and the stream's slot (one EVALSHA: Tether
+  makes two or three), calls StartRun over gRPC, answers 201 with `text/event-stream` and writes
+  each published batch as SSE frames as it comes (one PSUBSCRIBE for all runs, where Tether
+  subscribes per run), ends at `done` and frees the slot (one ZREM).
+
+The load is `make bench`'s `short_runs` shape: C clients in a closed loop, each POSTs and reads
+its stream to `done`. Measured over the N runs after a warm-up: the CPU of each process per run
+(psutil), every Postgres and redis-server process on the box (as `short_runs` counts them), runs
+per second. Each figure is the median of R repetitions, each with fresh processes.
+
+Everything here is a lower bound of what Tether does per run (fewer statements and rows, fewer
+Redis commands, no protobuf, no authentication beyond a string compare): if this floor of
+runtime + gateway is above the Postgres CPU per run, no work on Tether's own code can bring the
+two services under the database on this stack (bench/README.md, "The stack's floor")."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+import asyncpg
+import grpc
+import psutil
+import redis.asyncio as aioredis
+import uvloop
+from aiohttp import web
+
+from tether_bench.loadgen import StoresCpu
+
+_DB = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+_REDIS = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+_TOKEN = "Bearer " + "t" * 600  # about the size of the bench's signed token
+_METHOD = "/floor.Runtime/StartRun"
+_STATEMENTS = "/floor.Runtime/Statements"  # how many the runtime made so far (not per run)
+_GATE = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) return redis.call('ZCARD', KEYS[1])"
+_TABLE = "stack_floor_event"
+_TEXT_DELTAS = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _event(run_id: str, seq: int, kind: str, data: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"run_id": run_id, "sequence": seq, "type": kind, "time": time.time(), "data": data},
+        separators=(",", ":"),
+    ).encode()
+
+
+class _Sink:
+    """One statement and one pipelined publish for whatever all runs queued meanwhile."""
+
+    def __init__(self, pool: asyncpg.Pool, redis: aioredis.Redis) -> None:
+        self.pool, self.redis = pool, redis
+        self._queue: list[tuple[str, list[tuple[int, bytes]], asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.statements = 0
+
+    async def append(self, run_id: str, events: list[tuple[int, bytes]]) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self._queue.append((run_id, events, done))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        await done
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            rows = [(r, s, e) for r, events, _ in batch for s, e in events]
+            self.statements += 1
+            await self.pool.execute(
+                f"INSERT INTO {_TABLE} (run_id, sequence, data) "
+                "SELECT * FROM unnest($1::text[], $2::int[], $3::text[])",
+                [r for r, _, _ in rows],
+                [s for _, s, _ in rows],
+                [e.decode() for _, _, e in rows],
+            )
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for run_id, events, _ in batch:
+                    pipe.publish(f"floor:{run_id}", b"\n".join(e for _, e in events))
+                await pipe.execute()
+            for _, _, done in batch:
+                done.set_result(None)
+
+
+async def _runtime(port: int, dsn: str, redis_url: str) -> None:
+    pool = await asyncpg.create_pool(dsn, min_size=4, max_size=10)
+    tools = await asyncpg.create_pool(dsn, min_size=2, max_size=4)
+    redis = aioredis.Redis.from_url(redis_url)
+    sink = _Sink(pool, redis)
+    tasks: set[asyncio.Task[None]] = set()
+
+    reads = 0
+
+    async def execute(run_id: str) -> None:
+        nonlocal reads
+        reads += 1
+        await tools.fetchval(f"SELECT count(*) FROM {_TABLE} WHERE run_id = $1", run_id)
+        await sink.append(
+            run_id,
+            [
+                (2, _event(run_id, 2, "tool_started", {"tool": "recent_errors"})),
+                (3, _event(run_id, 3, "tool_finished", {"ok": True, "summary": "3 errors"})),
+            ],
+        )
+        text = [
+            (4 + i, _event(run_id, 4 + i, "text_delta", {"text": f"w{i} "}))
+            for i in range(_TEXT_DELTAS)
+        ]
+        await sink.append(run_id, text)
+        await sink.append(run_id, [(4 + _TEXT_DELTAS, _event(run_id, 14, "done", {}))])
+
+    async def start_run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        run_id = request.decode()
+        await sink.append(run_id, [(1, _event(run_id, 1, "run_started", {}))])
+        task = asyncio.create_task(execute(run_id))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return b"ok"
+
+    async def statements(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return str(sink.statements + reads).encode()
+
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "floor.Runtime",
+        {
+            "StartRun": grpc.unary_unary_rpc_method_handler(start_run),
+            "Statements": grpc.unary_unary_rpc_method_handler(statements),
+        },
+    )
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
+    redis = aioredis.Redis.from_url(redis_url)
+    gate = redis.register_script(_GATE)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{runtime_port}")
+    start = channel.unary_unary(_METHOD, None, None)
+    streams: dict[str, asyncio.Queue[bytes]] = {}
+    pubsub = redis.pubsub()
+    await pubsub.psubscribe("floor:*")
+
+    async def listen() -> None:
+        async for msg in pubsub.listen():
+            if msg["type"] == "pmessage":
+                queue = streams.get(msg["channel"].decode()[6:])
+                if queue is not None:
+                    queue.put_nowait(msg["data"])
+
+    listener = asyncio.create_task(listen())
+
+    async def runs(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != _TOKEN:
+            raise web.HTTPUnauthorized()
+        body = await request.json()
+        user = str(body["user"])
+        run_id = uuid.uuid4().hex
+        await gate(keys=[f"floor:slots:{user}"], args=[time.time(), run_id])
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        streams[run_id] = queue
+        try:
+            await start(run_id.encode())
+            resp = web.StreamResponse(status=201, headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            while True:
+                batch = await queue.get()
+                events = batch.split(b"\n")
+                await resp.write(b"".join(b"data: " + e + b"\n\n" for e in events))
+                if b'"type":"done"' in events[-1]:
+                    break
+            await resp.write_eof()
+            return resp
+        finally:
+            del streams[run_id]
+            await redis.zrem(f"floor:slots:{user}", run_id)
+
+    app = web.Application()
+    app.router.add_post("/runs", runs)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("ready", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        listener.cancel()
+
+
+async def _load(url: str, clients: int, runs: int) -> float:
+    left = runs
+
+    async def client(session: aiohttp.ClientSession, n: int) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            async with session.post(
+                url,
+                json={"user": f"u{n}", "text": "show recent errors"},
+                headers={"Authorization": _TOKEN, "Accept": "text/event-stream"},
+            ) as resp:
+                body = await resp.read()
+                assert resp.status == 201 and b'"type":"done"' in body, (resp.status, body[-200:])
+
+    async with aiohttp.ClientSession() as session:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(session, n) for n in range(clients)))
+        return time.perf_counter() - t0
+
+
+def _statements(runtime_port: int) -> int:
+    with grpc.insecure_channel(f"127.0.0.1:{runtime_port}") as channel:
+        return int(channel.unary_unary(_STATEMENTS, None, None)(b"", timeout=10))
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether_bench.stack_floor", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+async def _prepare(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f"DROP TABLE IF EXISTS {_TABLE}; CREATE UNLOGGED TABLE {_TABLE} "
+            "(run_id text NOT NULL, sequence int NOT NULL, data text NOT NULL, "
+            "PRIMARY KEY (run_id, sequence))"
+        )
+    finally:
+        await conn.close()
+
+
+async def _drop(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
+    finally:
+        await conn.close()
+
+
+def repetition(
+    runs: int, clients: int, dsn: str = _DB, redis_url: str = _REDIS
+) -> dict[str, float]:
+    """One measurement with fresh processes (blocking: it runs event loops of its own)."""
+    asyncio.run(_prepare(dsn))
+    rt_port, gw_port = _free_port(), _free_port()
+    backends = ("--dsn", dsn, "--redis", redis_url)
+    runtime = _spawn("--role", "runtime", "--port", str(rt_port), *backends)
+    gateway = _spawn(
+        "--role", "gateway", "--port", str(gw_port), "--runtime-port", str(rt_port), *backends
+    )
+    url = f"http://127.0.0.1:{gw_port}/runs"
+    try:
+        uvloop.run(_load(url, clients, clients * 4))  # warm-up
+        procs = {"runtime": psutil.Process(runtime.pid), "gateway": psutil.Process(gateway.pid)}
+        before = {n: sum(p.cpu_times()[:2]) for n, p in procs.items()}
+        statements = _statements(rt_port)
+        own = sum(psutil.Process().cpu_times()[:2])
+        stores = StoresCpu()
+        wall = uvloop.run(_load(url, clients, runs))
+        stores.stop()
+        own = sum(psutil.Process().cpu_times()[:2]) - own
+        statements = _statements(rt_port) - statements
+        out = {
+            f"{n}_cpu_ms_per_run": 1000 * (sum(p.cpu_times()[:2]) - before[n]) / runs
+            for n, p in procs.items()
+        }
+        out.update(stores.per_run(runs))
+        out["loadgen_cpu_ms_per_run"] = 1000 * own / runs  # StoresCpu's counts its children
+        out["statements_per_run"] = statements / runs
+        out["runs_per_s"] = runs / wall
+        return out
+    finally:
+        for proc in (gateway, runtime):
+            proc.terminate()
+            proc.wait(10)
+        asyncio.run(_drop(dsn))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="stack_floor", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--role", choices=("runtime", "gateway"))
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--runtime-port", type=int)
+    ap.add_argument("--dsn", default=_DB)
+    ap.add_argument("--redis", default=_REDIS)
+    ap.add_argument("--runs", type=int, default=3000)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    if args.role == "runtime":
+        uvloop.run(_runtime(args.port, args.dsn, args.redis))
+        return
+    if args.role == "gateway":
+        uvloop.run(_gateway(args.port, args.runtime_port, args.redis))
+        return
+    reps = [repetition(args.runs, args.clients, args.dsn, args.redis) for _ in range(args.reps)]
+    doc: dict[str, Any] = {k: round(statistics.median(r[k] for r in reps), 3) for k in reps[0]}
+    doc["repetitions"] = reps
+    doc["runs"], doc["clients"] = args.runs, args.clients
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
