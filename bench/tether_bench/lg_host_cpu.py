@@ -1,6 +1,6 @@
 """CPU per streamed token of a LangGraph graph driven by Tether's host, in one process:
 `PYTHONPATH=bench uv run --frozen python -m tether_bench.lg_host_cpu [--tokens N] [--reps R]
-[--modes host,direct,floor] [--order]`.
+[--modes host,direct,floor,client,native] [--order]`.
 
 The benchmark's graph (lggraph.py: one node, `ChatOpenAI` streaming N tokens from
 fake_provider.py, a process of its own whose CPU is not counted) compiled with LangGraph's
@@ -15,6 +15,11 @@ alternate run by run.
   lever could save; it does not keep the host's guarantees (`--order` shows how).
 - `floor`: the same graph through `graph.astream` with the `updates`, `values` and `custom` modes
   only and no host: the graph and the model client with no token streamed to anyone.
+- `client`: the graph's `ChatOpenAI` alone (`astream` of the same prompt; no graph, no host).
+- `native`: the runtime's `OpenAIProvider` alone, the client a native agent streams through
+  (both clients on the `openai` SDK). `client` - `native` is what LangChain's client adds per token
+  before LangGraph or Tether do anything: a floor of bench's `langgraph.overhead_us_per_event`
+  (LangGraph agent - native agent) for any graph whose model is `ChatOpenAI`.
 
 `--order`: a node that writes a custom event after each chunk it streams, and a sync node (run by
 LangGraph in a worker thread), driven by `host` and by `direct`, with the order of the text (T),
@@ -177,8 +182,49 @@ async def _drive(source: Source, host: NullHost, mode: str) -> None:
         _driver.STREAM_MODES = modes
 
 
+async def _client(tokens: int, mode: str) -> float:
+    """µs of CPU per token of a model client alone streaming `tokens` tokens: `client`, the
+    bench graph's `ChatOpenAI` (`astream`, no graph, no callbacks of anyone's); `native`, the
+    runtime's `OpenAIProvider` that a native agent streams through (both on the `openai` SDK)."""
+    from langchain_core.messages import HumanMessage
+    from tether_runtime.models.openai_provider import OpenAIProvider
+    from tether_sdk import ModelRequest, OpenAICompatible
+
+    from tether_bench import lggraph
+
+    ask = f"stream {tokens} deltas"
+    got = 0
+    if mode == "client":
+        start = time.process_time()
+        async for chunk in lggraph.model.astream([HumanMessage(ask)]):
+            got += bool(chunk.content)
+    else:
+        provider = OpenAIProvider(
+            OpenAICompatible(model="bench-model"),
+            base_url=os.environ["OPENAI_BASE_URL"],
+            api_key="bench",
+        )
+        request = ModelRequest("", "", [{"role": "user", "content": ask}], [])
+        try:
+            start = time.process_time()
+            async for piece in provider.stream(request):
+                got += isinstance(piece, str)
+        finally:
+            spent = time.process_time() - start
+            await provider.aclose()
+        if got < tokens:
+            raise SystemExit(f"{mode}: {got} tokens of {tokens}")
+        return spent / tokens * 1e6
+    spent = time.process_time() - start
+    if got < tokens:
+        raise SystemExit(f"{mode}: {got} tokens of {tokens}")
+    return spent / tokens * 1e6
+
+
 async def _one(source: Source, tokens: int, mode: str) -> float:
     ask = f"stream {tokens} deltas"
+    if mode in ("client", "native"):
+        return await _client(tokens, mode)
     if mode == "floor":
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}
         start = time.process_time()

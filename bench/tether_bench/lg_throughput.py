@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import secrets
 import shutil
 import sys
@@ -27,33 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from tether_bench import stack
-from tether_bench.loadgen import StoresCpu, _statements
+from tether_bench.loadgen import _GRPC_CALLS, _STATEMENTS, StoresCpu, _counters
 from tether_bench.main import BENCH_DIR, _wait_port, process_env
 from tether_bench.sdk_trials import SdkTrials, log, run_all
 
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-_RPCS = re.compile(r'^tether_grpc_request_seconds_count\{(?:[^}]*,)?method="([^"]+)"[^}]*\} (\S+)$')
-
-
-async def _rpcs(url: str) -> dict[str, float]:
-    """The runtime's gRPC requests so far, by method (tether_grpc_request_seconds_count)."""
-    out: dict[str, float] = {}
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s,
-        s.get(url) as resp,
-    ):
-        text = await resp.text()
-    for line in text.splitlines():
-        m = _RPCS.match(line)
-        if m:
-            name = m.group(1).rsplit("/", 1)[-1]
-            out[name] = out.get(name, 0.0) + float(m.group(2))
-    return out
 
 
 def cpu_s(pid: int) -> float:
@@ -160,14 +138,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                             spies.append(spy)
                     await asyncio.sleep(0.5)
                 before = {n: cpu_s(p) for n, p in pids.items()}
-                sent = await _statements([runtime.metrics_url])
-                asked = await _rpcs(runtime.metrics_url)
+                sent = await _counters([runtime.metrics_url], _STATEMENTS)
+                asked = await _counters([runtime.metrics_url], _GRPC_CALLS)
                 stores = StoresCpu()
                 got = await side.throughput(args.runs, c, args.text)
                 stores.stop()
                 after = {n: cpu_s(p) for n, p in pids.items()}
-                sent_after = await _statements([runtime.metrics_url])
-                asked_after = await _rpcs(runtime.metrics_url)
+                sent_after = await _counters([runtime.metrics_url], _STATEMENTS)
+                asked_after = await _counters([runtime.metrics_url], _GRPC_CALLS)
                 for spy in spies:
                     spy.send_signal(2)  # SIGINT: py-spy writes its file
                     await spy.wait()

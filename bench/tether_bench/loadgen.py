@@ -942,15 +942,16 @@ async def langgraph_run(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
-async def _statements(urls: list[str]) -> dict[str, float]:
-    """tether_db_statements_total by kind, summed over the runtime processes' metrics ports."""
+async def _counters(urls: list[str], pattern: re.Pattern[str]) -> dict[str, float]:
+    """A counter of the runtime processes' metrics ports by the label `pattern` captures, summed
+    over the processes."""
     out: dict[str, float] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
         for url in urls:
             async with s.get(url) as resp:
                 text = await resp.text()
             for line in text.splitlines():
-                m = _STATEMENTS.match(line)
+                m = pattern.match(line)
                 if m:
                     out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
     return out
@@ -958,6 +959,13 @@ async def _statements(urls: list[str]) -> dict[str, float]:
 
 # A pod's merged metrics carry a `process` label too: every process's line counts.
 _STATEMENTS = re.compile(r'^tether_db_statements_total\{(?:[^}]*,)?kind="(\w+)"[^}]*\} (\S+)$')
+_GRPC_CALLS = re.compile(
+    r'^tether_grpc_request_seconds_count\{(?:[^}]*,)?method="(?:[^"]*/)?([^"/]+)"[^}]*\} (\S+)$'
+)
+
+
+def _per_run(before: dict[str, float], after: dict[str, float], runs: int) -> dict[str, float]:
+    return {k: round((v - before.get(k, 0.0)) / runs, 3) for k, v in sorted(after.items())}
 
 
 async def short_runs(ctx: Ctx) -> dict[str, Any]:
@@ -1005,7 +1013,8 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
             await one(conv, run_ms, first_ms)
 
     metrics = list(p.get("runtime_metrics", []))
-    st_before = await _statements(metrics)
+    st_before = await _counters(metrics, _STATEMENTS)
+    grpc_before = await _counters(metrics, _GRPC_CALLS)
     wal_before = await _wal_lsn(ctx.dsn)
     cpu_before = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     stores_cpu = StoresCpu()
@@ -1015,7 +1024,8 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
     cpu_after = (sum(map(_cpu_s, ctx.runtime_pids)), _cpu_s(ctx.gateway_pid))
     stores_cpu.stop()
     wal_bytes = await _wal_since(ctx.dsn, wal_before)
-    st_after = await _statements(metrics)
+    st_after = await _counters(metrics, _STATEMENTS)
+    grpc_calls = _per_run(grpc_before, await _counters(metrics, _GRPC_CALLS), runs)
     rows = (
         {
             "db_rows_per_run": _row_deltas(
@@ -1025,7 +1035,7 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
         if count_rows
         else {}
     )
-    by_kind = {k: round((v - st_before.get(k, 0.0)) / runs, 3) for k, v in sorted(st_after.items())}
+    by_kind = _per_run(st_before, st_after, runs)
     return {
         "runs": runs,
         "clients": clients,
@@ -1037,6 +1047,8 @@ async def short_runs(ctx: Ctx) -> dict[str, Any]:
         **stores_cpu.per_run(runs),
         "statements_per_run": round(sum(by_kind.values()), 3),
         "statements_per_run_by_kind": {k: v for k, v in by_kind.items() if v},
+        # the runtime's gRPC calls (tether_grpc_request_seconds, unary ones and streams' opening)
+        "grpc_calls_per_run_by_method": {k: v for k, v in grpc_calls.items() if v},
         "wal_bytes_per_run": round(wal_bytes / runs, 1),
         **rows,
     }

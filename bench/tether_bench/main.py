@@ -57,7 +57,7 @@ MODES: dict[str, dict[str, Any]] = {
         "repetitions": 1,
         "heartbeat_s": 1.0,
         "deadline_s": 40,
-        "stack_floor": {"clients": 16, "runs": 64},
+        "stack_floor": {"clients": 16, "runs": 64, "idle": 200},
         "scenarios": {
             "first_event": {"samples": 5, "in_flight": 10, "background_deltas": 50},
             "resume": {"samples": 3},
@@ -90,7 +90,7 @@ MODES: dict[str, dict[str, Any]] = {
         "heartbeat_s": 2.0,
         "deadline_s": 300,
         # the short runs' I/O with no Tether code (stack_floor.py), the same size
-        "stack_floor": {"clients": 32, "runs": 3000},
+        "stack_floor": {"clients": 32, "runs": 3000, "idle": 5000},
         "scenarios": {
             "first_event": {"samples": 40, "in_flight": 50, "background_deltas": 200},
             "resume": {"samples": 20},
@@ -417,7 +417,12 @@ class Bench:
         if not only or "stack_floor" in only:
             t0 = time.monotonic()
             results["stack_floor"] = await asyncio.to_thread(
-                stack_floor.repetition, floor["runs"], floor["clients"], self.dsn, self.redis_url
+                stack_floor.repetition,
+                floor["runs"],
+                floor["clients"],
+                self.dsn,
+                self.redis_url,
+                floor["idle"],
             )
             log(
                 f"rep {rep + 1}/{self.reps} stack_floor: {time.monotonic() - t0:.1f}s "
@@ -684,7 +689,9 @@ class Bench:
                 "own after each repetition (stack_floor.py): CPU ms per run; "
                 "short_runs_services_over_floor = short_runs' runtime + gateway over the floor's; "
                 "floor_services_over_short_runs_postgres = the floor's two over short_runs' "
-                "Postgres (#34's headline asks Tether's two for <= 1)",
+                "Postgres (#34's headline asks Tether's two for <= 1); idle_sse_connection_kib: "
+                "the floor gateway's RSS growth per idle SSE stream (headers, retry:, heartbeats) "
+                "as idle_sse measures the gateway's",
                 "redis_messages_per_event": "pubsub_received: a PSUBSCRIBE tether:run:* counter "
                 "(only the scenario's runs); publish_calls/commands: INFO deltas (server-wide)",
                 "idle_sse_connection_kib": "(gateway RSS at end of hold - RSS before opening) / "

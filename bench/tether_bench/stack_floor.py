@@ -1,7 +1,8 @@
 """The floor of the stack under #34's headline: what the packages Tether is built on (aiohttp,
 grpc.aio, asyncpg, redis-py, uvloop) cost per short run when they make the I/O a short run needs
 and nothing else. `PYTHONPATH=bench uv run --frozen python -m tether_bench.stack_floor [--runs N]
-[--clients C] [--reps R]` prints JSON.
+[--clients C] [--reps R] [--idle N]` prints JSON; `make bench` runs it after each repetition
+(`stack_floor` in its document).
 
 Two processes stand in for the services, with no Tether code in them:
 
@@ -18,20 +19,27 @@ Two processes stand in for the services, with no Tether code in them:
   each published batch as SSE frames as it comes (one PSUBSCRIBE for all runs, where Tether
   subscribes per run), ends at `done` and frees the slot (one ZREM).
 
+With `--idle N` (default 5,000), the gateway then holds N idle SSE streams (its headers,
+`retry:`, a heartbeat a second from one loop for all, where Tether's gateway keeps a task per
+stream) and the figure is its RSS growth per stream, as `make bench`'s `idle_sse` measures the
+gateway's.
+
 The load is `make bench`'s `short_runs` shape: C clients in a closed loop, each POSTs and reads
 its stream to `done`. Measured over the N runs after a warm-up: the CPU of each process per run
 (psutil), every Postgres and redis-server process on the box (as `short_runs` counts them), runs
 per second. Each figure is the median of R repetitions, each with fresh processes.
 
 Everything here is a lower bound of what Tether does per run (fewer statements and rows, fewer
-Redis commands, no protobuf, no authentication beyond a string compare): if this floor of
-runtime + gateway is above the Postgres CPU per run, no work on Tether's own code can bring the
-two services under the database on this stack (bench/README.md, "The stack's floor")."""
+Redis commands, no protobuf, no authentication beyond a string compare, one heartbeat loop): no
+work on Tether's own code brings its runtime + gateway, or its idle stream, below these figures
+on this stack. #34's headline asks Tether's two services for at most the Postgres CPU of a short
+run, which this floor alone comes within about a tenth of (bench/README.md, "The stack's floor")."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -50,7 +58,7 @@ import redis.asyncio as aioredis
 import uvloop
 from aiohttp import web
 
-from tether_bench.loadgen import StoresCpu
+from tether_bench.loadgen import StoresCpu, raise_fd_limit
 
 _DB = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 _REDIS = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -60,6 +68,11 @@ _STATEMENTS = "/floor.Runtime/Statements"  # how many the runtime made so far (n
 _GATE = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) return redis.call('ZCARD', KEYS[1])"
 _TABLE = "stack_floor_event"
 _TEXT_DELTAS = 10
+_SSE_HEADERS = {  # as the gateway's streams (tether_gateway/sse.py)
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
 
 
 def _free_port() -> int:
@@ -193,7 +206,7 @@ async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
         streams[run_id] = queue
         try:
             await start(run_id.encode())
-            resp = web.StreamResponse(status=201, headers={"Content-Type": "text/event-stream"})
+            resp = web.StreamResponse(status=201, headers=_SSE_HEADERS)
             await resp.prepare(request)
             while True:
                 batch = await queue.get()
@@ -207,8 +220,33 @@ async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
             del streams[run_id]
             await redis.zrem(f"floor:slots:{user}", run_id)
 
+    idle: set[web.StreamResponse] = set()
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        """An SSE stream that never gets an event: headers, `retry:`, then heartbeats."""
+        if request.headers.get("Authorization") != _TOKEN:
+            raise web.HTTPUnauthorized()
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        await resp.write(b"retry: 1000\n\n")
+        idle.add(resp)
+        try:
+            await asyncio.get_running_loop().create_future()  # until the client leaves
+        finally:
+            idle.discard(resp)
+        return resp
+
+    async def heartbeats() -> None:  # one loop for every idle stream (Tether: one per stream)
+        while True:
+            await asyncio.sleep(1.0)
+            for resp in list(idle):
+                with contextlib.suppress(ConnectionError):
+                    await resp.write(b": ping\n\n")
+
+    beating = asyncio.create_task(heartbeats())
     app = web.Application()
     app.router.add_post("/runs", runs)
+    app.router.add_get("/events", events)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -217,6 +255,7 @@ async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
         await asyncio.Event().wait()
     finally:
         listener.cancel()
+        beating.cancel()
 
 
 async def _load(url: str, clients: int, runs: int) -> float:
@@ -238,6 +277,52 @@ async def _load(url: str, clients: int, runs: int) -> float:
         t0 = time.perf_counter()
         await asyncio.gather(*(client(session, n) for n in range(clients)))
         return time.perf_counter() - t0
+
+
+async def _hold_idle(url: str, connections: int, gateway: psutil.Process) -> float:
+    """Open `connections` idle streams (100 at a time), wait until each got its `retry:` and one
+    heartbeat, and return the gateway's RSS growth per connection in KiB."""
+    await asyncio.sleep(0.5)
+    before = int(gateway.memory_info().rss)
+    gate = asyncio.Semaphore(100)
+    beaten = 0
+    all_beat = asyncio.Event()
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+
+    async def hold(session: aiohttp.ClientSession) -> None:
+        nonlocal beaten
+        async with gate:
+            resp = await session.get(url, headers={"Authorization": _TOKEN})
+            assert resp.status == 200, resp.status
+            await resp.content.readuntil(b"\n\n")  # retry:
+        await resp.content.readuntil(b"\n\n")  # a heartbeat
+        beaten += 1
+        if beaten == connections:
+            all_beat.set()
+        await resp.content.read()  # until closed
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+        tasks = [asyncio.create_task(hold(session)) for _ in range(connections)]
+        waiter = asyncio.create_task(all_beat.wait())
+        # Until every stream had its heartbeat, or one fails or ends (each should stay open).
+        done, _ = await asyncio.wait(
+            [waiter, *tasks], timeout=120, return_when=asyncio.FIRST_COMPLETED
+        )
+        failed = [t for t in done if t is not waiter]
+        if failed or not all_beat.is_set():
+            why = [t.exception() or "closed" for t in failed[:1]]
+            raise RuntimeError(f"idle streams: {beaten} of {connections} had a heartbeat {why}")
+        await asyncio.sleep(2.0)  # a few heartbeats more, as the bench's hold
+        grown = int(gateway.memory_info().rss) - before
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return grown / connections / 1024
+
+
+def _threads_cpu(proc: psutil.Process) -> float:
+    """CPU seconds of the process's threads other than its main one (grpc's poller among them)."""
+    return float(sum(t.user_time + t.system_time for t in proc.threads() if t.id != proc.pid))
 
 
 def _statements(runtime_port: int) -> int:
@@ -276,9 +361,10 @@ async def _drop(dsn: str) -> None:
 
 
 def repetition(
-    runs: int, clients: int, dsn: str = _DB, redis_url: str = _REDIS
+    runs: int, clients: int, dsn: str = _DB, redis_url: str = _REDIS, idle: int = 0
 ) -> dict[str, float]:
-    """One measurement with fresh processes (blocking: it runs event loops of its own)."""
+    """One measurement with fresh processes (blocking: it runs event loops of its own); with
+    `idle`, then that many idle SSE connections' RSS on the same gateway (as `idle_sse`)."""
     asyncio.run(_prepare(dsn))
     rt_port, gw_port = _free_port(), _free_port()
     backends = ("--dsn", dsn, "--redis", redis_url)
@@ -291,6 +377,7 @@ def repetition(
         uvloop.run(_load(url, clients, clients * 4))  # warm-up
         procs = {"runtime": psutil.Process(runtime.pid), "gateway": psutil.Process(gateway.pid)}
         before = {n: sum(p.cpu_times()[:2]) for n, p in procs.items()}
+        threads = {n: _threads_cpu(p) for n, p in procs.items()}
         statements = _statements(rt_port)
         own = sum(psutil.Process().cpu_times()[:2])
         stores = StoresCpu()
@@ -302,10 +389,16 @@ def repetition(
             f"{n}_cpu_ms_per_run": 1000 * (sum(p.cpu_times()[:2]) - before[n]) / runs
             for n, p in procs.items()
         }
+        for n, p in procs.items():
+            out[f"{n}_threads_cpu_ms_per_run"] = 1000 * (_threads_cpu(p) - threads[n]) / runs
         out.update(stores.per_run(runs))
         out["loadgen_cpu_ms_per_run"] = 1000 * own / runs  # StoresCpu's counts its children
         out["statements_per_run"] = statements / runs
         out["runs_per_s"] = runs / wall
+        if idle:
+            out["idle_sse_connection_kib"] = uvloop.run(
+                _hold_idle(f"http://127.0.0.1:{gw_port}/events", idle, procs["gateway"])
+            )
         return out
     finally:
         for proc in (gateway, runtime):
@@ -324,6 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3000)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--idle", type=int, default=5000, help="idle SSE connections (0: none)")
     args = ap.parse_args(argv)
     if args.role == "runtime":
         uvloop.run(_runtime(args.port, args.dsn, args.redis))
@@ -331,7 +425,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.role == "gateway":
         uvloop.run(_gateway(args.port, args.runtime_port, args.redis))
         return
-    reps = [repetition(args.runs, args.clients, args.dsn, args.redis) for _ in range(args.reps)]
+    raise_fd_limit()
+    reps = [
+        repetition(args.runs, args.clients, args.dsn, args.redis, args.idle)
+        for _ in range(args.reps)
+    ]
     doc: dict[str, Any] = {k: round(statistics.median(r[k] for r in reps), 3) for k in reps[0]}
     doc["repetitions"] = reps
     doc["runs"], doc["clients"] = args.runs, args.clients
