@@ -407,6 +407,23 @@ def repetition(
         asyncio.run(_drop(dsn))
 
 
+async def _orphaned() -> None:
+    """Return when the process that spawned this one is gone (a killed harness leaves none)."""
+    parent = os.getppid()
+    while os.getppid() == parent:  # noqa: ASYNC110 (no event tells of it)
+        await asyncio.sleep(1.0)
+
+
+async def _serve(role: Any) -> None:
+    serving = asyncio.ensure_future(role)
+    orphaned = asyncio.ensure_future(_orphaned())
+    await asyncio.wait([serving, orphaned], return_when=asyncio.FIRST_COMPLETED)
+    for task in (serving, orphaned):
+        task.cancel()
+    if serving.done() and not serving.cancelled() and serving.exception():
+        raise serving.exception()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="stack_floor", description=__doc__.split("\n\n")[0])
     ap.add_argument("--role", choices=("runtime", "gateway"))
@@ -420,10 +437,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--idle", type=int, default=5000, help="idle SSE connections (0: none)")
     args = ap.parse_args(argv)
     if args.role == "runtime":
-        uvloop.run(_runtime(args.port, args.dsn, args.redis))
+        uvloop.run(_serve(_runtime(args.port, args.dsn, args.redis)))
         return
     if args.role == "gateway":
-        uvloop.run(_gateway(args.port, args.runtime_port, args.redis))
+        uvloop.run(_serve(_gateway(args.port, args.runtime_port, args.redis)))
         return
     raise_fd_limit()
     reps = [
