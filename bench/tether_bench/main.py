@@ -414,7 +414,8 @@ class Bench:
         finally:
             await self.stop_processes()
         floor = self.spec["stack_floor"]
-        if not only or "stack_floor" in only:
+        # The floor speaks to one plain Redis, and to Postgres directly (not through PgBouncer).
+        if (not only or "stack_floor" in only) and not redis_conn.is_cluster(self.redis_url):
             t0 = time.monotonic()
             results["stack_floor"] = await asyncio.to_thread(
                 stack_floor.repetition,

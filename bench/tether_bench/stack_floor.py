@@ -336,7 +336,10 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"stack_floor {' '.join(args[:2])} did not start (exit {proc.wait()})")
     return proc
 
 
