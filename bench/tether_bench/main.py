@@ -425,6 +425,16 @@ class Bench:
                 self.redis_url,
                 floor["idle"],
             )
+            # and with the I/O Tether's guarantees need (no idle streams: the same gateway)
+            results["stack_floor"]["with_guarantees"] = await asyncio.to_thread(
+                stack_floor.repetition,
+                floor["runs"],
+                floor["clients"],
+                self.dsn,
+                self.redis_url,
+                0,
+                True,
+            )
             log(
                 f"rep {rep + 1}/{self.reps} stack_floor: {time.monotonic() - t0:.1f}s "
                 f"{json.dumps(results['stack_floor'])}"
@@ -690,7 +700,10 @@ class Bench:
                 "own after each repetition (stack_floor.py): CPU ms per run; "
                 "short_runs_services_over_floor = short_runs' runtime + gateway over the floor's; "
                 "floor_services_over_short_runs_postgres = the floor's two over short_runs' "
-                "Postgres (#34's headline asks Tether's two for <= 1); idle_sse_connection_kib: "
+                "Postgres (#34's headline asks Tether's two for <= 1); with_guarantees: the same "
+                "floor with the I/O Tether's guarantees need (batched admission and claim "
+                "statements, a channel per run confirmed before the start, protobuf on the gRPC "
+                "call); idle_sse_connection_kib: "
                 "the floor gateway's RSS growth per idle SSE stream (headers, retry:, heartbeats) "
                 "as idle_sse measures the gateway's",
                 "redis_messages_per_event": "pubsub_received: a PSUBSCRIBE tether:run:* counter "
@@ -924,18 +937,21 @@ def p_switches_tree(pid: int) -> int:
 def _beside_short_runs(
     floor: dict[str, Any] | None, short: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """The floor's figures, and how the short runs' services compare with it and with their own
-    Postgres CPU (#34's headline: runtime + gateway at most Postgres)."""
+    """The floor's figures (and its `with_guarantees` variant's), and how the short runs'
+    services compare with each and with their own Postgres CPU (#34's headline: runtime +
+    gateway at most Postgres)."""
     if not floor:
         return floor
-    services = floor["runtime_cpu_ms_per_run"] + floor["gateway_cpu_ms_per_run"]
     out = dict(floor)
     if short and short.get("postgres_cpu_ms_per_run"):
         tether = short["runtime_cpu_ms_per_run"] + short["gateway_cpu_ms_per_run"]
-        out["short_runs_services_over_floor"] = round(tether / services, 2)
-        out["floor_services_over_short_runs_postgres"] = round(
-            services / short["postgres_cpu_ms_per_run"], 2
-        )
+        for doc in (out, out.get("with_guarantees")):
+            if isinstance(doc, dict):
+                services = doc["runtime_cpu_ms_per_run"] + doc["gateway_cpu_ms_per_run"]
+                doc["short_runs_services_over_floor"] = round(tether / services, 2)
+                doc["floor_services_over_short_runs_postgres"] = round(
+                    services / short["postgres_cpu_ms_per_run"], 2
+                )
     return out
 
 

@@ -1,7 +1,7 @@
 """The floor of the stack under #34's headline: what the packages Tether is built on (aiohttp,
 grpc.aio, asyncpg, redis-py, uvloop) cost per short run when they make the I/O a short run needs
 and nothing else. `PYTHONPATH=bench uv run --frozen python -m tether_bench.stack_floor [--runs N]
-[--clients C] [--reps R] [--idle N]` prints JSON; `make bench` runs it after each repetition
+[--clients C] [--reps R] [--idle N] [--guarantees]` prints JSON; `make bench` runs it after each repetition
 (`stack_floor` in its document).
 
 Two processes stand in for the services, with no Tether code in them:
@@ -18,6 +18,13 @@ Two processes stand in for the services, with no Tether code in them:
   makes two or three), calls StartRun over gRPC, answers 201 with `text/event-stream` and writes
   each published batch as SSE frames as it comes (one PSUBSCRIBE for all runs, where Tether
   subscribes per run), ends at `done` and frees the slot (one ZREM).
+
+With `--guarantees`, the same two make the I/O Tether's guarantees need beside: the run's row
+admitted before the answer and claimed before it executes (two more statements, each batched over
+all runs as Tether batches them), a Redis channel per run that the gateway subscribes to and
+waits for Redis to confirm before it starts the run (SUBSCRIBE and UNSUBSCRIBE batched as Tether's
+bus does), and protobuf on the gRPC call (Tether's StartRunRequest and StartRunResponse). Still no
+Tether code: no fence, lease renewal, tool row, message row, signed token, metric or log.
 
 With `--idle N` (default 5,000), the gateway then holds N idle SSE streams (its headers,
 `retry:`, a heartbeat a second from one loop for all, where Tether's gateway keeps a task per
@@ -57,6 +64,8 @@ import psutil
 import redis.asyncio as aioredis
 import uvloop
 from aiohttp import web
+from tether.runtime.v1 import events_pb2, resources_pb2
+from tether.runtime.v1 import runtime_service_pb2 as rs
 
 from tether_bench.loadgen import StoresCpu, raise_fd_limit
 
@@ -67,6 +76,7 @@ _METHOD = "/floor.Runtime/StartRun"
 _STATEMENTS = "/floor.Runtime/Statements"  # how many the runtime made so far (not per run)
 _GATE = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) return redis.call('ZCARD', KEYS[1])"
 _TABLE = "stack_floor_event"
+_RUNS = "stack_floor_run"
 _TEXT_DELTAS = 10
 _SSE_HEADERS = {  # as the gateway's streams (tether_gateway/sse.py)
     "Content-Type": "text/event-stream",
@@ -124,17 +134,81 @@ class _Sink:
                 done.set_result(None)
 
 
-async def _runtime(port: int, dsn: str, redis_url: str) -> None:
+class _Batch:
+    """One statement over the ids of every run that asked while the previous one was in flight
+    (the admission's and the claim's, with `--guarantees`), as Tether batches both."""
+
+    def __init__(self, pool: asyncpg.Pool, sql: str) -> None:
+        self.pool, self.sql = pool, sql
+        self._queue: list[tuple[str, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.statements = 0
+
+    async def add(self, run_id: str) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self._queue.append((run_id, done))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        await done
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            self.statements += 1
+            await self.pool.execute(self.sql, [r for r, _ in batch])
+            for _, done in batch:
+                done.set_result(None)
+
+
+class _Channels:
+    """Per-run SUBSCRIBE and UNSUBSCRIBE on one pubsub connection, batched as Tether's bus does
+    (what runs asked while a command was in flight goes as ONE command); `join` returns once
+    Redis confirmed the channel, so nothing published after it can pass the stream by."""
+
+    def __init__(self, pubsub: Any) -> None:
+        self.pubsub = pubsub
+        self.confirmed: dict[str, asyncio.Event] = {}
+        self._dirty: dict[str, bool] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def join(self, channel: str) -> None:
+        self.confirmed[channel] = event = asyncio.Event()
+        self._change(channel, True)
+        await event.wait()
+
+    def leave(self, channel: str) -> None:
+        self.confirmed.pop(channel, None)
+        self._change(channel, False)
+
+    def _change(self, channel: str, wanted: bool) -> None:
+        self._dirty[channel] = wanted
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._dirty:
+            changes, self._dirty = self._dirty, {}
+            if joins := [c for c, wanted in changes.items() if wanted]:
+                await self.pubsub.subscribe(*joins)
+            if leaves := [c for c, wanted in changes.items() if not wanted]:
+                await self.pubsub.unsubscribe(*leaves)
+
+
+async def _runtime(port: int, dsn: str, redis_url: str, guarantees: bool) -> None:
     pool = await asyncpg.create_pool(dsn, min_size=4, max_size=10)
     tools = await asyncpg.create_pool(dsn, min_size=2, max_size=4)
     redis = aioredis.Redis.from_url(redis_url)
     sink = _Sink(pool, redis)
+    admit = _Batch(pool, f"INSERT INTO {_RUNS} (id) SELECT unnest($1::text[])")
+    claim = _Batch(pool, f"UPDATE {_RUNS} SET lease = lease + 1 WHERE id = ANY($1::text[])")
     tasks: set[asyncio.Task[None]] = set()
 
     reads = 0
 
     async def execute(run_id: str) -> None:
         nonlocal reads
+        if guarantees:
+            await claim.add(run_id)
         reads += 1
         await tools.fetchval(f"SELECT count(*) FROM {_TABLE} WHERE run_id = $1", run_id)
         await sink.append(
@@ -152,15 +226,25 @@ async def _runtime(port: int, dsn: str, redis_url: str) -> None:
         await sink.append(run_id, [(4 + _TEXT_DELTAS, _event(run_id, 14, "done", {}))])
 
     async def start_run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        run_id = request.decode()
+        asked = rs.StartRunRequest.FromString(request) if guarantees else None
+        run_id = asked.run_id if asked is not None else request.decode()
+        if guarantees:
+            await admit.add(run_id)
         await sink.append(run_id, [(1, _event(run_id, 1, "run_started", {}))])
         task = asyncio.create_task(execute(run_id))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-        return b"ok"
+        if asked is None:
+            return b"ok"
+        run = resources_pb2.Run(
+            id=run_id, conversation_id=asked.conversation_id, status=resources_pb2.RUN_STATUS_QUEUED
+        )
+        started = events_pb2.RunEvent(run_id=run_id, sequence=1)
+        started.run_started.conversation_id = asked.conversation_id
+        return bytes(rs.StartRunResponse(run=run, events=[started]).SerializeToString())
 
     async def statements(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        return str(sink.statements + reads).encode()
+        return str(sink.statements + admit.statements + claim.statements + reads).encode()
 
     server = grpc.aio.server()
     handler = grpc.method_handlers_generic_handler(
@@ -177,21 +261,27 @@ async def _runtime(port: int, dsn: str, redis_url: str) -> None:
     await server.wait_for_termination()
 
 
-async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
+async def _gateway(port: int, runtime_port: int, redis_url: str, guarantees: bool) -> None:
     redis = aioredis.Redis.from_url(redis_url)
     gate = redis.register_script(_GATE)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{runtime_port}")
     start = channel.unary_unary(_METHOD, None, None)
     streams: dict[str, asyncio.Queue[bytes]] = {}
     pubsub = redis.pubsub()
-    await pubsub.psubscribe("floor:*")
+    channels = _Channels(pubsub)
+    # One pattern for all runs; with `--guarantees` a channel per run (a placeholder channel
+    # keeps the connection subscribed between runs).
+    await (pubsub.subscribe("floor:hello") if guarantees else pubsub.psubscribe("floor:*"))
 
     async def listen() -> None:
         async for msg in pubsub.listen():
-            if msg["type"] == "pmessage":
-                queue = streams.get(msg["channel"].decode()[6:])
+            kind, channel = msg["type"], msg["channel"].decode()
+            if kind in ("pmessage", "message"):
+                queue = streams.get(channel[6:])
                 if queue is not None:
                     queue.put_nowait(msg["data"])
+            elif kind == "subscribe" and (event := channels.confirmed.get(channel)):
+                event.set()
 
     listener = asyncio.create_task(listen())
 
@@ -205,7 +295,13 @@ async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
         queue: asyncio.Queue[bytes] = asyncio.Queue()
         streams[run_id] = queue
         try:
-            await start(run_id.encode())
+            if guarantees:
+                await channels.join(f"floor:{run_id}")
+                asked = rs.StartRunRequest(conversation_id="c", text=body["text"], run_id=run_id)
+                answer = rs.StartRunResponse.FromString(await start(asked.SerializeToString()))
+                assert answer.run.id == run_id
+            else:
+                await start(run_id.encode())
             resp = web.StreamResponse(status=201, headers=_SSE_HEADERS)
             await resp.prepare(request)
             while True:
@@ -218,6 +314,8 @@ async def _gateway(port: int, runtime_port: int, redis_url: str) -> None:
             return resp
         finally:
             del streams[run_id]
+            if guarantees:
+                channels.leave(f"floor:{run_id}")
             await redis.zrem(f"floor:slots:{user}", run_id)
 
     idle: set[web.StreamResponse] = set()
@@ -347,9 +445,10 @@ async def _prepare(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
-            f"DROP TABLE IF EXISTS {_TABLE}; CREATE UNLOGGED TABLE {_TABLE} "
+            f"DROP TABLE IF EXISTS {_TABLE}, {_RUNS}; CREATE UNLOGGED TABLE {_TABLE} "
             "(run_id text NOT NULL, sequence int NOT NULL, data text NOT NULL, "
-            "PRIMARY KEY (run_id, sequence))"
+            f"PRIMARY KEY (run_id, sequence)); CREATE UNLOGGED TABLE {_RUNS} "
+            "(id text PRIMARY KEY, lease int NOT NULL DEFAULT 0)"
         )
     finally:
         await conn.close()
@@ -358,19 +457,24 @@ async def _prepare(dsn: str) -> None:
 async def _drop(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(f"DROP TABLE IF EXISTS {_TABLE}")
+        await conn.execute(f"DROP TABLE IF EXISTS {_TABLE}, {_RUNS}")
     finally:
         await conn.close()
 
 
 def repetition(
-    runs: int, clients: int, dsn: str = _DB, redis_url: str = _REDIS, idle: int = 0
+    runs: int,
+    clients: int,
+    dsn: str = _DB,
+    redis_url: str = _REDIS,
+    idle: int = 0,
+    guarantees: bool = False,
 ) -> dict[str, float]:
     """One measurement with fresh processes (blocking: it runs event loops of its own); with
     `idle`, then that many idle SSE connections' RSS on the same gateway (as `idle_sse`)."""
     asyncio.run(_prepare(dsn))
     rt_port, gw_port = _free_port(), _free_port()
-    backends = ("--dsn", dsn, "--redis", redis_url)
+    backends = ("--dsn", dsn, "--redis", redis_url, *(("--guarantees",) if guarantees else ()))
     runtime = _spawn("--role", "runtime", "--port", str(rt_port), *backends)
     gateway = _spawn(
         "--role", "gateway", "--port", str(gw_port), "--runtime-port", str(rt_port), *backends
@@ -438,16 +542,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--idle", type=int, default=5000, help="idle SSE connections (0: none)")
+    ap.add_argument(
+        "--guarantees",
+        action="store_true",
+        help="add the I/O Tether's guarantees need: admission and claim statements, a channel "
+        "per run confirmed before the start, protobuf on the gRPC call",
+    )
     args = ap.parse_args(argv)
     if args.role == "runtime":
-        uvloop.run(_serve(_runtime(args.port, args.dsn, args.redis)))
+        uvloop.run(_serve(_runtime(args.port, args.dsn, args.redis, args.guarantees)))
         return
     if args.role == "gateway":
-        uvloop.run(_serve(_gateway(args.port, args.runtime_port, args.redis)))
+        uvloop.run(_serve(_gateway(args.port, args.runtime_port, args.redis, args.guarantees)))
         return
     raise_fd_limit()
     reps = [
-        repetition(args.runs, args.clients, args.dsn, args.redis, args.idle)
+        repetition(args.runs, args.clients, args.dsn, args.redis, args.idle, args.guarantees)
         for _ in range(args.reps)
     ]
     doc: dict[str, Any] = {k: round(statistics.median(r[k] for r in reps), 3) for k in reps[0]}

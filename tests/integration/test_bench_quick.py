@@ -68,6 +68,9 @@ REQUIRED: dict[str, list[str]] = {
         "runs_per_s",
         "short_runs_services_over_floor",
         "floor_services_over_short_runs_postgres",
+        "with_guarantees.runtime_cpu_ms_per_run",
+        "with_guarantees.statements_per_run",
+        "with_guarantees.floor_services_over_short_runs_postgres",
     ],
     "mcp_call_us": ["native_us", "stdio_us", "http_us", "stdio_overhead_us", "http_overhead_us"],
     "db_rows_per_event": ["inserted", "updated", "run_event_inserted"],
@@ -128,7 +131,10 @@ def test_bench_quick_prints_every_figure(admin_dsn: str, redis_url: str, tmp_pat
     assert doc["cores"]["logical"] >= 1
     assert doc["fanout"]["events"] > 0 and doc["replay_10k_ms"]["events"] > 0
     # The floor made its I/O: each run's read, and its events' commits shared among runs.
-    assert 1 < doc["stack_floor"]["statements_per_run"] < 5, doc["stack_floor"]
+    floor = doc["stack_floor"]
+    assert 1 < floor["statements_per_run"] < 5, floor
+    # with the admission's and the claim's statements besides
+    assert floor["with_guarantees"]["statements_per_run"] > floor["statements_per_run"], floor
     # CPU per run by process for every scenario that starts runs (mcp_call starts none).
     by_scenario = doc["cpu_ms_per_run_by_scenario"]
     for name in ("first_event", "short_runs", "fanout", "fanout_split_runtime", "langgraph"):
