@@ -1,8 +1,8 @@
 """The floor of the stack under #34's headline: what the packages Tether is built on (aiohttp,
 grpc.aio, asyncpg, redis-py, uvloop) cost per short run when they make the I/O a short run needs
 and nothing else. `PYTHONPATH=bench uv run --frozen python -m tether_bench.stack_floor [--runs N]
-[--clients C] [--reps R] [--idle N] [--guarantees]` prints JSON; `make bench` runs it after each repetition
-(`stack_floor` in its document).
+[--clients C] [--reps R] [--idle N] [--guarantees]` prints JSON; `make bench` runs it, plain and
+with `--guarantees`, after each repetition (`stack_floor` in its document).
 
 Two processes stand in for the services, with no Tether code in them:
 
