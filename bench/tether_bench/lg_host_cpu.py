@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import time
@@ -39,12 +38,7 @@ from typing import Any
 
 from tether_sdk import Limits
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tether_bench.stack import free_port
 
 
 class NullHost:
@@ -193,11 +187,10 @@ async def _client(tokens: int, mode: str) -> float:
     from tether_bench import lggraph
 
     ask = f"stream {tokens} deltas"
-    got = 0
+    provider = None
+    stream: Any
     if mode == "client":
-        start = time.process_time()
-        async for chunk in lggraph.model.astream([HumanMessage(ask)]):
-            got += bool(chunk.content)
+        stream = (bool(c.content) async for c in lggraph.model.astream([HumanMessage(ask)]))
     else:
         provider = OpenAIProvider(
             OpenAICompatible(model="bench-model"),
@@ -205,17 +198,14 @@ async def _client(tokens: int, mode: str) -> float:
             api_key="bench",
         )
         request = ModelRequest("", "", [{"role": "user", "content": ask}], [])
-        try:
-            start = time.process_time()
-            async for piece in provider.stream(request):
-                got += isinstance(piece, str)
-        finally:
-            spent = time.process_time() - start
+        stream = (isinstance(piece, str) async for piece in provider.stream(request))
+    try:
+        start = time.process_time()
+        got = sum([token async for token in stream])
+        spent = time.process_time() - start
+    finally:
+        if provider is not None:
             await provider.aclose()
-        if got < tokens:
-            raise SystemExit(f"{mode}: {got} tokens of {tokens}")
-        return spent / tokens * 1e6
-    spent = time.process_time() - start
     if got < tokens:
         raise SystemExit(f"{mode}: {got} tokens of {tokens}")
     return spent / tokens * 1e6
@@ -311,7 +301,7 @@ def main() -> None:
 async def _main(args: argparse.Namespace) -> None:
     from tether_bench.main import _wait_port
 
-    port = _free_port()
+    port = free_port()
     provider = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tether_bench.fake_provider", str(port)
     )

@@ -435,6 +435,8 @@ class Bench:
                 0,
                 True,
             )
+            if "short_runs" in results:  # side by side in this repetition
+                _beside_short_runs(results["stack_floor"], results["short_runs"])
             log(
                 f"rep {rep + 1}/{self.reps} stack_floor: {time.monotonic() - t0:.1f}s "
                 f"{json.dumps(results['stack_floor'])}"
@@ -616,7 +618,7 @@ class Bench:
                 else {}
             ),
             "short_runs": med("short_runs"),
-            "stack_floor": _beside_short_runs(med("stack_floor"), med("short_runs")),
+            "stack_floor": med("stack_floor"),
             "replay_10k_ms": med("replay"),
             "idle_sse_connection_kib": med("idle_sse"),
             **(
@@ -700,7 +702,8 @@ class Bench:
                 "own after each repetition (stack_floor.py): CPU ms per run; "
                 "short_runs_services_over_floor = short_runs' runtime + gateway over the floor's; "
                 "floor_services_over_short_runs_postgres = the floor's two over short_runs' "
-                "Postgres (#34's headline asks Tether's two for <= 1); with_guarantees: the same "
+                "Postgres (each in its repetition, then the median; with short_runs only; "
+                "#34's headline asks Tether's two for <= 1); with_guarantees: the same "
                 "floor with the I/O Tether's guarantees need (batched admission and claim "
                 "statements, a channel per run confirmed before the start, protobuf on the gRPC "
                 "call); idle_sse_connection_kib: "
@@ -934,25 +937,18 @@ def p_switches_tree(pid: int) -> int:
     return sum(context_switches(p.pid) for p in p_tree(pid))
 
 
-def _beside_short_runs(
-    floor: dict[str, Any] | None, short: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """The floor's figures (and its `with_guarantees` variant's), and how the short runs'
-    services compare with each and with their own Postgres CPU (#34's headline: runtime +
-    gateway at most Postgres)."""
-    if not floor:
-        return floor
-    out = dict(floor)
-    if short and short.get("postgres_cpu_ms_per_run"):
-        tether = short["runtime_cpu_ms_per_run"] + short["gateway_cpu_ms_per_run"]
-        for doc in (out, out.get("with_guarantees")):
-            if isinstance(doc, dict):
-                services = doc["runtime_cpu_ms_per_run"] + doc["gateway_cpu_ms_per_run"]
-                doc["short_runs_services_over_floor"] = round(tether / services, 2)
-                doc["floor_services_over_short_runs_postgres"] = round(
-                    services / short["postgres_cpu_ms_per_run"], 2
-                )
-    return out
+def _beside_short_runs(floor: dict[str, Any], short: dict[str, Any]) -> None:
+    """How one repetition's short runs compare with its floor (and with the floor's
+    `with_guarantees` variant): their services over the floor's, the floor's over the short
+    runs' Postgres CPU (#34's headline: runtime + gateway at most Postgres)."""
+    tether = short["runtime_cpu_ms_per_run"] + short["gateway_cpu_ms_per_run"]
+    for doc in (floor, floor.get("with_guarantees")):
+        if isinstance(doc, dict):
+            services = doc["runtime_cpu_ms_per_run"] + doc["gateway_cpu_ms_per_run"]
+            doc["short_runs_services_over_floor"] = round(tether / services, 2)
+            doc["floor_services_over_short_runs_postgres"] = round(
+                services / short["postgres_cpu_ms_per_run"], 2
+            )
 
 
 def p_cpu(pid: int) -> float:

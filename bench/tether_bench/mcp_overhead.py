@@ -9,7 +9,6 @@ tool call (gate, claim, events) are the same for both kinds and not in these fig
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import sys
 import time
@@ -21,6 +20,8 @@ from tether_runtime.engine.mcp.effects import derive
 from tether_runtime.engine.mcp.sessions import Connection
 from tether_runtime.engine.mcp.tools import MCPTool, annotations_of
 from tether_sdk import MCPServer, Tool
+
+from tether_bench.stack import free_port
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 
@@ -40,12 +41,6 @@ class _Ctx:
 
 async def _echo(text: str) -> str:
     return text
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _per_call_us(call: Callable[[], Awaitable[Any]], calls: int, batches: int = 5) -> float:
@@ -100,7 +95,7 @@ async def mcp_call(params: dict[str, Any]) -> dict[str, Any]:
     finally:
         await conn.close()
 
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tether_bench.mcp_echo", "http", str(port)
     )

@@ -49,13 +49,12 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 import asyncpg
@@ -68,6 +67,7 @@ from tether.runtime.v1 import events_pb2, resources_pb2
 from tether.runtime.v1 import runtime_service_pb2 as rs
 
 from tether_bench.loadgen import StoresCpu, raise_fd_limit
+from tether_bench.stack import free_port
 
 _DB = os.environ.get("TETHER_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 _REDIS = os.environ.get("TETHER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -75,6 +75,7 @@ _TOKEN = "Bearer " + "t" * 600  # about the size of the bench's signed token
 _METHOD = "/floor.Runtime/StartRun"
 _STATEMENTS = "/floor.Runtime/Statements"  # how many the runtime made so far (not per run)
 _GATE = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) return redis.call('ZCARD', KEYS[1])"
+T = TypeVar("T")
 _TABLE = "stack_floor_event"
 _RUNS = "stack_floor_run"
 _TEXT_DELTAS = 10
@@ -85,10 +86,13 @@ _SSE_HEADERS = {  # as the gateway's streams (tether_gateway/sse.py)
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _batch(
+    run_id: str, first: int, *events: tuple[str, dict[str, Any]]
+) -> tuple[str, list[tuple[int, bytes]]]:
+    """A run's events from sequence `first` on, each encoded once (for the row and the bus)."""
+    return run_id, [
+        (seq, _event(run_id, seq, kind, data)) for seq, (kind, data) in enumerate(events, first)
+    ]
 
 
 def _event(run_id: str, seq: int, kind: str, data: dict[str, Any]) -> bytes:
@@ -98,55 +102,18 @@ def _event(run_id: str, seq: int, kind: str, data: dict[str, Any]) -> bytes:
     ).encode()
 
 
-class _Sink:
-    """One statement and one pipelined publish for whatever all runs queued meanwhile."""
+class _Batched(Generic[T]):
+    """What every run queued while the previous round trip was in flight goes in ONE: `add`
+    returns once its batch is done (Tether batches its appends, admissions and claims so)."""
 
-    def __init__(self, pool: asyncpg.Pool, redis: aioredis.Redis) -> None:
-        self.pool, self.redis = pool, redis
-        self._queue: list[tuple[str, list[tuple[int, bytes]], asyncio.Future[None]]] = []
+    def __init__(self) -> None:
+        self._queue: list[tuple[T, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self.statements = 0
 
-    async def append(self, run_id: str, events: list[tuple[int, bytes]]) -> None:
+    async def add(self, item: T) -> None:
         done = asyncio.get_running_loop().create_future()
-        self._queue.append((run_id, events, done))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
-        await done
-
-    async def _drain(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue, []
-            rows = [(r, s, e) for r, events, _ in batch for s, e in events]
-            self.statements += 1
-            await self.pool.execute(
-                f"INSERT INTO {_TABLE} (run_id, sequence, data) "
-                "SELECT * FROM unnest($1::text[], $2::int[], $3::text[])",
-                [r for r, _, _ in rows],
-                [s for _, s, _ in rows],
-                [e.decode() for _, _, e in rows],
-            )
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for run_id, events, _ in batch:
-                    pipe.publish(f"floor:{run_id}", b"\n".join(e for _, e in events))
-                await pipe.execute()
-            for _, _, done in batch:
-                done.set_result(None)
-
-
-class _Batch:
-    """One statement over the ids of every run that asked while the previous one was in flight
-    (the admission's and the claim's, with `--guarantees`), as Tether batches both."""
-
-    def __init__(self, pool: asyncpg.Pool, sql: str) -> None:
-        self.pool, self.sql = pool, sql
-        self._queue: list[tuple[str, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self.statements = 0
-
-    async def add(self, run_id: str) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self._queue.append((run_id, done))
+        self._queue.append((item, done))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain())
         await done
@@ -155,9 +122,46 @@ class _Batch:
         while self._queue:
             batch, self._queue = self._queue, []
             self.statements += 1
-            await self.pool.execute(self.sql, [r for r, _ in batch])
+            await self._write([item for item, _ in batch])
             for _, done in batch:
                 done.set_result(None)
+
+    async def _write(self, items: list[T]) -> None:
+        raise NotImplementedError
+
+
+class _Sink(_Batched[tuple[str, list[tuple[int, bytes]]]]):
+    """A run's events: one statement, then one pipelined publish, for every run's batch."""
+
+    def __init__(self, pool: asyncpg.Pool, redis: aioredis.Redis) -> None:
+        super().__init__()
+        self.pool, self.redis = pool, redis
+
+    async def _write(self, items: list[tuple[str, list[tuple[int, bytes]]]]) -> None:
+        rows = [(r, s, e) for r, events in items for s, e in events]
+        await self.pool.execute(
+            f"INSERT INTO {_TABLE} (run_id, sequence, data) "
+            "SELECT * FROM unnest($1::text[], $2::int[], $3::text[])",
+            [r for r, _, _ in rows],
+            [s for _, s, _ in rows],
+            [e.decode() for _, _, e in rows],
+        )
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id, events in items:
+                pipe.publish(f"floor:{run_id}", b"\n".join(e for _, e in events))
+            await pipe.execute()
+
+
+class _Batch(_Batched[str]):
+    """One statement over the ids of the runs (the admission's and the claim's, with
+    `--guarantees`)."""
+
+    def __init__(self, pool: asyncpg.Pool, sql: str) -> None:
+        super().__init__()
+        self.pool, self.sql = pool, sql
+
+    async def _write(self, items: list[str]) -> None:
+        await self.pool.execute(self.sql, items)
 
 
 class _Channels:
@@ -211,26 +215,24 @@ async def _runtime(port: int, dsn: str, redis_url: str, guarantees: bool) -> Non
             await claim.add(run_id)
         reads += 1
         await tools.fetchval(f"SELECT count(*) FROM {_TABLE} WHERE run_id = $1", run_id)
-        await sink.append(
-            run_id,
-            [
-                (2, _event(run_id, 2, "tool_started", {"tool": "recent_errors"})),
-                (3, _event(run_id, 3, "tool_finished", {"ok": True, "summary": "3 errors"})),
-            ],
+        await sink.add(
+            _batch(
+                run_id,
+                2,
+                ("tool_started", {"tool": "recent_errors"}),
+                ("tool_finished", {"ok": True, "summary": "3 errors"}),
+            )
         )
-        text = [
-            (4 + i, _event(run_id, 4 + i, "text_delta", {"text": f"w{i} "}))
-            for i in range(_TEXT_DELTAS)
-        ]
-        await sink.append(run_id, text)
-        await sink.append(run_id, [(4 + _TEXT_DELTAS, _event(run_id, 14, "done", {}))])
+        text = [("text_delta", {"text": f"w{i} "}) for i in range(_TEXT_DELTAS)]
+        await sink.add(_batch(run_id, 4, *text))
+        await sink.add(_batch(run_id, 4 + _TEXT_DELTAS, ("done", {})))
 
     async def start_run(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         asked = rs.StartRunRequest.FromString(request) if guarantees else None
         run_id = asked.run_id if asked is not None else request.decode()
         if guarantees:
             await admit.add(run_id)
-        await sink.append(run_id, [(1, _event(run_id, 1, "run_started", {}))])
+        await sink.add(_batch(run_id, 1, ("run_started", {})))
         task = asyncio.create_task(execute(run_id))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -473,7 +475,7 @@ def repetition(
     """One measurement with fresh processes (blocking: it runs event loops of its own); with
     `idle`, then that many idle SSE connections' RSS on the same gateway (as `idle_sse`)."""
     asyncio.run(_prepare(dsn))
-    rt_port, gw_port = _free_port(), _free_port()
+    rt_port, gw_port = free_port(), free_port()
     backends = ("--dsn", dsn, "--redis", redis_url, *(("--guarantees",) if guarantees else ()))
     runtime = _spawn("--role", "runtime", "--port", str(rt_port), *backends)
     gateway = _spawn(

@@ -78,8 +78,9 @@ async def call_and_interrupt(
     """The tool call's row and the latest interrupt raised on it (`get_call` and `for_call` in
     one statement); None unless both exist."""
     row = await conn.fetchrow(_CALL_AND_INTERRUPT, run_id, call_id)
-    intr = None if row is None else InterruptRow.beside(row)
-    return None if row is None or intr is None else (ToolCallRow.of(row), intr)
+    if row is None or (intr := InterruptRow.beside(row)) is None:
+        return None
+    return ToolCallRow.of(row), intr
 
 
 async def pending_for_run(conn: Conn, run_id: str) -> InterruptRow | None:
